@@ -1,0 +1,90 @@
+"""Picks the kernels behind :func:`pyg_dist.ops.spmm` by device and availability."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from torch import Tensor
+
+from pyg_dist import typing as pyg_dist_typing
+
+__all__ = ["resolve", "available_backends", "BACKENDS"]
+
+BACKENDS = ("triton", "cpu", "torch")
+
+
+@functools.cache
+def _torch_kernels() -> Any:
+    from pyg_dist.ops.spmm import TorchKernels
+
+    return TorchKernels()
+
+
+@functools.cache
+def _cpu_kernels() -> Any:
+    """The C++ extension's kernels, or None when it cannot be built or loaded."""
+    from pyg_dist.ops import cpu
+
+    return cpu.kernels() if cpu.is_available() else None
+
+
+@functools.cache
+def _triton_kernels() -> Any:
+    if not pyg_dist_typing.WITH_TRITON:
+        return None
+    from pyg_dist.ops import triton as triton_ops
+
+    return triton_ops.kernels()
+
+
+def available_backends(device_type: str = "cpu") -> list[str]:
+    """Names of the backends that can run on ``device_type`` here."""
+    names = []
+    if _triton_kernels() is not None and (
+        device_type == "cuda" or pyg_dist_typing.TRITON_INTERPRET
+    ):
+        names.append("triton")
+    if device_type == "cpu" and _cpu_kernels() is not None:
+        names.append("cpu")
+    names.append("torch")
+    return names
+
+
+def resolve(backend: str | None, x: Tensor) -> Any:
+    """The kernels for ``backend`` on ``x``'s device; ``None`` picks the fastest."""
+    device_type = x.device.type
+    if backend is None:
+        if device_type == "cuda" and _triton_kernels() is not None:
+            return _triton_kernels()
+        if device_type == "cpu" and _cpu_kernels() is not None:
+            return _cpu_kernels()
+        return _torch_kernels()
+    if backend == "torch":
+        return _torch_kernels()
+    if backend == "cpu":
+        if device_type != "cpu":
+            raise ValueError(
+                f"'spmm' got backend='cpu' for a tensor on '{x.device}'; move it to the CPU "
+                f"or use backend='triton'"
+            )
+        kernels = _cpu_kernels()
+        if kernels is None:
+            from pyg_dist.ops import cpu
+
+            raise RuntimeError(
+                f"'spmm' got backend='cpu' but pyg_dist's C++ extension is not available "
+                f"({cpu.unavailable_reason()}); use backend='torch' or install a C++ compiler "
+                f"and ninja (pip install ninja)"
+            )
+        return kernels
+    if backend == "triton":
+        kernels = _triton_kernels()
+        if kernels is None:
+            pyg_dist_typing.require("triton", "backend='triton'")
+        if device_type != "cuda" and not pyg_dist_typing.TRITON_INTERPRET:
+            raise ValueError(
+                f"'spmm' got backend='triton' for a tensor on '{x.device}'; Triton kernels "
+                f"need CUDA tensors, or TRITON_INTERPRET=1 set before pyg_dist is imported"
+            )
+        return kernels
+    raise ValueError(f"'spmm' got backend='{backend}'; use one of {', '.join(BACKENDS)} or None")

@@ -1,0 +1,5 @@
+"""Triton kernels behind pyg_dist.ops.spmm."""
+
+
+def kernels():
+    return None

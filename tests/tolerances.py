@@ -1,0 +1,23 @@
+"""Tolerances per dtype, in one table. Error is measured as
+max|ours - ref| / max(max|ref|, 1); never loosen an entry to make a test pass."""
+import torch
+
+TOL = {
+    torch.float32: 1e-5,
+    torch.float16: 2e-3,
+    torch.bfloat16: 1.6e-2,
+}
+
+
+def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    ours, ref = ours.detach().double(), ref.detach().double()
+    if ref.numel() == 0:
+        return 0.0
+    return ((ours - ref).abs().max() / ref.abs().max().clamp(min=1)).item()
+
+
+def assert_close(ours: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype = torch.float32,
+                 what: str = "") -> None:
+    assert ours.shape == ref.shape, f"{what}: shape {tuple(ours.shape)} != {tuple(ref.shape)}"
+    err = rel_err(ours, ref)
+    assert err <= TOL[dtype], f"{what}: relative error {err:.3g} > {TOL[dtype]:.1g} ({dtype})"
