@@ -1,0 +1,276 @@
+"""What a rank holds: its part of the graph (:class:`DistData`) and the local
+adjacency with its halo plan (:class:`DistEdgeIndex`)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from pyg_dist.distributed import default_device
+from pyg_dist.halo.exchange import HaloChannel
+from pyg_dist.halo.ledger import Ledger
+from pyg_dist.halo.plan import HaloPlan
+from pyg_dist.ops.csr import csr_row
+from pyg_dist.partition.io import PartitionMeta, read_meta, read_part
+
+__all__ = ["DistData", "DistEdgeIndex"]
+
+
+class DistEdgeIndex:
+    r"""The in-edges of the nodes a rank owns, as a local CSR whose columns run
+    over ``[owned ; halo]``, together with the halo plan that fills the halo rows.
+
+    Pass it where a PyG layer takes ``edge_index``: the Dist layers then run
+    distributed (a plain ``edge_index`` tensor keeps them single-process).
+
+    Attributes:
+        rowptr (torch.Tensor): ``[num_owned + 1]`` int64 row pointers (row = owned target).
+        col (torch.Tensor): ``[num_edges]`` int64 local source columns; ``c < num_owned``
+            is an owned node, ``num_owned + h`` is halo row ``h``.
+        edge_id (torch.Tensor): ``[num_edges]`` position of each edge in the
+            partitioned graph's ``edge_index``.
+        num_owned (int): Nodes this rank owns (output rows of every layer).
+        num_halo (int): Remote source nodes.
+        num_global_nodes (int): Nodes in the whole graph.
+        halo_in_degree (torch.Tensor): ``[num_halo]`` in-degree of each halo node in
+            the whole graph (self-loops and duplicates included).
+        halo_self_loops (torch.Tensor): ``[num_halo]`` self-loops of each halo node.
+        channel (HaloChannel): The plan, process group and ledger of exchanges.
+        halo: The default halo policy of layers that set none (:obj:`None`: exact).
+    """
+
+    def __init__(
+        self,
+        rowptr: Tensor,
+        col: Tensor,
+        edge_id: Tensor,
+        num_global_nodes: int,
+        halo_in_degree: Tensor,
+        halo_self_loops: Tensor,
+        channel: HaloChannel,
+        halo: Any = None,
+    ) -> None:
+        self.rowptr, self.col, self.edge_id = rowptr, col, edge_id
+        self.num_owned = rowptr.numel() - 1
+        self.num_halo = channel.plan.num_halo
+        self.num_global_nodes = num_global_nodes
+        self.halo_in_degree, self.halo_self_loops = halo_in_degree, halo_self_loops
+        self.channel = channel
+        self.halo = halo
+        self._cache: dict[Any, Any] = {}
+        assert halo_in_degree.numel() == self.num_halo, "halo degrees must match the plan"
+
+    @property
+    def plan(self) -> HaloPlan:
+        return self.channel.plan
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.channel.ledger
+
+    @property
+    def num_edges(self) -> int:
+        return self.col.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.col.device
+
+    def size(self) -> tuple[int, int]:
+        """Shape of the local adjacency: ``(num_owned, num_owned + num_halo)``."""
+        return self.num_owned, self.num_owned + self.num_halo
+
+    def row(self) -> Tensor:
+        """``[num_edges]`` local target row of every edge."""
+        return csr_row(self.rowptr, self.col)
+
+    def local_edge_index(self) -> Tensor:
+        """``[2, num_edges]`` edges in PyG's convention: (local source column, local target row)."""
+        return torch.stack([self.col, self.row()])
+
+    def cached(self, key: Any, build: Any) -> Any:
+        """``build()``, computed once per graph and remembered under ``key``."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def to(self, device: torch.device | str) -> DistEdgeIndex:
+        channel = HaloChannel(
+            self.channel.plan.to(device), self.channel.ledger, self.channel.group,
+            self.channel.transport,
+        )
+        return DistEdgeIndex(
+            self.rowptr.to(device), self.col.to(device), self.edge_id.to(device),
+            self.num_global_nodes, self.halo_in_degree.to(device),
+            self.halo_self_loops.to(device), channel, self.halo,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"DistEdgeIndex(rank={self.plan.rank}/{self.plan.world_size}, "
+            f"num_owned={self.num_owned}, num_halo={self.num_halo}, num_edges={self.num_edges})"
+        )
+
+
+class DistData:
+    r"""One rank's part of a partitioned graph, loaded by :meth:`load`.
+
+    Node-level attributes of the partitioned graph (``x``, ``y``,
+    ``train_mask``, ...) hold the rows of the nodes this rank owns, in the order
+    of :attr:`global_id`; edge-level attributes (``edge_weight``, ...) follow
+    the order of ``edge_index.col``. A graph partitioned without ``x`` has no
+    ``x`` here either.
+
+    Attributes:
+        edge_index (DistEdgeIndex): Local adjacency and halo plan.
+        global_id (torch.Tensor): ``[num_nodes]`` global id of each owned node.
+        num_nodes (int): Nodes this rank owns.
+        rank (int): This rank (= the part it holds).
+        world_size (int): Number of ranks (= parts).
+        meta (PartitionMeta): The partition's metadata.
+    """
+
+    def __init__(
+        self,
+        edge_index: DistEdgeIndex,
+        global_id: Tensor,
+        node_attrs: dict[str, Tensor],
+        edge_attrs: dict[str, Tensor],
+        meta: PartitionMeta,
+        rank: int,
+    ) -> None:
+        self.edge_index = edge_index
+        self.global_id = global_id
+        self.meta = meta
+        self.rank = rank
+        self.world_size = meta.num_parts
+        self._node_keys = sorted(node_attrs)
+        self._edge_keys = sorted(edge_attrs)
+        for key, value in {**node_attrs, **edge_attrs}.items():
+            setattr(self, key, value)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.global_id.numel()
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.edge_index.ledger
+
+    def keys(self) -> list[str]:
+        return ["edge_index", "global_id", *self._node_keys, *self._edge_keys]
+
+    def __getattr__(self, key: str) -> Any:
+        # Only reached for missing attributes: name what exists.
+        if key.startswith("_"):
+            raise AttributeError(key)
+        raise AttributeError(
+            f"'DistData' has no attribute '{key}'; this part holds {', '.join(self.keys())}"
+        )
+
+    def to(self, device: torch.device | str) -> DistData:
+        """Moves every tensor to ``device`` (in place) and returns ``self``."""
+        self.edge_index = self.edge_index.to(device)
+        self.global_id = self.global_id.to(device)
+        for key in [*self._node_keys, *self._edge_keys]:
+            setattr(self, key, getattr(self, key).to(device))
+        return self
+
+    def __repr__(self) -> str:
+        parts = [f"{k}={list(getattr(self, k).shape)}" for k in self._node_keys]
+        parts += [f"{k}={list(getattr(self, k).shape)}" for k in self._edge_keys]
+        return (
+            f"DistData(rank={self.rank}/{self.world_size}, num_nodes={self.num_nodes}, "
+            f"num_halo={self.edge_index.num_halo}, num_edges={self.edge_index.num_edges}, "
+            f"{', '.join(parts)})"
+        )
+
+    @classmethod
+    def load(
+        cls,
+        out_dir: str | os.PathLike,
+        rank: int | None = None,
+        device: torch.device | str | None = None,
+        halo: Any = None,
+        group: dist.ProcessGroup | None = None,
+    ) -> DistData:
+        r"""Loads this rank's part of the partition folder ``out_dir``, and only it.
+
+        Args:
+            out_dir (str or os.PathLike): Folder written by :func:`pyg_dist.partition`.
+            rank (int, optional): The part to load; defaults to this process's rank.
+                Without a process group, any part can be loaded for inspection.
+                (default: :obj:`None`)
+            device (torch.device or str, optional): Where to put the tensors; defaults
+                to this rank's GPU under NCCL, else the CPU. (default: :obj:`None`)
+            halo (optional): Default halo policy of the layers that set none.
+                (default: :obj:`None`, exact)
+            group (torch.distributed.ProcessGroup, optional): The group whose ranks
+                hold the parts. (default: the default group)
+        """
+        meta = read_meta(out_dir)
+        rank = _check_rank(out_dir, meta, rank, group)
+        content = read_part(out_dir, rank, meta)
+        if dist.is_initialized():
+            _check_same_partitioning(meta, group, device)
+        graph = content["graph"]
+        plan = HaloPlan.from_pointers(
+            rank, graph["send_idx"], graph["send_ptr"], graph["halo_ptr"],
+            graph["halo_global_id"],
+        )
+        channel = HaloChannel(plan, Ledger(), group)
+        edge_index = DistEdgeIndex(
+            graph["rowptr"], graph["col"], graph["edge_id"], meta.num_nodes,
+            graph["halo_in_degree"], graph["halo_self_loops"], channel, halo,
+        )
+        data = cls(edge_index, graph["global_id"], content["node"], content["edge"], meta, rank)
+        device = torch.device(device) if device is not None else default_device()
+        return data.to(device) if device.type != "cpu" else data
+
+
+def _check_rank(
+    out_dir: Any, meta: PartitionMeta, rank: int | None, group: dist.ProcessGroup | None
+) -> int:
+    if dist.is_initialized():
+        world, me = dist.get_world_size(group), dist.get_rank(group)
+        if meta.num_parts != world:
+            raise ValueError(
+                f"'DistData.load' found {meta.num_parts} partitions in '{out_dir}' but the "
+                f"process group has {world} ranks; re-partition with num_parts={world} or "
+                f"launch {meta.num_parts} ranks"
+            )
+        rank = me if rank is None else rank
+    elif rank is None:
+        if meta.num_parts != 1:
+            raise ValueError(
+                f"'DistData.load' has no process group to tell which of the {meta.num_parts} "
+                f"parts in '{out_dir}' to load; call pyg_dist.init() first (or run under "
+                f"torchrun / pyg_dist.launch), or pass rank= to inspect one part"
+            )
+        rank = 0
+    if not 0 <= rank < meta.num_parts:
+        raise ValueError(
+            f"'DistData.load' got rank={rank} but '{out_dir}' has parts 0..{meta.num_parts - 1}"
+        )
+    return rank
+
+
+def _check_same_partitioning(
+    meta: PartitionMeta, group: dist.ProcessGroup | None, device: Any
+) -> None:
+    """All ranks must have loaded parts of one partitioning."""
+    ident = torch.tensor([int(meta.partition_id[:15], 16)], dtype=torch.long)
+    if dist.get_backend(group) == "nccl":
+        ident = ident.cuda()
+    gathered = [torch.empty_like(ident) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, ident, group=group)
+    others = [r for r, g in enumerate(gathered) if not torch.equal(g, ident)]
+    if others:
+        raise ValueError(
+            f"ranks {others} loaded parts of a different partitioning than rank "
+            f"{dist.get_rank(group)} (partition id {meta.partition_id[:15]}); point every rank "
+            f"at the same partition folder"
+        )

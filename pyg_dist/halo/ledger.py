@@ -1,0 +1,112 @@
+"""The ledger: what every layer sent and received, step by step."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Ledger", "LedgerEntry"]
+
+DIRECTIONS = ("fwd", "bwd")
+
+
+@dataclass
+class LedgerEntry:
+    """One layer's halo traffic in one step and one direction.
+
+    Attributes:
+        step: Training step (the ledger's counter when the exchange happened).
+        layer: Name of the layer (module path under :func:`to_distributed`, else
+            ``layer<k>`` in order of first use).
+        direction: ``"fwd"`` (halo rows) or ``"bwd"`` (halo gradients).
+        bytes_sent / bytes_recv: Payload bytes this rank sent / received.
+        exchanges: Exchanges done (0 when the policy reused what it had).
+        skipped: Exchanges the policy skipped.
+        staleness: Age in steps of the halo values in use (0 = fresh).
+        seconds: Wall time spent communicating (waiting included).
+        overlapped: Part of ``seconds`` hidden behind computation.
+    """
+
+    step: int
+    layer: str
+    direction: str
+    bytes_sent: int = 0
+    bytes_recv: int = 0
+    exchanges: int = 0
+    skipped: int = 0
+    staleness: int = 0
+    seconds: float = 0.0
+    overlapped: float = 0.0
+
+
+@dataclass
+class Ledger:
+    """Per-rank record of halo traffic, per layer, step and direction.
+
+    The training loop advances :attr:`step` once per optimisation step
+    (:meth:`next_step`); exchanges add to the entry of the current step.
+    """
+
+    step: int = 0
+    entries: dict[tuple[int, str, str], LedgerEntry] = field(default_factory=dict)
+    _names: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def next_step(self) -> int:
+        self.step += 1
+        return self.step
+
+    def layer_name(self, layer: Any) -> str:
+        """A stable name for ``layer``: its ``halo_name`` if set, else ``layer<k>``."""
+        name = getattr(layer, "halo_name", None)
+        if name:
+            return str(name)
+        key = id(layer)
+        if key not in self._names:
+            self._names[key] = f"layer{len(self._names)}"
+        return self._names[key]
+
+    def record(self, layer: str, direction: str, **amounts: float) -> LedgerEntry:
+        """Adds ``amounts`` (fields of :class:`LedgerEntry`) to the current step's
+        entry; ``staleness`` is kept as the maximum, not summed."""
+        assert direction in DIRECTIONS, f"direction must be one of {DIRECTIONS}"
+        key = (self.step, layer, direction)
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = LedgerEntry(self.step, layer, direction)
+        for name, amount in amounts.items():
+            if name == "staleness":
+                entry.staleness = max(entry.staleness, int(amount))
+            else:
+                setattr(entry, name, getattr(entry, name) + amount)
+        return entry
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every entry as a dict, ordered by step, layer and direction."""
+        return [asdict(self.entries[k]) for k in sorted(self.entries)]
+
+    def totals(self, step: int | None = None) -> dict[str, float]:
+        """Sums over all entries (or one step's): bytes per direction, exchanges,
+        skipped, seconds, overlapped, and the largest staleness."""
+        out: dict[str, float] = defaultdict(float)
+        for (s, _, direction), e in self.entries.items():
+            if step is not None and s != step:
+                continue
+            out[f"bytes_{direction}"] += e.bytes_sent
+            out[f"bytes_recv_{direction}"] += e.bytes_recv
+            out["exchanges"] += e.exchanges
+            out["skipped"] += e.skipped
+            out["seconds"] += e.seconds
+            out["overlapped"] += e.overlapped
+            out["staleness"] = max(out["staleness"], e.staleness)
+        for key in ("bytes_fwd", "bytes_bwd", "bytes_recv_fwd", "bytes_recv_bwd"):
+            out.setdefault(key, 0.0)
+        return dict(out)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "rows": self.rows()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.entries = {
+            (r["step"], r["layer"], r["direction"]): LedgerEntry(**r) for r in state["rows"]
+        }

@@ -1,0 +1,258 @@
+"""``pyg_dist.launch``: run a function on several local ranks, from a script or
+a notebook, and get every rank's return value back."""
+from __future__ import annotations
+
+import io
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+__all__ = ["launch", "RankFailed"]
+
+_GRACE_SECONDS = 5.0  # SIGTERM -> SIGKILL for ranks that are being stopped
+
+
+class RankFailed(RuntimeError):
+    """A rank died without returning (killed, crashed) or the launch timed out."""
+
+
+class RemoteTraceback(Exception):
+    """Carries the traceback text of an exception raised in another process."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def launch(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    backend: str | None = None,
+    threads: int | None = None,
+    comm_timeout: float | None = None,
+) -> list[Any]:
+    r"""Runs ``fn(*args, **kwargs)`` on ``world_size`` local processes with the
+    process group already initialised (gloo over 127.0.0.1 on a free port, or
+    NCCL when CUDA is available), and returns every rank's return value in rank
+    order.
+
+    ``fn`` may be defined in a notebook cell or a script's ``__main__``: it is
+    shipped to the ranks by value (cloudpickle). If a rank raises, the other
+    ranks are stopped and the exception is re-raised here, with the rank's
+    traceback attached as its cause; a rank that dies without returning (killed,
+    crashed) raises :class:`RankFailed`. Output the ranks print is shown here
+    when this process's output is not a terminal file (e.g. in Jupyter).
+
+    Args:
+        fn (callable): The function every rank runs.
+        world_size (int): Number of ranks.
+        args (sequence, optional): Positional arguments of ``fn``. (default: :obj:`()`)
+        kwargs (dict, optional): Keyword arguments of ``fn``. (default: :obj:`None`)
+        timeout (float, optional): Seconds after which the ranks are stopped and
+            :class:`RankFailed` is raised; :obj:`None` waits as long as they run.
+            (default: :obj:`None`)
+        backend (str, optional): Process-group backend, see :func:`pyg_dist.init`.
+            (default: :obj:`None`)
+        threads (int, optional): Intra-op threads per rank; defaults to the
+            machine's cores divided among the ranks. (default: :obj:`None`)
+        comm_timeout (float, optional): Seconds a collective may wait, see
+            :func:`pyg_dist.init`. (default: :obj:`None`)
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"'launch' needs world_size >= 1 (got {world_size!r})")
+    import cloudpickle
+    import torch.distributed as dist
+
+    payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
+    threads = threads or max(1, (os.cpu_count() or 1) // world_size)
+    forward_output = not _has_real_stdout()
+    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    ctx = mp.get_context("spawn")
+    procs, conns = [], []
+    try:
+        for rank in range(world_size):
+            parent_end, child_end = ctx.Pipe(duplex=False)
+            options = {
+                "store": f"127.0.0.1:{store.port}",
+                "backend": backend,
+                "threads": threads,
+                "comm_timeout": comm_timeout,
+                "forward_output": forward_output,
+            }
+            proc = ctx.Process(
+                target=_run_rank,
+                args=(rank, world_size, payload, child_end, options),
+                name=f"pyg_dist-rank{rank}",
+                daemon=True,
+            )
+            proc.start()
+            child_end.close()
+            procs.append(proc)
+            conns.append(parent_end)
+        return _collect(procs, conns, timeout)
+    finally:
+        _stop(procs)
+        for conn in conns:
+            conn.close()
+        del store
+
+
+def _collect(procs: list, conns: list[Connection], timeout: float | None) -> list[Any]:
+    """Waits for every rank's result; on the first failure raises (the caller stops the rest)."""
+    world_size = len(procs)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    results: dict[int, Any] = {}
+    open_conns = {conn: rank for rank, conn in enumerate(conns)}
+    while len(results) < world_size:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if remaining == 0.0:
+            raise RankFailed(
+                f"'launch' stopped {world_size - len(results)} rank(s) after the timeout of "
+                f"{timeout} s (ranks done: {sorted(results)}); raise the timeout or look for "
+                f"a rank stuck in a collective"
+            )
+        sentinels = {procs[r].sentinel: r for r in range(world_size) if r not in results}
+        ready = wait([*open_conns, *sentinels], timeout=remaining)
+        for obj in ready:
+            if obj in open_conns:
+                rank = open_conns[obj]
+                try:
+                    kind, body = obj.recv()
+                except (EOFError, OSError):
+                    del open_conns[obj]
+                    continue
+                if kind == "out":
+                    stream, text = body
+                    (sys.stdout if stream == "stdout" else sys.stderr).write(text)
+                elif kind == "ok":
+                    results[rank] = pickle.loads(body)
+                    del open_conns[obj]
+                else:
+                    raise _rank_exception(rank, world_size, body)
+        for sentinel, rank in sentinels.items():
+            if sentinel in ready and rank not in results and procs[rank].exitcode is not None:
+                # Drain a result that raced with the exit.
+                conn = conns[rank]
+                while conn in open_conns and conn.poll():
+                    kind, body = conn.recv()
+                    if kind == "ok":
+                        results[rank] = pickle.loads(body)
+                        del open_conns[conn]
+                    elif kind == "error":
+                        raise _rank_exception(rank, world_size, body)
+                if rank not in results:
+                    raise RankFailed(
+                        f"rank {rank} of {world_size} exited with {_describe_exit(procs[rank])} "
+                        f"before returning; the other ranks were stopped"
+                    )
+    return [results[r] for r in range(world_size)]
+
+
+def _rank_exception(rank: int, world_size: int, body: tuple[bytes | None, str]) -> BaseException:
+    pickled, text = body
+    exc: BaseException
+    try:
+        exc = pickle.loads(pickled) if pickled is not None else RankFailed(text.splitlines()[-1])
+    except Exception:
+        exc = RankFailed(text.splitlines()[-1] if text else "unknown error")
+    exc.__cause__ = RemoteTraceback(f"\n\nrank {rank} of {world_size} raised:\n\n{text}")
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"(raised on rank {rank} of {world_size}; the other ranks were stopped)")
+    return exc
+
+
+def _describe_exit(proc: Any) -> str:
+    code = proc.exitcode
+    if code is not None and code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _stop(procs: list) -> None:
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + _GRACE_SECONDS
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+def _has_real_stdout() -> bool:
+    try:
+        sys.stdout.fileno()
+        return True
+    except (AttributeError, io.UnsupportedOperation, ValueError):
+        return False
+
+
+class _ConnWriter(io.TextIOBase):
+    """A text stream that forwards writes to the launching process."""
+
+    def __init__(self, conn: Connection, stream: str) -> None:
+        self._conn, self._stream = conn, stream
+
+    def write(self, text: str) -> int:
+        if text:
+            self._conn.send(("out", (self._stream, text)))
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _run_rank(
+    rank: int, world_size: int, payload: bytes, conn: Connection, options: dict[str, Any]
+) -> None:
+    """Entry point of a spawned rank."""
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+    )
+    os.environ["PYG_DIST_LAUNCH_STORE"] = options["store"]
+    os.environ.setdefault("OMP_NUM_THREADS", str(options["threads"]))
+    if options["forward_output"]:
+        sys.stdout = _ConnWriter(conn, "stdout")  # type: ignore[assignment]
+        sys.stderr = _ConnWriter(conn, "stderr")  # type: ignore[assignment]
+    import cloudpickle
+    import torch
+
+    from pyg_dist.distributed import init, shutdown
+
+    torch.set_num_threads(options["threads"])
+    try:
+        fn, args, kwargs = cloudpickle.loads(payload)
+        init(backend=options["backend"], timeout=options["comm_timeout"])
+        result = fn(*args, **kwargs)
+        message: tuple[str, Any] = ("ok", pickle.dumps(result))
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+        text = traceback.format_exc()
+        try:
+            pickled: bytes | None = pickle.dumps(exc)
+            pickle.loads(pickled)
+        except Exception:
+            pickled = None
+        message = ("error", (pickled, text))
+    try:
+        conn.send(message)
+    finally:
+        conn.close()
+        if message[0] == "ok":
+            shutdown()

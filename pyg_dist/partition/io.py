@@ -1,0 +1,168 @@
+"""The on-disk format of a partition folder, written atomically.
+
+::
+
+    parts/
+      meta.json     PartitionMeta: sizes, edge cut, method, seed, graph
+                    fingerprint, partition id, and each part file's sha256
+      part_0.pt     one torch.save'd dict per part: that part's owned nodes
+      part_1.pt     (features, labels, masks, global ids), its in-edges as a
+      ...           local CSR and its halo plan (see plan.LocalPart)
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["PartitionMeta", "write_folder", "read_meta", "read_part", "FORMAT_VERSION"]
+
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+
+
+@dataclass
+class PartitionMeta:
+    """What :func:`pyg_dist.partition` did; also written to ``<out_dir>/meta.json``.
+
+    Attributes:
+        num_parts: Number of parts (= ranks that load the folder).
+        num_nodes: Nodes in the whole graph.
+        num_edges: Edges in the whole graph (as given, duplicates and self-loops
+            included).
+        edge_cut: Edges whose source and target lie in different parts.
+        part_sizes: Owned nodes per part.
+        halo_sizes: Halo nodes per part (remote sources of its in-edges).
+        train_sizes: Training nodes per part (empty if there is no ``train_mask``).
+        method: ``"metis"`` or ``"random"``.
+        seed: The seed of the cut.
+        fingerprint: sha256 of the graph's structure and attribute shapes.
+        partition_id: Unique id of this partitioning; every part file carries it.
+        node_attrs: Names of the node-level attributes stored per part.
+        edge_attrs: Names of the edge-level attributes stored per part.
+        part_sha256: sha256 of each part file, in part order.
+        format_version: Version of this on-disk format.
+    """
+
+    num_parts: int
+    num_nodes: int
+    num_edges: int
+    edge_cut: int
+    part_sizes: list[int]
+    halo_sizes: list[int]
+    train_sizes: list[int]
+    method: str
+    seed: int
+    fingerprint: str
+    partition_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    node_attrs: list[str] = field(default_factory=list)
+    edge_attrs: list[str] = field(default_factory=list)
+    part_sha256: list[str] = field(default_factory=list)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def halo_fraction(self) -> float:
+        """Halo nodes over owned nodes, summed over parts."""
+        return sum(self.halo_sizes) / max(self.num_nodes, 1)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+
+def part_file(p: int) -> str:
+    return f"part_{p}.pt"
+
+
+def write_folder(out_dir: Path, meta: PartitionMeta, parts: list[dict[str, Any]], overwrite: bool):
+    """Writes ``parts`` and ``meta`` into a temporary sibling folder, then renames
+    it to ``out_dir``: a failure at any point leaves no half-written folder."""
+    out_dir = out_dir.resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        tmp.mkdir()
+        meta.part_sha256 = []
+        for p, content in enumerate(parts):
+            path = tmp / part_file(p)
+            torch.save(content, path)
+            meta.part_sha256.append(_sha256(path))
+        (tmp / META_FILE).write_text(meta.to_json())
+        _replace(tmp, out_dir, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _replace(tmp: Path, out_dir: Path, overwrite: bool) -> None:
+    if not out_dir.exists():
+        os.replace(tmp, out_dir)
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"'pyg_dist.partition' would overwrite '{out_dir}'; pass overwrite=True or "
+            f"choose another out_dir"
+        )
+    old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+    os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def read_meta(out_dir: str | os.PathLike) -> PartitionMeta:
+    """Reads ``meta.json``; errors name what to do when the folder is not a partition."""
+    path = Path(out_dir) / META_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"'{out_dir}' is not a pyg_dist partition folder (no {META_FILE}); create it with "
+            f"pyg_dist.partition(data, num_parts, out_dir='{out_dir}')"
+        )
+    try:
+        raw = json.loads(path.read_text())
+        meta = PartitionMeta(**raw)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ValueError(
+            f"'{path}' is corrupted ({exc}); re-create the folder with pyg_dist.partition"
+        ) from exc
+    if meta.format_version != FORMAT_VERSION:
+        raise ValueError(
+            f"'{out_dir}' was written in format {meta.format_version}, this pyg_dist reads "
+            f"format {FORMAT_VERSION}; re-partition with this version"
+        )
+    return meta
+
+
+def read_part(out_dir: str | os.PathLike, p: int, meta: PartitionMeta) -> dict[str, Any]:
+    """Loads part ``p`` after checking that it is present, intact and of this partitioning."""
+    path = Path(out_dir) / part_file(p)
+    fix = f"re-create the folder with pyg_dist.partition(..., num_parts={meta.num_parts})"
+    if not path.is_file():
+        raise FileNotFoundError(f"part {p} is missing from '{out_dir}' (no {path.name}); {fix}")
+    if p >= len(meta.part_sha256) or _sha256(path) != meta.part_sha256[p]:
+        raise ValueError(
+            f"part {p} in '{out_dir}' is corrupted or from another partitioning "
+            f"({path.name} does not match the checksum in {META_FILE}); {fix}"
+        )
+    content = torch.load(path, weights_only=True, mmap=True)
+    if content.get("partition_id") != meta.partition_id or content.get("part") != p:
+        raise ValueError(
+            f"'{path}' belongs to partitioning {content.get('partition_id')!r}, not to "
+            f"{meta.partition_id!r} of {META_FILE}; parts of different partitionings are "
+            f"mixed; {fix}"
+        )
+    return content
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()

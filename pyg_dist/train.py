@@ -1,0 +1,261 @@
+"""A short full-graph training loop whose steps equal single-process training."""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pyg_dist.distributed import rank as get_rank
+
+__all__ = ["train", "evaluate", "TrainResult", "EpochStats", "sync_parameters",
+           "all_reduce_gradients", "global_loss"]
+
+MASKS = ("train_mask", "val_mask", "test_mask")
+
+
+@dataclass
+class EpochStats:
+    """One epoch, identical on every rank (all quantities are global).
+
+    ``halo_bytes_fwd`` / ``halo_bytes_bwd`` / ``comm_seconds`` sum the halo
+    ledger of all ranks over the epoch (training step and evaluation).
+    """
+
+    epoch: int
+    loss: float
+    train_acc: float
+    val_acc: float
+    test_acc: float
+    halo_bytes_fwd: int
+    halo_bytes_bwd: int
+    comm_seconds: float
+    seconds: float
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns: the history and the test accuracy at the epoch
+    of best validation accuracy."""
+
+    history: list[EpochStats] = field(default_factory=list)
+    best_epoch: int = 0
+    val_acc: float = 0.0
+    test_acc: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def epochs(self) -> int:
+        return len(self.history)
+
+    @property
+    def halo_bytes(self) -> int:
+        return sum(e.halo_bytes_fwd + e.halo_bytes_bwd for e in self.history)
+
+    @property
+    def halo_bytes_fwd(self) -> int:
+        return sum(e.halo_bytes_fwd for e in self.history)
+
+    @property
+    def halo_bytes_bwd(self) -> int:
+        return sum(e.halo_bytes_bwd for e in self.history)
+
+    @property
+    def comm_seconds(self) -> float:
+        return sum(e.comm_seconds for e in self.history)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "test_acc": self.test_acc,
+            "val_acc": self.val_acc,
+            "best_epoch": self.best_epoch,
+            "epochs": self.epochs,
+            "halo_bytes": self.halo_bytes,
+            "halo_bytes_fwd": self.halo_bytes_fwd,
+            "halo_bytes_bwd": self.halo_bytes_bwd,
+            "comm_seconds": round(self.comm_seconds, 4),
+            "seconds": round(self.seconds, 3),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.summary(), "history": [asdict(e) for e in self.history]}
+
+
+def train(
+    model: nn.Module,
+    data: Any,
+    epochs: int = 200,
+    lr: float = 0.01,
+    weight_decay: float = 5e-4,
+    optimizer: torch.optim.Optimizer | None = None,
+    progress: bool = True,
+    callback: Callable[[EpochStats], None] | None = None,
+) -> TrainResult:
+    r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` (or a
+    plain PyG ``Data`` in one process).
+
+    Each step computes the loss averaged over the training nodes of *all* ranks
+    (each rank sums over its own and divides by the global count) and sums
+    parameter gradients across ranks, so a step equals the single-process step
+    on the whole graph. Parameters start from rank 0's values. After each step
+    the model is evaluated; accuracies are global. The returned ``test_acc`` is
+    taken at the epoch of best validation accuracy. Rank 0 shows a tqdm bar.
+
+    Args:
+        model (torch.nn.Module): Called as ``model(data.x, data.edge_index)``;
+            returns class logits for the owned nodes.
+        data: Needs ``x``, ``y``, ``edge_index`` and ``train_mask`` (``val_mask``
+            and ``test_mask`` if present).
+        epochs (int, optional): Optimisation steps. (default: :obj:`200`)
+        lr (float, optional): Adam learning rate. (default: :obj:`0.01`)
+        weight_decay (float, optional): Adam weight decay. (default: :obj:`5e-4`)
+        optimizer (torch.optim.Optimizer, optional): Replaces the default Adam.
+            (default: :obj:`None`)
+        progress (bool, optional): Show progress on rank 0. (default: :obj:`True`)
+        callback (callable, optional): Called with every :class:`EpochStats`.
+            (default: :obj:`None`)
+    """
+    _check_data(data)
+    sync_parameters(model)
+    optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    ledger = getattr(data, "ledger", None)
+    result = TrainResult()
+    bar = _progress(epochs) if progress and get_rank() == 0 else None
+    start = time.perf_counter()
+    for epoch in range(1, epochs + 1):
+        epoch_start = time.perf_counter()
+        step = ledger.step if ledger is not None else 0
+        loss = train_step(model, data, optimizer)
+        accs = evaluate(model, data)
+        traffic = _ledger_totals(ledger, step)
+        if ledger is not None:
+            ledger.next_step()
+        stats = EpochStats(epoch, loss, *accs, int(traffic[0]), int(traffic[1]), traffic[2],
+                           time.perf_counter() - epoch_start)
+        result.history.append(stats)
+        if stats.val_acc > result.val_acc or epoch == 1:
+            result.best_epoch, result.val_acc, result.test_acc = epoch, stats.val_acc, stats.test_acc
+        if bar is not None:
+            bar.set_postfix(loss=f"{loss:.4f}", val=f"{stats.val_acc:.3f}",
+                            test=f"{stats.test_acc:.3f}", halo_MB=f"{result.halo_bytes / 1e6:.1f}")
+            bar.update(1)
+        if callback is not None:
+            callback(stats)
+    if bar is not None:
+        bar.close()
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer) -> float:
+    """One optimisation step on the global loss; returns the global loss."""
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    out = model(data.x, data.edge_index)
+    loss, value = global_loss(out, data.y, data.train_mask)
+    loss.backward()
+    all_reduce_gradients(model)
+    optimizer.step()
+    return value
+
+
+def global_loss(out: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, float]:
+    """Cross entropy averaged over the masked nodes of all ranks: this rank's
+    differentiable share, and the global value. Raises on a non-finite loss."""
+    local_sum = F.cross_entropy(out[mask], y[mask], reduction="sum")
+    stats = torch.stack([local_sum.detach().float(), mask.sum().float()])
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(stats)
+    total, count = float(stats[0]), max(float(stats[1]), 1.0)
+    if not math.isfinite(total):
+        raise FloatingPointError(
+            "the training loss is not finite; check the inputs for NaN/inf values "
+            "(pyg_dist.partition rejects them in node features) or lower the learning rate"
+        )
+    return local_sum / count, total / count
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: Any) -> tuple[float, float, float]:
+    """Global accuracy on ``train_mask``, ``val_mask`` and ``test_mask`` (nan
+    for a mask the data lacks)."""
+    model.eval()
+    pred = model(data.x, data.edge_index).argmax(dim=-1)
+    counts = []
+    for name in MASKS:
+        mask = getattr(data, name, None) if name in _keys(data) else None
+        if mask is None:
+            counts += [0.0, 0.0]
+        else:
+            counts += [float((pred[mask] == data.y[mask]).sum()), float(mask.sum())]
+    stats = torch.tensor(counts, dtype=torch.float64, device=pred.device)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(stats)
+    return tuple(  # type: ignore[return-value]
+        float(stats[2 * i] / stats[2 * i + 1]) if stats[2 * i + 1] > 0 else float("nan")
+        for i in range(3)
+    )
+
+
+def sync_parameters(model: nn.Module) -> None:
+    """Copies rank 0's parameters and buffers to every rank."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    for tensor in [*model.parameters(), *model.buffers()]:
+        dist.broadcast(tensor.data, src=0)
+
+
+def all_reduce_gradients(model: nn.Module) -> None:
+    """Sums every parameter's gradient over the ranks, in one flat buffer."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
+        offset += n
+
+
+def _check_data(data: Any) -> None:
+    keys = _keys(data)
+    missing = [k for k in ("x", "y", "edge_index", "train_mask") if k not in keys]
+    if missing:
+        raise ValueError(
+            f"'train' needs data.{', data.'.join(missing)}; partition a graph that has them "
+            f"(node features 'x', labels 'y' and a boolean 'train_mask')"
+        )
+
+
+def _keys(data: Any) -> list[str]:
+    keys = data.keys() if callable(getattr(data, "keys", None)) else list(vars(data))
+    return list(keys)
+
+
+def _ledger_totals(ledger: Any, step: int) -> tuple[float, float, float]:
+    """(bytes sent forward, bytes sent backward, seconds) in ``step``, summed over ranks."""
+    if ledger is None:
+        return 0.0, 0.0, 0.0
+    totals = ledger.totals(step)
+    stats = torch.tensor([totals["bytes_fwd"], totals["bytes_bwd"], totals.get("seconds", 0.0)],
+                         dtype=torch.float64)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        if dist.get_backend() == "nccl":
+            stats = stats.cuda()
+        dist.all_reduce(stats)
+    return float(stats[0]), float(stats[1]), float(stats[2])
+
+
+def _progress(total: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="train", unit="epoch", dynamic_ncols=True)

@@ -1,0 +1,136 @@
+"""Oracle cases for the distributed layers, shared by the test process (which
+builds the PyG reference on the whole graph) and the ranks (which run the Dist
+layers on their parts). Everything a rank needs travels in the case dicts."""
+import torch
+import torch.distributed as dist
+from torch_geometric.nn import GCNConv, SAGEConv
+from torch_geometric.nn.models import GCN, GraphSAGE
+
+import pyg_dist
+from pyg_dist.nn import DistGCNConv, DistSAGEConv, to_distributed
+
+SINGLE = {"gcn": (GCNConv, DistGCNConv), "sage": (SAGEConv, DistSAGEConv)}
+MODELS = {"gcn2": GCN, "sage2": GraphSAGE}
+
+
+def layer_cases(graph, feats_from_data):
+    """Cases on one graph. ``feats_from_data``: use the graph's own ``x`` (Cora)
+    instead of seeded random features (then no input-gradient check: binary
+    features make max aggregation's subgradient ambiguous)."""
+    cases = []
+    gcn_options = [
+        ({}, False),
+        ({"improved": True}, True),
+        ({"add_self_loops": False}, True),
+        ({"normalize": False, "add_self_loops": False}, True),
+        ({"bias": False}, False),
+    ]
+    sage_options = [
+        {"aggr": "mean"},
+        {"aggr": "sum"},
+        {"aggr": "max"},
+        {"aggr": "mean", "project": True},
+        {"aggr": "mean", "normalize": True, "root_weight": False},
+        {"aggr": "max", "root_weight": False, "bias": False},
+    ]
+    widths = [(5, 3), (3, 7)] if not feats_from_data else [(None, 16)]
+    for f_in, f_out in widths:
+        for kwargs, weights in gcn_options:
+            cases.append(dict(kind="gcn", kwargs=kwargs, f_in=f_in, f_out=f_out, weights=weights))
+        for kwargs in sage_options:
+            cases.append(dict(kind="sage", kwargs=kwargs, f_in=f_in, f_out=f_out, weights=False))
+        cases.append(dict(kind="gcn2", kwargs={"hidden_channels": 6, "num_layers": 2},
+                          f_in=f_in, f_out=f_out, weights=True))
+        cases.append(dict(kind="sage2", kwargs={"hidden_channels": 6, "num_layers": 2,
+                                                "aggr": "max"},
+                          f_in=f_in, f_out=f_out, weights=False))
+    for i, case in enumerate(cases):
+        case.update(graph=graph, seed=1000 + i, x_from_data=feats_from_data,
+                    x_grad=not feats_from_data)
+        case["name"] = f"{graph}-{case['kind']}-{case['f_in']}x{case['f_out']}-{case['kwargs']}"
+    return cases
+
+
+def build_reference(case, num_features):
+    """The PyG module of ``case`` (seeded), its input width resolved."""
+    torch.manual_seed(case["seed"])
+    f_in = case["f_in"] or num_features
+    if case["kind"] in SINGLE:
+        return SINGLE[case["kind"]][0](f_in, case["f_out"], **case["kwargs"])
+    return MODELS[case["kind"]](f_in, out_channels=case["f_out"], **case["kwargs"])
+
+
+def inputs(case, data):
+    """Input features and upstream gradient over the whole graph (seeded)."""
+    g = torch.Generator().manual_seed(case["seed"])
+    num_nodes = data.meta.num_nodes if isinstance(data, pyg_dist.DistData) else data.num_nodes
+    if case["x_from_data"]:
+        x = None
+    else:
+        x = torch.randn(num_nodes, case["f_in"], generator=g)
+    upstream = torch.randn(num_nodes, case["f_out"], generator=g)
+    return x, upstream
+
+
+def call(module, case, x, edge_index, edge_weight):
+    if case["weights"]:
+        return module(x, edge_index, edge_weight=edge_weight)
+    return module(x, edge_index)
+
+
+def reference(case, data):
+    """Outputs and gradients of the PyG module on the whole graph."""
+    module = build_reference(case, data.num_features if data.x is not None else 0)
+    x, upstream = inputs(case, data)
+    x = (data.x if x is None else x).clone().requires_grad_(case["x_grad"])
+    out = call(module, case, x, data.edge_index, data.edge_weight if case["weights"] else None)
+    (out * upstream).sum().backward()
+    return {
+        "state": {k: v.detach().clone() for k, v in module.state_dict().items()},
+        "out": out.detach(),
+        "x_grad": x.grad,
+        "grads": {n: p.grad.clone() for n, p in module.named_parameters()},
+    }
+
+
+def run_cases(dirs, cases):
+    """Rank side: each case's Dist module on this rank's part; parameter
+    gradients are summed over ranks."""
+    datas = {key: pyg_dist.DistData.load(path) for key, path in dirs.items()}
+    results = []
+    for case in cases:
+        data = datas[case["graph"]]
+        if case["kind"] in SINGLE:
+            f_in = case["f_in"] or data.x.size(1)
+            module = SINGLE[case["kind"]][1](f_in, case["f_out"], **case["kwargs"])
+        else:
+            module = to_distributed(build_reference(case, data.x.size(1) if "x" in data.keys()
+                                                    else 0))
+        module.load_state_dict(case["state"])
+        x, upstream = inputs(case, data)
+        x = (data.x if x is None else x[data.global_id]).clone().requires_grad_(case["x_grad"])
+        weight = data.edge_weight if case["weights"] else None
+        out = call(module, case, x, data.edge_index, weight)
+        (out * upstream[data.global_id]).sum().backward()
+        grads = {}
+        for name, p in module.named_parameters():
+            grad = p.grad.clone()
+            dist.all_reduce(grad)
+            grads[name] = grad
+        results.append({
+            "global_id": data.global_id.clone(),
+            "out": out.detach(),
+            "x_grad": x.grad,
+            "grads": grads,
+            "ledger": data.ledger.totals(),
+        })
+    return results
+
+
+def gather_rows(per_rank, key, num_nodes):
+    """Reassembles per-rank rows into whole-graph order by global id."""
+    first = per_rank[0][key]
+    full = first.new_full((num_nodes, *first.shape[1:]), float("nan"))
+    for res in per_rank:
+        full[res["global_id"]] = res[key]
+    return full
