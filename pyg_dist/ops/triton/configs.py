@@ -1,0 +1,85 @@
+"""Tuning constants and autotune configurations of the Triton SpMM kernels, in
+one place.
+
+None of the numbers below has been measured on a GPU yet; each carries the
+reasoning that chose it. Re-measure with ``benchmarks/spmm.py --device cuda``
+before changing one.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import triton
+
+from pyg_dist.typing import TRITON_INTERPRET
+
+__all__ = [
+    "SPLIT_DEGREE",
+    "CHUNK_NNZ",
+    "MAX_TILE",
+    "INTERPRET_CONFIG",
+    "autotune_configs",
+    "prune_by_width",
+]
+
+#: Rows with more entries than this leave the one-program-per-row kernel and are
+#: split into chunks of :data:`CHUNK_NNZ` entries, reduced by several programs
+#: and combined by a second pass. Reason (not yet measured): a row program
+#: gathers ``BLOCK_E`` (16 to 64) entries per dependent step, so 256 entries are
+#: at most 16 steps, a few microseconds, about the launch cost of the two extra
+#: kernels the split path needs; longer rows would make the kernel's tail.
+SPLIT_DEGREE = 256
+
+#: Entries per chunk of a split row. Half of :data:`SPLIT_DEGREE`, so that a
+#: chunk program never does more work than the longest unsplit row and every
+#: split row gives at least three chunks to spread over the GPU.
+CHUNK_NNZ = 128
+
+#: Largest tile, ``BLOCK_E * BLOCK_F`` elements, of any config: 64 fp32 values
+#: per thread at 4 warps, the register budget beyond which Triton spills.
+MAX_TILE = 8192
+
+#: The one config used under ``TRITON_INTERPRET=1`` (autotuning needs a GPU).
+#: Large blocks make fewer interpreted programs, which is what costs time there;
+#: BLOCK_F = 64 still leaves several feature blocks, masked, for widths > 64.
+INTERPRET_CONFIG = {"BLOCK_E": 32, "BLOCK_F": 64}
+
+# Candidates autotuning chooses from, per feature width (see prune_by_width).
+_BLOCK_E = (16, 32, 64)
+_BLOCK_F = (16, 32, 64, 128)
+_NUM_WARPS = (1, 2, 4)
+# At least 4 elements per thread: a 16-byte fp32 vector load each. Fewer leaves
+# threads idle on masked lanes.
+_MIN_ELEMENTS_PER_THREAD = 4
+
+
+def autotune_configs() -> list[triton.Config]:
+    """The configurations every kernel of this package is autotuned over.
+
+    ``BLOCK_E`` is the number of sparse entries (edges, or chunks in the
+    combine pass) of one tile and ``BLOCK_F`` its number of features. Under
+    ``TRITON_INTERPRET=1`` this is the single :data:`INTERPRET_CONFIG`.
+    """
+    if TRITON_INTERPRET:
+        return [triton.Config(dict(INTERPRET_CONFIG), num_warps=1)]
+    return [
+        triton.Config({"BLOCK_E": block_e, "BLOCK_F": block_f}, num_warps=num_warps)
+        for block_f in _BLOCK_F
+        for block_e in _BLOCK_E
+        for num_warps in _NUM_WARPS
+        if block_e * block_f <= MAX_TILE
+        and block_e * block_f >= 32 * num_warps * _MIN_ELEMENTS_PER_THREAD
+    ]
+
+
+def prune_by_width(
+    configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any
+) -> list[triton.Config]:
+    """Keeps the configs whose ``BLOCK_F`` suits the feature width
+    ``named_args["num_feats"]``: the power of two that covers it (capped at the
+    largest block) and half of it, which trades one more feature block for a
+    smaller tile. Wider blocks would only load masked lanes."""
+    widths = sorted({config.kwargs["BLOCK_F"] for config in configs})
+    target = min(max(triton.next_power_of_2(int(named_args["num_feats"])), widths[0]), widths[-1])
+    keep = [c for c in configs if c.kwargs["BLOCK_F"] in (target, target // 2)]
+    return keep or configs[:1]
