@@ -7,6 +7,7 @@ before changing one.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import triton
@@ -18,6 +19,7 @@ __all__ = [
     "CHUNK_NNZ",
     "MAX_TILE",
     "INTERPRET_CONFIG",
+    "AUTOTUNE",
     "autotune_configs",
     "prune_by_width",
 ]
@@ -40,35 +42,52 @@ CHUNK_NNZ = 128
 MAX_TILE = 8192
 
 #: The one config used under ``TRITON_INTERPRET=1`` (autotuning needs a GPU).
-#: Large blocks make fewer interpreted programs, which is what costs time there;
-#: BLOCK_F = 64 still leaves several feature blocks, masked, for widths > 64.
-INTERPRET_CONFIG = {"BLOCK_E": 32, "BLOCK_F": 64}
+#: Every interpreted program costs milliseconds, so blocks are large; BLOCK_F =
+#: 128 still leaves a second, masked feature block for widths above 128.
+INTERPRET_CONFIG = {"BLOCK_E": 32, "BLOCK_F": 128}
+
+#: ``PYG_DIST_TRITON_AUTOTUNE=0`` skips autotuning on CUDA: each kernel then
+#: runs the one default config of the feature width (see :func:`default_config`).
+#: Autotuning compiles every candidate for every new width and dtype, minutes
+#: for a test suite; the GPU test run uses this switch, benchmarks do not.
+AUTOTUNE = os.environ.get("PYG_DIST_TRITON_AUTOTUNE", "1") != "0"
 
 # Candidates autotuning chooses from, per feature width (see prune_by_width).
 _BLOCK_E = (16, 32, 64)
 _BLOCK_F = (16, 32, 64, 128)
-_NUM_WARPS = (1, 2, 4)
-# At least 4 elements per thread: a 16-byte fp32 vector load each. Fewer leaves
-# threads idle on masked lanes.
-_MIN_ELEMENTS_PER_THREAD = 4
+# The default entries per tile without autotuning: 32 covers the average degree
+# of the graphs GNNs train on (10 to 50) in one or two steps.
+_DEFAULT_BLOCK_E = 32
+# Elements of a tile per warp: 256 (8 fp32 values per thread, two 16-byte
+# vector loads) keeps enough loads in flight to hide the gather latency without
+# spilling; the warp count is the tile size over this, between 1 and 4.
+_ELEMENTS_PER_WARP = 256
+
+
+def _config(block_e: int, block_f: int) -> triton.Config:
+    num_warps = min(max(block_e * block_f // _ELEMENTS_PER_WARP, 1), 4)
+    return triton.Config({"BLOCK_E": block_e, "BLOCK_F": block_f}, num_warps=num_warps)
 
 
 def autotune_configs() -> list[triton.Config]:
     """The configurations every kernel of this package is autotuned over.
 
     ``BLOCK_E`` is the number of sparse entries (edges, or chunks in the
-    combine pass) of one tile and ``BLOCK_F`` its number of features. Under
-    ``TRITON_INTERPRET=1`` this is the single :data:`INTERPRET_CONFIG`.
+    combine pass) of one tile and ``BLOCK_F`` its number of features; the warp
+    count follows the tile size. :func:`prune_by_width` keeps those that suit
+    the feature width of a call. Under ``TRITON_INTERPRET=1`` this is the
+    single :data:`INTERPRET_CONFIG`; with autotuning off, one default per
+    ``BLOCK_F``.
     """
     if TRITON_INTERPRET:
         return [triton.Config(dict(INTERPRET_CONFIG), num_warps=1)]
+    if not AUTOTUNE:
+        return [_config(_DEFAULT_BLOCK_E, block_f) for block_f in _BLOCK_F]
     return [
-        triton.Config({"BLOCK_E": block_e, "BLOCK_F": block_f}, num_warps=num_warps)
+        _config(block_e, block_f)
         for block_f in _BLOCK_F
         for block_e in _BLOCK_E
-        for num_warps in _NUM_WARPS
         if block_e * block_f <= MAX_TILE
-        and block_e * block_f >= 32 * num_warps * _MIN_ELEMENTS_PER_THREAD
     ]
 
 
@@ -77,9 +96,11 @@ def prune_by_width(
 ) -> list[triton.Config]:
     """Keeps the configs whose ``BLOCK_F`` suits the feature width
     ``named_args["num_feats"]``: the power of two that covers it (capped at the
-    largest block) and half of it, which trades one more feature block for a
-    smaller tile. Wider blocks would only load masked lanes."""
+    largest block) and, when autotuning, half of it, which trades one more
+    feature block for a smaller tile. Wider blocks would only load masked
+    lanes."""
     widths = sorted({config.kwargs["BLOCK_F"] for config in configs})
     target = min(max(triton.next_power_of_2(int(named_args["num_feats"])), widths[0]), widths[-1])
-    keep = [c for c in configs if c.kwargs["BLOCK_F"] in (target, target // 2)]
+    allowed = (target, target // 2) if AUTOTUNE else (target,)
+    keep = [c for c in configs if c.kwargs["BLOCK_F"] in allowed]
     return keep or configs[:1]

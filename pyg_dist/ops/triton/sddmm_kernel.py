@@ -16,8 +16,8 @@ import triton.language as tl
 from torch import Tensor
 
 from pyg_dist.ops.csr import csr_row
+from pyg_dist.ops.triton.checks import check_csr, check_dense, check_same_device, row_major
 from pyg_dist.ops.triton.configs import autotune_configs, prune_by_width
-from pyg_dist.ops.triton.spmm_kernel import FLOAT_DTYPES, INDEX_DTYPES
 from pyg_dist.ops.triton.tiles import gather_tile
 
 __all__ = ["sddmm"]
@@ -66,7 +66,7 @@ def _sddmm_kernel(
         src = gather_tile(
             col_ptr, col_ptr, x_ptr, halo_ptr, e_offs, e_mask, f_offs, f_mask,
             num_owned, stride_x, stride_halo, False, HAS_HALO,
-        )  # fmt: skip
+        )
         acc += tl.sum(a * src, axis=1)
     tl.store(out_ptr + e_offs, acc, mask=e_mask)
 
@@ -95,51 +95,29 @@ def sddmm(rowptr: Tensor, col: Tensor, a: Tensor, x: Tensor, x_halo: Tensor | No
     if num_feats == 0:
         return out.zero_()
     row = csr_row(rowptr, col)
-    a, x = _row_major(a), _row_major(x)
+    a, x = row_major(a), row_major(x)
     has_halo = x_halo is not None and x_halo.size(0) > 0
-    halo = _row_major(x_halo) if has_halo else x  # type: ignore[arg-type]
+    halo = row_major(x_halo) if has_halo else x  # type: ignore[arg-type]
     _sddmm_kernel[lambda meta: (triton.cdiv(nnz, meta["BLOCK_E"]),)](
         row, col.contiguous(), a, x, halo, out,
         nnz, num_feats, x.size(0),
         a.stride(0), x.stride(0), halo.stride(0),
         HAS_HALO=has_halo,
-    )  # fmt: skip
+    )
     return out
 
 
-def _row_major(t: Tensor) -> Tensor:
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
 def _check_args(rowptr: Tensor, col: Tensor, a: Tensor, x: Tensor, x_halo: Tensor | None) -> None:
-    if rowptr.dim() != 1 or col.dim() != 1 or rowptr.numel() < 1:
+    check_csr("sddmm", rowptr, col)
+    check_dense("sddmm", "x", x)
+    check_dense("sddmm", "a", a, x.size(1))
+    if a.size(0) != rowptr.numel() - 1:
         raise ValueError(
-            f"'sddmm' expects 1-D 'rowptr' [M + 1] and 'col' [nnz] (got shapes "
-            f"{tuple(rowptr.shape)} and {tuple(col.shape)})"
+            f"'sddmm' expects 'a' of shape [{rowptr.numel() - 1}, {x.size(1)}], one row per "
+            f"CSR row (got {tuple(a.shape)})"
         )
-    if rowptr.dtype not in INDEX_DTYPES or col.dtype != rowptr.dtype:
-        raise TypeError(
-            f"'sddmm' expects int32 or int64 'rowptr' and 'col' of one dtype (got "
-            f"{rowptr.dtype} and {col.dtype})"
-        )
-    for name, t in (("a", a), ("x", x), ("x_halo", x_halo)):
-        if t is not None and (t.dim() != 2 or t.dtype not in FLOAT_DTYPES):
-            raise TypeError(
-                f"'sddmm' expects a 2-D float32, float16 or bfloat16 '{name}' (got shape "
-                f"{tuple(t.shape)} of {t.dtype})"
-            )
-    if a.shape != (rowptr.numel() - 1, x.size(1)):
-        raise ValueError(
-            f"'sddmm' expects 'a' of shape [{rowptr.numel() - 1}, {x.size(1)}] (one row per "
-            f"CSR row, the width of 'x'); got {tuple(a.shape)}"
-        )
-    if x_halo is not None and (x_halo.size(1) != x.size(1) or x_halo.dtype != x.dtype):
-        raise ValueError(
-            f"'sddmm' expects 'x_halo' of shape [H, {x.size(1)}] and dtype {x.dtype} "
-            f"(got {tuple(x_halo.shape)} of {x_halo.dtype})"
-        )
-    devices = {t.device for t in (rowptr, col, a, x) + ((x_halo,) if x_halo is not None else ())}
-    if len(devices) != 1:
-        raise ValueError(
-            f"'sddmm' expects all tensors on one device (got {sorted(map(str, devices))})"
-        )
+    if x_halo is not None:
+        check_dense("sddmm", "x_halo", x_halo, x.size(1))
+        if x_halo.dtype != x.dtype:
+            raise TypeError(f"'sddmm' got x of {x.dtype} but x_halo of {x_halo.dtype}; cast one")
+    check_same_device("sddmm", rowptr, col, a, x, x_halo)

@@ -25,6 +25,13 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from pyg_dist.ops.triton.checks import (
+    FLOAT_DTYPES,
+    check_csr,
+    check_dense,
+    check_same_device,
+    row_major,
+)
 from pyg_dist.ops.triton.configs import (
     CHUNK_NNZ,
     SPLIT_DEGREE,
@@ -34,11 +41,9 @@ from pyg_dist.ops.triton.configs import (
 from pyg_dist.ops.triton.plan import hub_plan
 from pyg_dist.ops.triton.tiles import gather_tile, merge_first_max
 
-__all__ = ["spmm_forward", "REDUCTIONS", "FLOAT_DTYPES", "INDEX_DTYPES"]
+__all__ = ["spmm_forward", "REDUCTIONS"]
 
 REDUCTIONS = ("sum", "mean", "max")
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-INDEX_DTYPES = (torch.int32, torch.int64)
 
 _AUTOTUNE = dict(
     configs=autotune_configs(),
@@ -86,7 +91,7 @@ def _reduce_entries(
         msg = gather_tile(
             col_ptr, value_ptr, x_ptr, halo_ptr, e_offs, e_mask, f_offs, f_mask,
             num_owned, stride_x, stride_halo, HAS_VALUE, HAS_HALO,
-        )  # fmt: skip
+        )
         if REDUCE == "max":
             acc, arg = merge_first_max(acc, arg, msg, e_offs[:, None], e_mask[:, None], nnz)
         else:
@@ -166,13 +171,14 @@ def _spmm_rows_kernel(
         col_ptr, value_ptr, x_ptr, halo_ptr, start, end, f_offs, f_mask,
         num_owned, nnz, stride_x, stride_halo,
         REDUCE, HAS_VALUE, HAS_HALO, BLOCK_E, BLOCK_F,
-    )  # fmt: skip
-    # Row-wide conditions enter the store mask through the feature bound.
+    )
+    # Row-wide conditions enter the store mask through the feature bound (a
+    # block & scalar mask is also rejected by Triton's interpreter).
     f_limit = tl.where(is_short & in_grid, num_feats, 0)
     _store_row(
         out_ptr, arg_ptr, row, acc, arg, degree, f_offs, f_offs < f_limit,
         nnz, stride_out, REDUCE,
-    )  # fmt: skip
+    )
 
 
 @triton.autotune(**_AUTOTUNE)
@@ -216,8 +222,9 @@ def _spmm_chunks_kernel(
         col_ptr, value_ptr, x_ptr, halo_ptr, start, end, f_offs, f_mask,
         num_owned, nnz, stride_x, stride_halo,
         REDUCE, HAS_VALUE, HAS_HALO, BLOCK_E, BLOCK_F,
-    )  # fmt: skip
-    mask = f_offs < tl.where(in_grid, num_feats, 0)
+    )
+    f_limit = tl.where(in_grid, num_feats, 0)
+    mask = f_offs < f_limit
     tl.store(part_ptr + chunk * stride_part + f_offs, acc, mask=mask)
     if REDUCE == "max":
         tl.store(part_arg_ptr + chunk * stride_part + f_offs, arg, mask=mask)
@@ -256,9 +263,8 @@ def _spmm_combine_kernel(
     row = tl.load(hub_rows_ptr + hub, mask=in_grid, other=0)
     first = tl.load(chunk_ptr_ptr + hub, mask=in_grid, other=0)
     last = tl.load(chunk_ptr_ptr + hub + 1, mask=in_grid, other=0)
-    degree = tl.load(rowptr_ptr + row + 1, mask=in_grid, other=0).to(tl.int64) - tl.load(
-        rowptr_ptr + row, mask=in_grid, other=0
-    ).to(tl.int64)
+    row_start = tl.load(rowptr_ptr + row, mask=in_grid, other=0).to(tl.int64)
+    row_end = tl.load(rowptr_ptr + row + 1, mask=in_grid, other=0).to(tl.int64)
     if REDUCE == "max":
         acc = tl.full([BLOCK_F], float("-inf"), tl.float32)
     else:
@@ -274,10 +280,11 @@ def _spmm_combine_kernel(
             acc, arg = merge_first_max(acc, arg, part, part_arg, mask & (part_arg < nnz), nnz)
         else:
             acc += tl.sum(part, axis=0)
+    f_limit = tl.where(in_grid, num_feats, 0)
     _store_row(
-        out_ptr, arg_ptr, row, acc, arg, degree, f_offs, f_offs < tl.where(in_grid, num_feats, 0),
+        out_ptr, arg_ptr, row, acc, arg, row_end - row_start, f_offs, f_offs < f_limit,
         nnz, stride_out, REDUCE,
-    )  # fmt: skip
+    )
 
 
 def spmm_forward(
@@ -313,7 +320,7 @@ def spmm_forward(
         entry (``nnz`` for an empty row); :obj:`None` otherwise.
     """
     _check_args(rowptr, col, value, x, x_halo, reduce)
-    x = _row_major(x)
+    x = row_major(x)
     num_rows, num_feats, nnz = rowptr.numel() - 1, x.size(1), col.numel()
     out = torch.empty(num_rows, num_feats, device=x.device, dtype=x.dtype)
     arg = (
@@ -326,7 +333,7 @@ def spmm_forward(
     rowptr, col = rowptr.contiguous(), col.contiguous()
     value = None if value is None else value.contiguous()
     has_halo = x_halo is not None and x_halo.size(0) > 0
-    halo = _row_major(x_halo) if has_halo else x  # type: ignore[arg-type]
+    halo = row_major(x_halo) if has_halo else x  # type: ignore[arg-type]
     value_or_x = x if value is None else value
     arg_or_out = out if arg is None else arg
 
@@ -338,7 +345,7 @@ def spmm_forward(
         num_rows, num_feats, x.size(0), nnz, split_degree,
         x.stride(0), halo.stride(0), out.stride(0),
         REDUCE=reduce, HAS_VALUE=value is not None, HAS_HALO=has_halo,
-    )  # fmt: skip
+    )
 
     plan = hub_plan(rowptr, col, split_degree, chunk_nnz)
     if plan is None:
@@ -354,19 +361,14 @@ def spmm_forward(
         plan.num_chunks, num_feats, x.size(0), nnz,
         x.stride(0), halo.stride(0), part.stride(0),
         REDUCE=reduce, HAS_VALUE=value is not None, HAS_HALO=has_halo,
-    )  # fmt: skip
+    )
     _spmm_combine_kernel[grid(plan.rows.numel())](
         plan.rows, plan.chunk_ptr, rowptr, part, part_arg, out, arg_or_out,
         plan.rows.numel(), num_feats, nnz,
         part.stride(0), out.stride(0),
         REDUCE=reduce,
-    )  # fmt: skip
+    )
     return out, arg
-
-
-def _row_major(t: Tensor) -> Tensor:
-    """``t`` with unit feature stride (the kernels take row strides only)."""
-    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def _check_args(
@@ -381,37 +383,17 @@ def _check_args(
         raise ValueError(
             f"'spmm_forward' got reduce='{reduce}'; use one of {', '.join(REDUCTIONS)}"
         )
-    if rowptr.dim() != 1 or col.dim() != 1 or rowptr.numel() < 1:
-        raise ValueError(
-            f"'spmm_forward' expects 1-D 'rowptr' [M + 1] and 'col' [nnz] (got shapes "
-            f"{tuple(rowptr.shape)} and {tuple(col.shape)}); build them with "
-            f"pyg_dist.ops.to_csr"
-        )
-    if rowptr.dtype not in INDEX_DTYPES or col.dtype != rowptr.dtype:
-        raise TypeError(
-            f"'spmm_forward' expects int32 or int64 'rowptr' and 'col' of one dtype (got "
-            f"{rowptr.dtype} and {col.dtype}); cast both with .to(torch.int64)"
-        )
-    if x.dim() != 2 or x.dtype not in FLOAT_DTYPES:
-        raise TypeError(
-            f"'spmm_forward' expects a 2-D float32, float16 or bfloat16 'x' (got shape "
-            f"{tuple(x.shape)} of {x.dtype})"
-        )
-    if x_halo is not None and (
-        x_halo.dim() != 2 or x_halo.size(1) != x.size(1) or x_halo.dtype != x.dtype
-    ):
-        raise ValueError(
-            f"'spmm_forward' expects 'x_halo' of shape [H, {x.size(1)}] and dtype {x.dtype} "
-            f"(got {tuple(x_halo.shape)} of {x_halo.dtype})"
-        )
+    check_csr("spmm_forward", rowptr, col)
+    check_dense("spmm_forward", "x", x)
+    if x_halo is not None:
+        check_dense("spmm_forward", "x_halo", x_halo, x.size(1))
+        if x_halo.dtype != x.dtype:
+            raise TypeError(
+                f"'spmm_forward' got x of {x.dtype} but x_halo of {x_halo.dtype}; cast one"
+            )
     if value is not None and (value.shape != col.shape or value.dtype not in FLOAT_DTYPES):
         raise ValueError(
-            f"'spmm_forward' expects a float 'value' of shape [{col.numel()}] (got "
+            f"'spmm_forward' expects a float 'value' of shape [{col.numel()}] like 'col' (got "
             f"{tuple(value.shape)} of {value.dtype})"
         )
-    tensors = [rowptr, col, x] + [t for t in (value, x_halo) if t is not None]
-    devices = {t.device for t in tensors}
-    if len(devices) != 1:
-        raise ValueError(
-            f"'spmm_forward' expects all tensors on one device (got {sorted(map(str, devices))})"
-        )
+    check_same_device("spmm_forward", rowptr, col, value, x, x_halo)
