@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-# (compute capability, kernel variants): Hopper is the target, Ampere the oldest
+# Compute capabilities: Hopper is the target, Ampere the oldest
 # GPU the kernels are meant for.
 TARGETS = (90, 80)
 
@@ -37,8 +37,10 @@ def test_kernels_compile_for_nvidia_gpus():
 
 def _variants():
     """(kernel name, index type, float type, constexprs) covering each kernel,
-    each reduce, both index widths, fp32/fp16/bf16, with and without value/halo."""
+    each reduce, both index widths, fp32/fp16/bf16, with and without value/halo,
+    and sizes of 1."""
     meta = {"BLOCK_E": 32, "BLOCK_F": 64}
+    ones = {"num_feats": 1, "nnz": 1, "split_degree": 1, "stride_x": 1, "stride_out": 1}
     return [
         ("_spmm_rows_kernel", "i32", "fp32", {"REDUCE": "sum", "HAS_VALUE": True,
                                               "HAS_HALO": True, **meta}),
@@ -54,6 +56,11 @@ def _variants():
         ("_spmm_combine_kernel", "i32", "fp32", {"REDUCE": "mean", **meta}),
         ("_sddmm_kernel", "i32", "bf16", {"HAS_HALO": True, **meta}),
         ("_sddmm_kernel", "i64", "fp32", {"HAS_HALO": False, **meta}),
+        # Integer arguments equal to 1 reach the compiler as constants.
+        ("_spmm_rows_kernel", "i32", "fp32", {"REDUCE": "max", "HAS_VALUE": True,
+                                              "HAS_HALO": True, **meta, **ones}),
+        ("_spmm_combine_kernel", "i64", "bf16", {"REDUCE": "max", **meta, "num_feats": 1,
+                                                 "nnz": 1, "stride_out": 1}),
     ]
 
 

@@ -45,9 +45,11 @@ __all__ = ["spmm_forward", "REDUCTIONS"]
 
 REDUCTIONS = ("sum", "mean", "max")
 
+# Keyed on the width and the reduction: max carries a second (int64) tile
+# through the loop, which shifts the best tile size.
 _AUTOTUNE = dict(
     configs=autotune_configs(),
-    key=["num_feats"],
+    key=["num_feats", "REDUCE"],
     prune_configs_by={"early_config_prune": prune_by_width},
 )
 
