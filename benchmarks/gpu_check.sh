@@ -9,14 +9,15 @@
 #      (autotuning on).
 #
 # Usage, from anywhere:  bash benchmarks/gpu_check.sh
-# Logs go to $OUT when it is set, else to ./gpu_check_logs. With no network, point
-# PYG_DIST_WHEELS at a folder of wheels (pip download --only-binary=:all: ...).
+# Logs go to $OUT when it is set, else to a new temporary folder (printed at the
+# end). With no network, point PYG_DIST_WHEELS at a folder of wheels
+# (pip download --only-binary=:all: pytest torch_geometric ...).
 # Every step runs under `timeout`; a failing step does not stop the later ones,
 # and the exit status is non-zero when any step failed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-LOG_DIR="${OUT:-$PWD/gpu_check_logs}"
+LOG_DIR="${OUT:-$(mktemp -d -t pyg_dist_gpu_check.XXXXXX)}"
 PYTHON="${PYTHON:-python}"
 mkdir -p "$LOG_DIR"
 cd "$ROOT"
