@@ -1,9 +1,9 @@
 """Tuning constants and autotune configurations of the Triton SpMM kernels, in
 one place.
 
-None of the numbers below has been measured on a GPU yet; each carries the
-reasoning that chose it. Re-measure with ``benchmarks/spmm.py --device cuda``
-before changing one.
+None of the numbers below has been timed on a GPU yet; each carries what chose
+it: register counts from ptxas (which needs no GPU) or the reasoning. Time them
+with ``benchmarks/spmm.py --device cuda`` before changing one.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ MAX_TILE = 4096
 INTERPRET_CONFIG = {"BLOCK_E": 32, "BLOCK_F": 128}
 
 #: ``PYG_DIST_TRITON_AUTOTUNE=0`` skips autotuning on CUDA: each kernel then
-#: runs the one default config of the feature width (see :func:`default_config`).
+#: runs the one default config of the feature width (``BLOCK_E`` = 32).
 #: Autotuning compiles every candidate for every new width and dtype, minutes
 #: for a test suite; the GPU test run uses this switch, benchmarks do not.
 AUTOTUNE = os.environ.get("PYG_DIST_TRITON_AUTOTUNE", "1") != "0"
