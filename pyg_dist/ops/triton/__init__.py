@@ -1,5 +1,32 @@
-"""Triton kernels behind pyg_dist.ops.spmm."""
+"""Triton kernels behind :func:`pyg_dist.ops.spmm`.
+
+Importing this package never imports Triton; :func:`kernels` does, so a
+machine without Triton or without a GPU can import :mod:`pyg_dist.ops`.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+from pyg_dist import typing as pyg_dist_typing
+
+__all__ = ["kernels"]
 
 
-def kernels():
-    return None
+@functools.cache
+def kernels() -> Any:
+    """The :class:`~.backend.TritonKernels` object, or :obj:`None` when Triton
+    is missing or its kernels cannot be defined here (with a warning)."""
+    if not pyg_dist_typing.WITH_TRITON:
+        return None
+    try:
+        from pyg_dist.ops.triton.backend import TritonKernels
+    except Exception as exc:  # an installed Triton too old or broken for these kernels
+        warnings.warn(
+            f"pyg_dist's Triton kernels failed to load ({exc!r}); the 'triton' backend is "
+            f"unavailable",
+            stacklevel=2,
+        )
+        return None
+    return TritonKernels()
