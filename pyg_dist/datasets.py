@@ -20,8 +20,8 @@ def synthetic(
     num_classes: int = 8,
     num_features: int = 64,
     avg_degree: float = 16.0,
-    homophily: float = 0.8,
-    signal: float = 0.4,
+    homophily: float = 0.45,
+    signal: float = 0.15,
     seed: int = 0,
 ) -> Any:
     r"""A stochastic block model with class-correlated features, seeded.
@@ -82,10 +82,19 @@ def planetoid(name: str, root: str | os.PathLike) -> Any:
     root = Path(root)
     raw = root / folder / "raw"
     if raw.is_dir() and not os.access(root / folder, os.W_OK):
-        tmp = Path(tempfile.mkdtemp(prefix="pyg_dist-"))
-        shutil.copytree(raw, tmp / folder / "raw")
-        root = tmp
-    return Planetoid(str(root), folder, transform=T.NormalizeFeatures())[0]
+        root = _writable_copy(raw, folder)
+    try:
+        return Planetoid(str(root), folder, transform=T.NormalizeFeatures())[0]
+    except PermissionError:  # e.g. a read-only mount that os.access did not reveal
+        return Planetoid(str(_writable_copy(raw, folder)), folder,
+                         transform=T.NormalizeFeatures())[0]
+
+
+def _writable_copy(raw: Path, folder: str) -> Path:
+    """Copies ``raw`` to ``<tmp>/<folder>/raw`` and returns ``<tmp>``."""
+    tmp = Path(tempfile.mkdtemp(prefix="pyg_dist-"))
+    shutil.copytree(raw, tmp / folder / "raw")
+    return tmp
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0,

@@ -244,9 +244,10 @@ def _run_rank(
         message: tuple[str, Any] = ("ok", pickle.dumps(result))
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
         text = traceback.format_exc()
+        pickled: bytes | None
         try:
-            pickled: bytes | None = pickle.dumps(exc)
-            pickle.loads(pickled)
+            pickled = pickle.dumps(exc)
+            pickle.loads(pickled)  # the caller must be able to rebuild it
         except Exception:
             pickled = None
         message = ("error", (pickled, text))

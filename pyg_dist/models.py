@@ -49,14 +49,15 @@ class GNN(nn.Module):
             conv(i, o, halo=halo, **kwargs) for i, o in zip(sizes[:-1], sizes[1:])
         )
         for k, layer in enumerate(self.convs):
-            layer.halo_name = f"convs.{k}"
+            layer.halo_name = f"convs.{k}"  # type: ignore[assignment]
         self.dropout = dropout
 
     def reset_parameters(self) -> None:
         for conv in self.convs:
-            conv.reset_parameters()
+            conv.reset_parameters()  # type: ignore[operator]
 
     def forward(self, x: Tensor, edge_index: Any) -> Tensor:
+        conv: Any
         for k, conv in enumerate(self.convs):
             x = F.dropout(x, p=self.dropout, training=self.training)
             x = conv(x, edge_index)

@@ -24,8 +24,9 @@ MASKS = ("train_mask", "val_mask", "test_mask")
 class EpochStats:
     """One epoch, identical on every rank (all quantities are global).
 
-    ``halo_bytes_fwd`` / ``halo_bytes_bwd`` / ``comm_seconds`` sum the halo
-    ledger of all ranks over the epoch (training step and evaluation).
+    ``halo_bytes_fwd`` / ``halo_bytes_bwd`` sum the bytes all ranks sent over
+    the epoch (training step and evaluation); ``comm_seconds`` is the time the
+    average rank spent communicating halo rows.
     """
 
     epoch: int
@@ -140,7 +141,8 @@ def train(
                            time.perf_counter() - epoch_start)
         result.history.append(stats)
         if stats.val_acc > result.val_acc or epoch == 1:
-            result.best_epoch, result.val_acc, result.test_acc = epoch, stats.val_acc, stats.test_acc
+            result.best_epoch = epoch
+            result.val_acc, result.test_acc = stats.val_acc, stats.test_acc
         if bar is not None:
             bar.set_postfix(loss=f"{loss:.4f}", val=f"{stats.val_acc:.3f}",
                             test=f"{stats.test_acc:.3f}", halo_MB=f"{result.halo_bytes / 1e6:.1f}")
@@ -242,7 +244,8 @@ def _keys(data: Any) -> list[str]:
 
 
 def _ledger_totals(ledger: Any, step: int) -> tuple[float, float, float]:
-    """(bytes sent forward, bytes sent backward, seconds) in ``step``, summed over ranks."""
+    """Bytes sent forward and backward in ``step``, summed over ranks, and the
+    communication seconds of the average rank."""
     if ledger is None:
         return 0.0, 0.0, 0.0
     totals = ledger.totals(step)
@@ -252,6 +255,7 @@ def _ledger_totals(ledger: Any, step: int) -> tuple[float, float, float]:
         if dist.get_backend() == "nccl":
             stats = stats.cuda()
         dist.all_reduce(stats)
+        stats[2] /= dist.get_world_size()
     return float(stats[0]), float(stats[1]), float(stats[2])
 
 

@@ -6,7 +6,9 @@ from typing import Any
 __all__ = ["check_message_passing_kwargs", "halo_repr"]
 
 
-def check_message_passing_kwargs(layer: str, kwargs: dict[str, Any], aggrs: tuple[str, ...]) -> None:
+def check_message_passing_kwargs(
+    layer: str, kwargs: dict[str, Any], aggrs: tuple[str, ...]
+) -> None:
     """Raises for MessagePassing options the distributed path cannot honour."""
     flow = kwargs.get("flow", "source_to_target")
     if flow != "source_to_target":

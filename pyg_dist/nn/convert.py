@@ -33,7 +33,7 @@ def to_distributed(model: nn.Module, halo: Any = None) -> nn.Module:
     return model
 
 
-def _convert(conv: nn.Module, halo: Any, path: str) -> nn.Module:
+def _convert(conv: Any, halo: Any, path: str) -> nn.Module:
     if isinstance(conv, (DistGCNConv, DistSAGEConv)):
         if halo is not None:
             conv.halo = halo

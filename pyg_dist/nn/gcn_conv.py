@@ -105,6 +105,7 @@ class DistGCNConv(GCNConv):
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         if self._dist_cache is not None:
             return self._dist_cache
+        adjacency: tuple[Tensor, Tensor, Tensor | None]
         if self.normalize:
             name = edge_index.ledger.layer_name(self)
             adjacency = dist_gcn_norm(edge_index, edge_weight, self.improved,

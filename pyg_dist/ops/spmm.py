@@ -118,7 +118,9 @@ class _SpMM(torch.autograd.Function):
                 num_src = ctx.num_owned + (0 if x_halo is None else x_halo.size(0))
                 colptr, row_t, perm = csr_transpose(rowptr, col, num_src)
                 value_t = None if value is None else value[perm]
-                grad_src, _ = ctx.kernels.spmm_forward(colptr, row_t, value_t, grad_out, None, "sum")
+                grad_src, _ = ctx.kernels.spmm_forward(
+                    colptr, row_t, value_t, grad_out, None, "sum"
+                )
             if need_value:
                 grad_value = ctx.kernels.sddmm(rowptr, col, grad_out, x, x_halo).to(value.dtype)
 

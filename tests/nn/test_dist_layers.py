@@ -134,7 +134,7 @@ def test_training_steps_equal_single_process(runs, graphs, world_size, graph):
         ours = trained[r][key]
         for name, value in model.state_dict().items():
             assert_close(ours["state"][name], value,
-                         what=f"{graph}, rank {r} of {world_size}: {name} after {TRAIN_EPOCHS} steps")
+                         what=f"{graph}, rank {r}/{world_size}: {name} after {TRAIN_EPOCHS} steps")
         assert ours["losses"] == pytest.approx([e.loss for e in single.history], rel=1e-5)
         # Accuracies come from an argmax: logits equal to 1e-7 may still flip a
         # near-tie, so they may differ by one node per mask.

@@ -1,0 +1,99 @@
+"""pyg_dist.launch: results in rank order, a failing rank's error re-raised, a
+killed rank or a hang turned into an error instead of a hang."""
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import pyg_dist
+
+
+def rank_info(offset):
+    t = torch.tensor([dist.get_rank() + offset])
+    dist.all_reduce(t)
+    return dist.get_rank(), dist.get_world_size(), int(t), os.environ["MASTER_ADDR"]
+
+
+def raise_on_rank_one():
+    if dist.get_rank() == 1:
+        raise KeyError("bad key on rank one")
+    dist.barrier()  # the other rank waits here until it is stopped
+    return "unreachable"
+
+
+def killed_rank():
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), 9)
+    dist.barrier()
+    return "unreachable"
+
+
+def sleeper():
+    time.sleep(120)
+
+
+def test_launch_returns_every_rank_in_order():
+    results = pyg_dist.launch(rank_info, 3, args=(10,))
+    assert results == [(r, 3, 33, "127.0.0.1") for r in range(3)]
+
+
+def test_failing_rank_is_reraised_with_its_traceback():
+    start = time.monotonic()
+    with pytest.raises(KeyError, match="bad key on rank one") as info:
+        pyg_dist.launch(raise_on_rank_one, 2)
+    assert time.monotonic() - start < 60
+    cause = str(info.value.__cause__)
+    assert "rank 1 of 2 raised" in cause and "raise_on_rank_one" in cause
+
+
+def test_killed_rank_raises_instead_of_hanging():
+    start = time.monotonic()
+    with pytest.raises(pyg_dist.RankFailed, match="rank 1 of 2 exited with signal SIGKILL"):
+        pyg_dist.launch(killed_rank, 2)
+    assert time.monotonic() - start < 60
+
+
+def test_timeout_stops_the_ranks():
+    start = time.monotonic()
+    with pytest.raises(pyg_dist.RankFailed, match="after the timeout of 2"):
+        pyg_dist.launch(sleeper, 2, timeout=2)
+    assert time.monotonic() - start < 30
+
+
+def test_bad_world_size():
+    with pytest.raises(ValueError, match="world_size >= 1"):
+        pyg_dist.launch(rank_info, 0)
+
+
+def test_function_defined_in_main_travels_by_value(tmp_path):
+    """A function defined in __main__ (like a notebook cell's) reaches the ranks."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import pyg_dist, torch.distributed as dist\n"
+        "def fn(k):\n"
+        "    return dist.get_rank() * k\n"
+        "if __name__ == '__main__':\n"
+        "    print(pyg_dist.launch(fn, 2, args=(5,)))\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[0, 5]"
+
+
+def test_init_without_environment_is_a_group_of_one():
+    import subprocess
+    import sys
+
+    code = ("import pyg_dist, torch.distributed as dist; pyg_dist.init(); "
+            "print(dist.get_world_size(), dist.get_rank(), dist.get_backend())")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "0", "gloo"]
