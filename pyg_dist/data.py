@@ -13,7 +13,8 @@ from pyg_dist.distributed import default_device
 from pyg_dist.halo.exchange import HaloChannel
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.plan import HaloPlan
-from pyg_dist.ops.csr import csr_row
+from pyg_dist.halo.policy import InputTracker
+from pyg_dist.ops.csr import csr_row, ptr_from_sorted
 from pyg_dist.partition.io import PartitionMeta, read_meta, read_part
 
 __all__ = ["DistData", "DistEdgeIndex"]
@@ -61,6 +62,9 @@ class DistEdgeIndex:
         self.channel = channel
         self.halo = halo
         self._cache: dict[Any, Any] = {}
+        #: Per (layer name, "train"/"eval"): the state of that layer's halo policy.
+        self.halo_states: dict[tuple[str, str], dict[str, Any]] = {}
+        self.input_tracker = InputTracker()
         assert halo_in_degree.numel() == self.num_halo, "halo degrees must match the plan"
 
     @property
@@ -96,6 +100,37 @@ class DistEdgeIndex:
         if key not in self._cache:
             self._cache[key] = build()
         return self._cache[key]
+
+    def restrict(self, halo_mask: Tensor) -> tuple[DistEdgeIndex, Tensor]:
+        """The local graph without the edges from halo rows absent in
+        ``halo_mask`` (``[num_halo]`` bool), and the ``[num_edges]`` mask of kept edges."""
+        remote = self.col >= self.num_owned
+        keep = ~remote
+        keep[remote] = halo_mask[self.col[remote] - self.num_owned]
+        rowptr = ptr_from_sorted(self.row()[keep], self.num_owned)
+        sub = DistEdgeIndex(rowptr, self.col[keep], self.edge_id[keep], self.num_global_nodes,
+                            self.halo_in_degree, self.halo_self_loops, self.channel, self.halo)
+        return sub, keep
+
+    def flush(self, policies: dict[tuple[str, str], Any] | None = None) -> None:
+        """Completes halo exchanges still in flight (pipelined policies)."""
+        for key, state in self.halo_states.items():
+            policy = state.get("_policy") if policies is None else policies.get(key)
+            if policy is not None:
+                policy.flush(state)
+
+    def halo_state_dict(self) -> dict[str, Any]:
+        """Every layer's policy state (cached rows, ages), for checkpoints."""
+        self.flush()
+        return {
+            f"{name}|{mode}": {k: v for k, v in state.items() if k != "_policy"}
+            for (name, mode), state in self.halo_states.items()
+        }
+
+    def load_halo_state_dict(self, states: dict[str, Any]) -> None:
+        for key, state in states.items():
+            name, mode = key.rsplit("|", 1)
+            self.halo_states.setdefault((name, mode), {}).update(state)
 
     def to(self, device: torch.device | str) -> DistEdgeIndex:
         channel = HaloChannel(
@@ -219,7 +254,7 @@ class DistData:
         graph = content["graph"]
         plan = HaloPlan.from_pointers(
             rank, graph["send_idx"], graph["send_ptr"], graph["halo_ptr"],
-            graph["halo_global_id"],
+            graph["halo_global_id"], graph["global_id"],
         )
         channel = HaloChannel(plan, Ledger(), group)
         edge_index = DistEdgeIndex(

@@ -9,6 +9,7 @@ int8 payloads) crosses every backend bit for bit.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ class PendingRows:
     recv: Tensor
     works: list
     transport: str
+    send: Tensor | None = None  # kept alive until the exchange completes
 
     def wait(self) -> Tensor:
         for work in self.works:
@@ -56,6 +58,7 @@ def exchange_rows(
     group: dist.ProcessGroup | None = None,
     transport: str | None = None,
     async_op: bool = False,
+    tag: int = 0,
 ) -> Tensor | PendingRows:
     """Sends ``send[rows of peer q]`` to every peer ``q`` and receives
     ``recv_counts[q]`` rows from each, concatenated in peer order.
@@ -66,6 +69,7 @@ def exchange_rows(
         group: process group (default group if :obj:`None`).
         transport: ``"p2p"`` or ``"all_to_all"``; :func:`default_transport` if :obj:`None`.
         async_op: return a :class:`PendingRows` instead of waiting.
+        tag: message tag (point-to-point), so concurrent exchanges never mix.
 
     Returns:
         ``[sum(recv_counts), *row_shape]`` rows in ``send``'s dtype (or the pending exchange).
@@ -78,31 +82,32 @@ def exchange_rows(
     transport = transport or default_transport(group)
     send = send.contiguous()
     if transport == "p2p":
-        works = _p2p(send, recv, send_counts, recv_counts, group)
+        works = _p2p(send, recv, send_counts, recv_counts, group, tag)
     elif transport == "all_to_all":
         works = _all_to_all(send, recv, send_counts, recv_counts, group)
     else:
         raise ValueError(f"unknown transport '{transport}'; use one of {', '.join(TRANSPORTS)}")
-    pending = PendingRows(recv, works, transport)
+    pending = PendingRows(recv, works, transport, send)
     return pending if async_op else pending.wait()
 
 
 def _as_bytes(t: Tensor) -> Tensor:
     """A ``[rows, bytes_per_row]`` uint8 view of a contiguous tensor."""
-    return t.reshape(t.size(0), -1).view(torch.uint8) if t.numel() else t.view(torch.uint8)
+    flat = t.reshape(t.size(0), math.prod(t.shape[1:]))
+    return flat.view(torch.uint8)
 
 
-def _p2p(send: Tensor, recv: Tensor, send_counts, recv_counts, group) -> list:
+def _p2p(send: Tensor, recv: Tensor, send_counts, recv_counts, group, tag: int) -> list:
     rank = dist.get_rank(group)
     send_b, recv_b = _as_bytes(send), _as_bytes(recv)
     ops, s_off, r_off = [], 0, 0
     for q, (n_send, n_recv) in enumerate(zip(send_counts, recv_counts)):
         if q != rank and n_recv > 0:
             ops.append(dist.P2POp(dist.irecv, recv_b[r_off : r_off + n_recv], _peer(q, group),
-                                  group))
+                                  group, tag))
         if q != rank and n_send > 0:
             ops.append(dist.P2POp(dist.isend, send_b[s_off : s_off + n_send], _peer(q, group),
-                                  group))
+                                  group, tag))
         s_off, r_off = s_off + n_send, r_off + n_recv
     return dist.batch_isend_irecv(ops) if ops else []
 

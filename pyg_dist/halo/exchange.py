@@ -1,12 +1,16 @@
-"""The exact halo exchange as an autograd Function.
+"""Moving halo rows: the channel of one graph on one rank, and the exchange as
+an autograd Function.
 
 Forward sends every peer the owned rows it needs and returns this rank's halo
 rows; backward sends the halo rows' gradients back to their owners, which add
-them to the gradients of the rows they sent.
+them to the gradients of the rows they sent. A :class:`Route` can restrict an
+exchange to some peers or rows (policies that refresh only part of the halo).
 """
 from __future__ import annotations
 
+import math
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,10 +19,54 @@ import torch.distributed as dist
 from torch import Tensor
 
 from pyg_dist.halo.comm import PendingRows, exchange_rows
+from pyg_dist.halo.compress import Codec
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.plan import HaloPlan
 
-__all__ = ["HaloChannel", "exchange_halo"]
+__all__ = ["HaloChannel", "Route", "Transfer", "exchange_halo", "exchange_route", "as_rows"]
+
+
+@dataclass
+class Route:
+    """Which rows move in one exchange, seen from this rank.
+
+    Attributes:
+        send_idx: ``[S]`` owned rows to send, peer after peer.
+        send_counts: rows sent to each peer.
+        recv_counts: rows received from each peer (concatenated in peer order).
+    """
+
+    send_idx: Tensor
+    send_counts: list[int]
+    recv_counts: list[int]
+
+    def reversed_counts(self) -> tuple[list[int], list[int]]:
+        """Counts of the backward exchange: halo gradients go back to their owners."""
+        return self.recv_counts, self.send_counts
+
+
+@dataclass
+class Transfer:
+    """An exchange in flight; :meth:`wait` returns the decoded rows and books
+    the time this rank was blocked and the time the transfer overlapped compute."""
+
+    pending: PendingRows
+    channel: HaloChannel
+    layer: str
+    direction: str
+    num_feats: int
+    dtype: torch.dtype
+    codec: Codec | None
+    issued: float
+    seconds: float
+
+    def wait(self) -> Tensor:
+        start = time.perf_counter()
+        received = self.pending.wait()
+        blocked = time.perf_counter() - start
+        self.channel.ledger.record(self.layer, self.direction, seconds=blocked,
+                                   overlapped=max(0.0, start - self.issued))
+        return self.channel.decode(received, self.num_feats, self.dtype, self.codec)
 
 
 @dataclass
@@ -36,73 +84,100 @@ class HaloChannel:
         """Whether this rank sends or receives anything at all."""
         return self.plan.num_send > 0 or self.plan.num_halo > 0
 
-    def gather_send(self, x: Tensor) -> Tensor:
-        """The rows of ``x`` this rank sends, peer after peer: ``[S, *]``."""
-        return x.index_select(0, self.plan.send_idx)
+    def full_route(self) -> Route:
+        return Route(self.plan.send_idx, self.plan.send_counts, self.plan.recv_counts)
 
-    def send_forward(self, rows: Tensor, async_op: bool = False) -> Tensor | PendingRows:
-        """Sends ``rows`` (``[S, *]``, from :meth:`gather_send`), receives ``[H, *]`` halo rows."""
-        return exchange_rows(
-            rows, self.plan.send_counts, self.plan.recv_counts, self.group, self.transport,
-            async_op,
-        )
+    def move(
+        self,
+        rows: Tensor,
+        send_counts: list[int],
+        recv_counts: list[int],
+        layer: str,
+        direction: str,
+        codec: Codec | None = None,
+        async_op: bool = False,
+    ) -> Tensor | Transfer:
+        """Sends ``rows`` (``[sum(send_counts), F]``) and receives
+        ``[sum(recv_counts), F]`` rows, compressed on the wire by ``codec``;
+        books payload bytes and time in the ledger under ``layer``/``direction``."""
+        start = time.perf_counter()
+        num_feats, dtype = rows.size(1), rows.dtype
+        payload = rows.contiguous() if codec is None else codec.encode(rows)
+        pending = exchange_rows(payload, send_counts, recv_counts, self.group, self.transport,
+                                async_op=True, tag=_tag(layer, direction))
+        assert isinstance(pending, PendingRows), "an async exchange returns PendingRows"
+        if sum(send_counts) or sum(recv_counts):
+            row_bytes = (num_feats * rows.element_size() if codec is None
+                         else codec.row_bytes(num_feats))
+            self.ledger.record(layer, direction, bytes_sent=sum(send_counts) * row_bytes,
+                               bytes_recv=sum(recv_counts) * row_bytes, exchanges=1)
+        transfer = Transfer(pending, self, layer, direction, num_feats, dtype, codec, start,
+                            time.perf_counter() - start)
+        self.ledger.record(layer, direction, seconds=transfer.seconds)
+        return transfer if async_op else transfer.wait()
 
-    def send_backward(self, grad_halo: Tensor, async_op: bool = False) -> Tensor | PendingRows:
-        """Returns halo gradients (``[H, *]``) to their owners, receives ``[S, *]``."""
-        return exchange_rows(
-            grad_halo, self.plan.recv_counts, self.plan.send_counts, self.group, self.transport,
-            async_op,
-        )
+    def decode(self, received: Tensor, num_feats: int, dtype: torch.dtype,
+               codec: Codec | None) -> Tensor:
+        if codec is None:
+            return received
+        return codec.decode(received, num_feats, dtype)
 
-    def scatter_back(self, grad_rows: Tensor, num_owned: int) -> Tensor:
-        """Adds the received gradients ``[S, *]`` onto owned rows: ``[num_owned, *]``."""
+    def scatter_back(self, grad_rows: Tensor, send_idx: Tensor, num_owned: int) -> Tensor:
+        """Adds gradients of sent rows (``[S, F]``) onto owned rows: ``[num_owned, F]``."""
         out = grad_rows.new_zeros((num_owned, *grad_rows.shape[1:]))
-        return out.index_add_(0, self.plan.send_idx, grad_rows)
+        return out.index_add_(0, send_idx, grad_rows)
 
 
-def exchange_halo(x: Tensor, channel: HaloChannel, layer: str) -> Tensor:
-    r"""Returns this rank's halo rows of ``x`` (exact, every call), differentiable:
+def exchange_halo(x: Tensor, channel: HaloChannel, layer: str,
+                  codec: Codec | None = None, direction: str = "fwd") -> Tensor:
+    r"""This rank's halo rows of ``x``, exchanged exactly and differentiably:
     gradients of the returned rows flow back to the ranks that own them.
 
     Shapes:
         - **input:** ``x`` :obj:`[num_owned, *]`
         - **output:** :obj:`[num_halo, *]`, the dtype of ``x``
     """
-    return _ExactExchange.apply(x, channel, layer)
+    return exchange_route(x, channel, layer, channel.full_route(), codec, direction)
 
 
-class _ExactExchange(torch.autograd.Function):
+def exchange_route(x: Tensor, channel: HaloChannel, layer: str, route: Route,
+                   codec: Codec | None = None, direction: str = "fwd") -> Tensor:
+    """Like :func:`exchange_halo` for the rows of ``route`` only: returns the
+    ``[sum(route.recv_counts), F]`` received rows. ``direction`` labels the
+    forward traffic in the ledger (``"eval"`` for evaluation)."""
+    return _Exchange.apply(x, channel, layer, route, codec, direction)
+
+
+class _Exchange(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: Tensor, channel: HaloChannel, layer: str) -> Tensor:  # type: ignore[override]
-        ctx.channel, ctx.layer, ctx.num_owned = channel, layer, x.size(0)
-        start = time.perf_counter()
-        send = channel.gather_send(x)
-        halo = channel.send_forward(send)
-        assert isinstance(halo, Tensor), "a synchronous exchange returns a tensor"
-        _record(channel, layer, "fwd", send, halo, start)
-        return halo
+    def forward(ctx: Any, x: Tensor, channel: HaloChannel, layer: str, route: Route,  # type: ignore[override]
+                codec: Codec | None, direction: str) -> Tensor:
+        ctx.channel, ctx.layer, ctx.route, ctx.codec = channel, layer, route, codec
+        ctx.num_owned = x.size(0)
+        rows = x.index_select(0, route.send_idx)
+        out = channel.move(as_rows(rows), route.send_counts, route.recv_counts,
+                           layer, direction, codec)
+        assert isinstance(out, Tensor), "a synchronous move returns a tensor"
+        return out.view(-1, *x.shape[1:])
 
     @staticmethod
-    def backward(ctx: Any, grad_halo: Tensor) -> tuple[Tensor | None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         channel: HaloChannel = ctx.channel
-        start = time.perf_counter()
-        grad_halo = grad_halo.contiguous()
-        grad_rows = channel.send_backward(grad_halo)
-        assert isinstance(grad_rows, Tensor), "a synchronous exchange returns a tensor"
-        _record(channel, ctx.layer, "bwd", grad_halo, grad_rows, start)
-        return channel.scatter_back(grad_rows, ctx.num_owned), None, None
+        send_counts, recv_counts = ctx.route.reversed_counts()
+        flat = as_rows(grad.contiguous())
+        rows = channel.move(flat, send_counts, recv_counts, ctx.layer, "bwd", ctx.codec)
+        assert isinstance(rows, Tensor), "a synchronous move returns a tensor"
+        rows = rows.view(-1, *grad.shape[1:])
+        grad_x = channel.scatter_back(rows, ctx.route.send_idx, ctx.num_owned)
+        return grad_x, None, None, None, None, None
 
 
-def _record(
-    channel: HaloChannel, layer: str, direction: str, sent: Tensor, received: Tensor, start: float
-) -> None:
-    if not channel.active:
-        return
-    channel.ledger.record(
-        layer,
-        direction,
-        bytes_sent=sent.numel() * sent.element_size(),
-        bytes_recv=received.numel() * received.element_size(),
-        exchanges=1,
-        seconds=time.perf_counter() - start,
-    )
+def as_rows(t: Tensor) -> Tensor:
+    """``t`` as a 2-D ``[rows, features]`` tensor (also when it has no rows)."""
+    return t.reshape(t.size(0), math.prod(t.shape[1:]))
+
+
+def _tag(layer: str, direction: str) -> int:
+    """A message tag per layer and direction, so exchanges in flight at the
+    same time (pipelining) never pair up wrongly."""
+    return zlib.crc32(f"{layer}/{direction}".encode()) & 0x7FFF

@@ -1,13 +1,14 @@
 """The ledger: what every layer sent and received, step by step."""
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["Ledger", "LedgerEntry"]
 
-DIRECTIONS = ("fwd", "bwd")
+DIRECTIONS = ("fwd", "bwd", "eval")
 
 
 @dataclass
@@ -18,7 +19,8 @@ class LedgerEntry:
         step: Training step (the ledger's counter when the exchange happened).
         layer: Name of the layer (module path under :func:`to_distributed`, else
             ``layer<k>`` in order of first use).
-        direction: ``"fwd"`` (halo rows) or ``"bwd"`` (halo gradients).
+        direction: ``"fwd"`` (halo rows in training), ``"bwd"`` (halo gradients)
+            or ``"eval"`` (halo rows in evaluation, always exact).
         bytes_sent / bytes_recv: Payload bytes this rank sent / received.
         exchanges: Exchanges done (0 when the policy reused what it had).
         skipped: Exchanges the policy skipped.
@@ -49,21 +51,25 @@ class Ledger:
 
     step: int = 0
     entries: dict[tuple[int, str, str], LedgerEntry] = field(default_factory=dict)
-    _names: dict[int, str] = field(default_factory=dict, repr=False)
+    _names: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary,
+                                              repr=False)
+    _count: int = field(default=0, repr=False)
 
     def next_step(self) -> int:
         self.step += 1
         return self.step
 
     def layer_name(self, layer: Any) -> str:
-        """A stable name for ``layer``: its ``halo_name`` if set, else ``layer<k>``."""
+        """A stable name for ``layer``: its ``halo_name`` if set, else ``layer<k>``
+        in order of first use (the same on every rank, which runs the same
+        layers in the same order; names also tag messages on the wire)."""
         name = getattr(layer, "halo_name", None)
         if name:
             return str(name)
-        key = id(layer)
-        if key not in self._names:
-            self._names[key] = f"layer{len(self._names)}"
-        return self._names[key]
+        if layer not in self._names:
+            self._names[layer] = f"layer{self._count}"
+            self._count += 1
+        return str(self._names[layer])
 
     def record(self, layer: str, direction: str, **amounts: float) -> LedgerEntry:
         """Adds ``amounts`` (fields of :class:`LedgerEntry`) to the current step's
@@ -98,7 +104,7 @@ class Ledger:
             out["seconds"] += e.seconds
             out["overlapped"] += e.overlapped
             out["staleness"] = max(out["staleness"], e.staleness)
-        for key in ("bytes_fwd", "bytes_bwd", "bytes_recv_fwd", "bytes_recv_bwd"):
+        for key in [f"bytes_{d}" for d in DIRECTIONS] + [f"bytes_recv_{d}" for d in DIRECTIONS]:
             out.setdefault(key, 0.0)
         return dict(out)
 

@@ -2,7 +2,7 @@
 from whom."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -23,6 +23,7 @@ class HaloPlan:
         recv_counts: Halo rows received from each peer; the halo rows from peer
             ``q`` are contiguous, at ``sum(recv_counts[:q])``.
         halo_global_id: ``[H]`` int64, global id of each halo row.
+        send_global_id: ``[S]`` int64, global id of each sent row.
     """
 
     rank: int
@@ -31,6 +32,8 @@ class HaloPlan:
     send_counts: list[int]
     recv_counts: list[int]
     halo_global_id: Tensor
+    send_global_id: Tensor
+    _peers: dict[str, Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_halo(self) -> int:
@@ -49,9 +52,32 @@ class HaloPlan:
             if self.send_counts[q] > 0 or self.recv_counts[q] > 0
         ]
 
+    @property
+    def send_peer(self) -> Tensor:
+        """``[S]`` the peer each sent row goes to."""
+        return self._peer_of("send", self.send_counts)
+
+    @property
+    def halo_peer(self) -> Tensor:
+        """``[H]`` the peer each halo row comes from."""
+        return self._peer_of("halo", self.recv_counts)
+
+    def _peer_of(self, key: str, counts: list[int]) -> Tensor:
+        if key not in self._peers:
+            peers = torch.arange(self.world_size, device=self.send_idx.device)
+            self._peers[key] = torch.repeat_interleave(
+                peers, torch.tensor(counts, device=self.send_idx.device)
+            )
+        return self._peers[key]
+
     @staticmethod
     def from_pointers(
-        rank: int, send_idx: Tensor, send_ptr: Tensor, halo_ptr: Tensor, halo_global_id: Tensor
+        rank: int,
+        send_idx: Tensor,
+        send_ptr: Tensor,
+        halo_ptr: Tensor,
+        halo_global_id: Tensor,
+        owned_global_id: Tensor,
     ) -> HaloPlan:
         send_counts = (send_ptr[1:] - send_ptr[:-1]).tolist()
         recv_counts = (halo_ptr[1:] - halo_ptr[:-1]).tolist()
@@ -62,6 +88,7 @@ class HaloPlan:
             send_counts=send_counts,
             recv_counts=recv_counts,
             halo_global_id=halo_global_id,
+            send_global_id=owned_global_id[send_idx],
         )
 
     def to(self, device: torch.device | str) -> HaloPlan:
@@ -72,4 +99,5 @@ class HaloPlan:
             self.send_counts,
             self.recv_counts,
             self.halo_global_id.to(device),
+            self.send_global_id.to(device),
         )

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor
 from torch_geometric.nn import GCNConv
 
-from pyg_dist import halo as halo_api
 from pyg_dist.data import DistEdgeIndex
+from pyg_dist.halo import HaloRows, LayerHalo
 from pyg_dist.nn.checks import check_message_passing_kwargs, halo_repr
-from pyg_dist.nn.norm import dist_gcn_norm
+from pyg_dist.nn.norm import dist_gcn_norm, halo_degree
 from pyg_dist.ops import spmm
 
 __all__ = ["DistGCNConv"]
@@ -86,33 +87,48 @@ class DistGCNConv(GCNConv):
     ) -> Tensor:
         if not isinstance(edge_index, DistEdgeIndex):
             return super().forward(x, edge_index, edge_weight)
-        rowptr, col, value = self._adjacency(x, edge_index, edge_weight)
+        halo = LayerHalo(edge_index, self)
+        static = halo.is_static(x)
 
-        def aggregate(h: Tensor) -> Tensor:
-            h_halo = halo_api.fetch(h, edge_index, self)
-            return spmm(rowptr, col, h, value, "sum", x_halo=h_halo)
+        def aggregate(h: Tensor, static: bool) -> Tensor:
+            fetched = halo.fetch(h, static)
+            rowptr, col, value = self._adjacency(x.dtype, edge_index, edge_weight, fetched)
+            return spmm(rowptr, col, h, value, "sum", x_halo=fetched.rows)
 
-        if x.size(-1) > self.out_channels:
-            out = aggregate(self.lin(x))
+        # A static input's halo is cached: aggregate it before transforming.
+        if not static and x.size(-1) > self.out_channels:
+            out = aggregate(self.lin(x), False)
         else:
-            out = self.lin(aggregate(x))
+            out = self.lin(aggregate(x, static))
         if self.bias is not None:
             out = out + self.bias
         return out
 
     def _adjacency(
-        self, x: Tensor, edge_index: DistEdgeIndex, edge_weight: Tensor | None
+        self, dtype: torch.dtype, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
+        fetched: HaloRows,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        if self._dist_cache is not None:
+        """The normalised local adjacency; over the present halo rows only when
+        the policy left some out (cached per graph otherwise, and with ``cached``)."""
+        if fetched.mask is None and self._dist_cache is not None:
             return self._dist_cache
+        graph, weight, deg_halo = edge_index, edge_weight, None
+        name = edge_index.ledger.layer_name(self)
+        if fetched.mask is not None:
+            graph, keep = edge_index.restrict(fetched.mask)
+            weight = None if edge_weight is None else edge_weight[keep]
+            if self.normalize and fetched.remote:  # sources keep their whole-graph degree
+                deg_halo = halo_degree(edge_index, edge_weight, self.improved,
+                                       bool(self.add_self_loops), dtype, name)
+            elif self.normalize:  # no halo edges are left: their degrees are never read
+                deg_halo = torch.zeros(edge_index.num_halo, dtype=dtype, device=graph.device)
         adjacency: tuple[Tensor, Tensor, Tensor | None]
         if self.normalize:
-            name = edge_index.ledger.layer_name(self)
-            adjacency = dist_gcn_norm(edge_index, edge_weight, self.improved,
-                                      self.add_self_loops, x.dtype, name)
+            adjacency = dist_gcn_norm(graph, weight, self.improved, bool(self.add_self_loops),
+                                      dtype, name, deg_halo)
         else:
-            adjacency = (edge_index.rowptr, edge_index.col, edge_weight)
-        if self.cached:
+            adjacency = (graph.rowptr, graph.col, weight)
+        if self.cached and fetched.mask is None:
             self._dist_cache = adjacency
         return adjacency
 

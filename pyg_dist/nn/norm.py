@@ -18,7 +18,7 @@ from torch import Tensor
 from pyg_dist.halo import exchange_halo
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
 
-__all__ = ["dist_gcn_norm", "self_loop_structure"]
+__all__ = ["dist_gcn_norm", "owned_degree", "halo_degree", "self_loop_structure"]
 
 
 def self_loop_structure(edge_index: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -54,9 +54,31 @@ def dist_gcn_norm(
     add_self_loops: bool,
     dtype: torch.dtype,
     layer: str,
+    deg_halo: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(rowptr, col, value)`` of the normalised local adjacency :math:`\\hat{D}^{-1/2}
-    \\hat{A} \\hat{D}^{-1/2}` restricted to this rank's rows."""
+    \\hat{A} \\hat{D}^{-1/2}` restricted to this rank's rows. ``deg_halo``
+    overrides the degrees of the halo nodes (default: :func:`halo_degree`)."""
+    rowptr, col, weight, deg_owned = owned_degree(edge_index, edge_weight, improved,
+                                                  add_self_loops, dtype)
+    if deg_halo is None:
+        deg_halo = halo_degree(edge_index, edge_weight, improved, add_self_loops, dtype, layer,
+                               deg_owned)
+    deg_inv_sqrt = torch.cat([deg_owned, deg_halo.to(deg_owned.dtype)]).pow(-0.5)
+    deg_inv_sqrt = deg_inv_sqrt.masked_fill(torch.isinf(deg_inv_sqrt), 0.0)
+    value = deg_inv_sqrt[csr_row(rowptr, col)] * weight * deg_inv_sqrt[col]
+    return rowptr, col, value
+
+
+def owned_degree(
+    edge_index: Any,
+    edge_weight: Tensor | None,
+    improved: bool,
+    add_self_loops: bool,
+    dtype: torch.dtype,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The adjacency GCN aggregates over (with self-loops replaced, if asked)
+    and the degree of every owned node: ``(rowptr, col, weight, deg_owned)``."""
     fill = 2.0 if improved else 1.0
     device = edge_index.col.device
     if add_self_loops:
@@ -74,19 +96,28 @@ def dist_gcn_norm(
             if edge_weight is not None
             else torch.ones(col.numel(), dtype=dtype, device=device)
         )
-
-    rows = csr_row(rowptr, col)
     deg_owned = torch.zeros(edge_index.num_owned, dtype=weight.dtype, device=device)
-    deg_owned = deg_owned.index_add(0, rows, weight)
-    if edge_weight is None:
-        deg_halo = edge_index.halo_in_degree.to(dtype)
-        if add_self_loops:
-            deg_halo = deg_halo - edge_index.halo_self_loops.to(dtype) + fill
-    else:
-        deg_halo = exchange_halo(deg_owned.view(-1, 1), edge_index.channel, f"{layer}/degree")
-        deg_halo = deg_halo.view(-1)
-    deg_inv_sqrt = torch.cat([deg_owned, deg_halo]).pow(-0.5)
-    deg_inv_sqrt = deg_inv_sqrt.masked_fill(torch.isinf(deg_inv_sqrt), 0.0)
-    value = deg_inv_sqrt[rows] * weight * deg_inv_sqrt[col]
-    return rowptr, col, value
+    deg_owned = deg_owned.index_add(0, csr_row(rowptr, col), weight)
+    return rowptr, col, weight, deg_owned
 
+
+def halo_degree(
+    edge_index: Any,
+    edge_weight: Tensor | None,
+    improved: bool,
+    add_self_loops: bool,
+    dtype: torch.dtype,
+    layer: str,
+    deg_owned: Tensor | None = None,
+) -> Tensor:
+    """Whole-graph degrees of the halo nodes: from the partition for unweighted
+    graphs, from their owners (one exchange, differentiable in the weights)
+    otherwise. ``deg_owned`` saves recomputing the owned degrees."""
+    if edge_weight is None:
+        deg = edge_index.halo_in_degree.to(dtype)
+        if add_self_loops:
+            deg = deg - edge_index.halo_self_loops.to(dtype) + (2.0 if improved else 1.0)
+        return deg
+    if deg_owned is None:
+        deg_owned = owned_degree(edge_index, edge_weight, improved, add_self_loops, dtype)[3]
+    return exchange_halo(deg_owned.view(-1, 1), edge_index.channel, f"{layer}/degree").view(-1)

@@ -8,8 +8,8 @@ from torch import Tensor
 from torch.nn.parameter import UninitializedParameter
 from torch_geometric.nn import SAGEConv
 
-from pyg_dist import halo as halo_api
 from pyg_dist.data import DistEdgeIndex
+from pyg_dist.halo import LayerHalo
 from pyg_dist.nn.checks import check_message_passing_kwargs, halo_repr
 from pyg_dist.ops import spmm
 
@@ -84,19 +84,24 @@ class DistSAGEConv(SAGEConv):
             )
         x_src = self.lin(x).relu() if self.project else x
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
+        halo = LayerHalo(edge_index, self)
+        static = halo.is_static(x_src)
 
-        def aggregate(h: Tensor) -> Tensor:
-            h_halo = halo_api.fetch(h, edge_index, self)
-            return spmm(edge_index.rowptr, edge_index.col, h, None, reduce, x_halo=h_halo)
+        def aggregate(h: Tensor, static: bool) -> Tensor:
+            fetched = halo.fetch(h, static)
+            graph = edge_index if fetched.mask is None else edge_index.restrict(fetched.mask)[0]
+            return spmm(graph.rowptr, graph.col, h, None, reduce, x_halo=fetched.rows)
 
+        # mean/sum commute with the transform: the narrower side travels, unless
+        # the input is static (its halo is cached).
         weight = self.lin_l.weight
-        if (reduce != "max" and not isinstance(weight, UninitializedParameter)
+        if (reduce != "max" and not static and not isinstance(weight, UninitializedParameter)
                 and x_src.size(-1) > self.out_channels):
-            out = aggregate(F.linear(x_src, weight))
+            out = aggregate(F.linear(x_src, weight), False)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
-            out = self.lin_l(aggregate(x_src))
+            out = self.lin_l(aggregate(x_src, static))
         if self.root_weight:
             out = out + self.lin_r(x)
         if self.normalize:
