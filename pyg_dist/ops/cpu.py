@@ -139,25 +139,33 @@ def _build_and_load() -> None:
     capability = torch.backends.cpu.get_cpu_capability()
     sources = [root / source for source in _SOURCES]
     flags = _compiler_flags(capability)
-    name = f"pyg_dist_cpu_{capability.lower()}_{_build_key(sources, flags)}"
+    name = f"pyg_dist_cpu_{capability.lower()}_{_build_key(sources, flags + _linker_flags())}"
     _log.info("loading pyg_dist's C++ CPU kernels %s (the first build takes a minute)", name)
     cpp_extension.load(
         name=name,
         sources=[str(source) for source in sources],
         extra_cflags=flags,
+        extra_ldflags=_linker_flags(),
         is_python_module=False,
         verbose=os.environ.get("PYG_DIST_VERBOSE_BUILD", "0") == "1",
     )
 
 
 def _compiler_flags(capability: str) -> list[str]:
-    """Optimisation flags for the CPU that torch itself dispatches to. The
-    capability is part of the extension's name, so a cache shared by machines
-    with different CPUs keeps one build per capability."""
+    """Optimisation flags for the vector unit that torch itself dispatches to
+    (the capability is part of the extension's name, so a cache shared by
+    machines with different CPUs keeps one build per capability), and OpenMP,
+    without which ``at::parallel_for`` compiles to a serial loop."""
     vector = capability in ("AVX2", "AVX512")
     if sys.platform == "win32":
-        return ["/O2"] + (["/arch:AVX2"] if vector else [])
-    return ["-O3"] + (["-mavx2", "-mfma", "-mf16c"] if vector else [])
+        return ["/O2", "/openmp"] + (["/arch:AVX2"] if vector else [])
+    openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []
+    return ["-O3", *openmp] + (["-mavx2", "-mfma", "-mf16c"] if vector else [])
+
+
+def _linker_flags() -> list[str]:
+    """OpenMP's runtime: the ``libgomp.so.1`` that torch has already loaded."""
+    return ["-fopenmp"] if sys.platform.startswith("linux") else []
 
 
 def _build_key(sources: list[Path], flags: list[str]) -> str:
