@@ -17,12 +17,13 @@ respect to ``x``; the edge weights are constants, as in GCN) of
 - ``torch_sparse``: ``torch_sparse.matmul`` on a ``SparseTensor`` (when installed);
 - ``pyg_dist``: :func:`pyg_dist.ops.spmm` with its default backend.
 
-Times are medians over ``--repeats`` runs after warm-up runs (which also fill
-the per-graph caches every method keeps). A ratio above 1 means faster than
-``torch.sparse.mm``. On CUDA it also prints the forward pass's achieved
-bandwidth as a fraction of the device's measured copy bandwidth, counting the
-compulsory bytes: the indices, the values, each source row once and the output
-once.
+Times are medians over ``--repeats`` rounds after ``--warmup`` untimed runs
+(which also fill the per-graph caches every method keeps); in each round every method runs once,
+so that load from other processes on a shared machine hits all of them alike.
+A ratio above 1 means faster than ``torch.sparse.mm``. On CUDA it also prints
+the forward pass's achieved bandwidth as a fraction of the device's measured
+copy bandwidth, counting the compulsory bytes: the indices, the values, each
+source row once and the output once.
 """
 from __future__ import annotations
 
@@ -66,8 +67,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--nnz", type=int, default=1_000_000)
     parser.add_argument("--feats", type=int, nargs="+", default=[16, 64, 128, 256])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per method")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args()
 
@@ -140,44 +141,61 @@ def methods(graph: Graph) -> dict[str, Callable[[Tensor], Tensor]]:
 # ------------------------------------------------------------------ timing
 
 
-def median_time(fn: Callable[[], object], device: str, warmup: int, repeats: int) -> float:
-    """Median wall time of ``fn()`` in seconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
+def elapsed(fn: Callable[[], object], device: str) -> float:
+    """Wall time of one call of ``fn`` in seconds."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def median_times(fns: dict[str, Callable[[], object]], device: str,
+                 repeats: int) -> dict[str, float]:
+    """Median wall time of each function. The functions take turns, round
+    after round, so that a slow spell of a shared machine hits all of them."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            times[name].append(elapsed(fn, device))
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
-def time_method(fn: Callable[[Tensor], Tensor], x: Tensor, grad: Tensor,
-                args: argparse.Namespace) -> tuple[float, float]:
-    """Forward and forward + backward times of one method."""
+def time_methods(fns: dict[str, Callable[[Tensor], Tensor]], x: Tensor, grad: Tensor,
+                 args: argparse.Namespace) -> dict[str, tuple[float, float]]:
+    """Forward and forward + backward time of each method, after warm-up runs
+    of forward + backward (which fill the caches of both)."""
 
-    def forward() -> None:
-        with torch.no_grad():
-            fn(x)
+    def forward(fn: Callable[[Tensor], Tensor]) -> Callable[[], None]:
+        def run() -> None:
+            with torch.no_grad():
+                fn(x)
+        return run
 
-    def forward_backward() -> None:
-        x.grad = None
-        fn(x).backward(grad)
+    def forward_backward(fn: Callable[[Tensor], Tensor]) -> Callable[[], None]:
+        def run() -> None:
+            x.grad = None
+            fn(x).backward(grad)
+        return run
 
-    return (median_time(forward, args.device, args.warmup, args.repeats),
-            median_time(forward_backward, args.device, args.warmup, args.repeats))
+    for fn in fns.values():
+        for _ in range(args.warmup):
+            forward_backward(fn)()
+    fwd = median_times({n: forward(f) for n, f in fns.items()}, args.device, args.repeats)
+    both = median_times({n: forward_backward(f) for n, f in fns.items()}, args.device,
+                        args.repeats)
+    return {name: (fwd[name], both[name]) for name in fns}
 
 
 def copy_bandwidth(device: str) -> float:
     """Bytes per second of a large device-to-device copy (read + write)."""
     src = torch.empty(256 * 2**20, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    seconds = median_time(lambda: dst.copy_(src), device, warmup=3, repeats=10)
-    return 2 * src.numel() / seconds
+    dst.copy_(src)
+    seconds = median_times({"copy": lambda: dst.copy_(src)}, device, repeats=10)
+    return 2 * src.numel() / seconds["copy"]
 
 
 def compulsory_bytes(graph: Graph, x: Tensor) -> int:
@@ -197,7 +215,7 @@ def run_graph(graph: Graph, args: argparse.Namespace, bandwidth: float | None) -
     for feats in args.feats:
         x = torch.randn(graph.num_nodes, feats, generator=g).to(args.device).requires_grad_()
         grad = torch.randn(graph.num_nodes, feats, generator=g).to(args.device)
-        times = {name: time_method(fn, x, grad, args) for name, fn in fns.items()}
+        times = time_methods(fns, x, grad, args)
         print_table(graph, feats, times, compulsory_bytes(graph, x), bandwidth)
 
 
