@@ -8,6 +8,7 @@ between runs under ``$TORCH_EXTENSIONS_DIR`` (default
 the extension once. Without a compiler or ``ninja``, after a failed build, or
 with ``PYG_DIST_DISABLE_CPU_EXT=1``, :func:`is_available` is :obj:`False`, one
 warning says why, and :func:`pyg_dist.ops.spmm` runs its PyTorch kernels.
+``PYG_DIST_VERBOSE_BUILD=1`` shows the compiler's command lines and output.
 """
 from __future__ import annotations
 
@@ -172,9 +173,9 @@ def _build_key(sources: list[Path], flags: list[str]) -> str:
     """A short hash of the sources, the flags and the torch version: builds of
     different checkouts or torch installs that share a cache never overwrite
     each other."""
-    digest = hashlib.sha1(torch.__version__.encode())
-    for item in [*flags, *(source.read_bytes() for source in sources)]:
-        digest.update(item if isinstance(item, bytes) else item.encode())
+    digest = hashlib.sha1(" ".join([torch.__version__, *flags]).encode())
+    for source in sources:
+        digest.update(source.read_bytes())
     return digest.hexdigest()[:10]
 
 
