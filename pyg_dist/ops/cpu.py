@@ -104,10 +104,10 @@ def _load() -> _LoadResult:
         try:
             _build_and_load()
         except Exception as exc:  # compiler errors, missing headers, a bad cache, ...
-            reason = f"building it failed: {_last_lines(str(exc))}"
+            reason = f"the build failed: {_last_lines(str(exc))}"
     if reason:
         warnings.warn(
-            f"pyg_dist's C++ CPU kernels are not used: {reason}. 'spmm' falls back to the "
+            f"pyg_dist's C++ CPU kernels are not used ({reason}); 'spmm' falls back to the "
             f"slower PyTorch kernels",
             RuntimeWarning,
             stacklevel=2,
