@@ -12,14 +12,18 @@ respect to ``x``; the edge weights are constants, as in GCN) of
 - ``torch.sparse.mm``: a ``torch.sparse_csr_tensor`` times ``x`` (the baseline);
 - ``pyg edge_index``: PyG's ``MessagePassing`` aggregation exactly as
   ``GCNConv`` runs it on a plain ``edge_index`` (gather, weight, scatter);
-- ``pyg EdgeIndex``: the same with a ``torch_geometric.EdgeIndex`` sorted by
-  target (segment reduction over its cached pointer vector);
+- ``pyg EdgeIndex``: the same layer given a ``torch_geometric.EdgeIndex``
+  sorted by target (GCNConv does not fuse it into a sparse product, so this
+  is the same gather-scatter path with EdgeIndex's bookkeeping);
 - ``torch_sparse``: ``torch_sparse.matmul`` on a ``SparseTensor`` (when installed);
 - ``pyg_dist``: :func:`pyg_dist.ops.spmm` with its default backend.
 
 Times are medians over ``--repeats`` rounds after ``--warmup`` untimed runs
-(which also fill the per-graph caches every method keeps); in each round every method runs once,
-so that load from other processes on a shared machine hits all of them alike.
+(which also fill the per-graph caches every method keeps). In each round every
+method runs once, so that load from other processes on a shared machine hits
+all of them alike; a method whose timed runs add up to ``--budget`` seconds
+sits out the remaining rounds (at the default sizes only PyG's gather-scatter
+paths are that slow).
 A ratio above 1 means faster than ``torch.sparse.mm``. On CUDA it also prints
 the forward pass's achieved bandwidth as a fraction of the device's measured
 copy bandwidth, counting the compulsory bytes: the indices, the values, each
@@ -69,6 +73,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--feats", type=int, nargs="+", default=[16, 64, 128, 256])
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per method")
+    parser.add_argument("--budget", type=float, default=3.0,
+                        help="seconds of timed runs after which a slow method stops repeating")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args()
 
@@ -152,14 +158,17 @@ def elapsed(fn: Callable[[], object], device: str) -> float:
     return time.perf_counter() - start
 
 
-def median_times(fns: dict[str, Callable[[], object]], device: str,
-                 repeats: int) -> dict[str, float]:
-    """Median wall time of each function. The functions take turns, round
-    after round, so that a slow spell of a shared machine hits all of them."""
+def median_times(fns: dict[str, Callable[[], object]], device: str, repeats: int,
+                 budget: float = float("inf")) -> dict[str, float]:
+    """Median wall time of each function over ``repeats`` runs. The functions
+    take turns, round after round, so that a slow spell of a shared machine
+    hits all of them; one whose runs took ``budget`` seconds in all sits out
+    the remaining rounds."""
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            times[name].append(elapsed(fn, device))
+            if sum(times[name]) < budget:
+                times[name].append(elapsed(fn, device))
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -183,9 +192,10 @@ def time_methods(fns: dict[str, Callable[[Tensor], Tensor]], x: Tensor, grad: Te
     for fn in fns.values():
         for _ in range(args.warmup):
             forward_backward(fn)()
-    fwd = median_times({n: forward(f) for n, f in fns.items()}, args.device, args.repeats)
+    fwd = median_times({n: forward(f) for n, f in fns.items()}, args.device, args.repeats,
+                       args.budget)
     both = median_times({n: forward_backward(f) for n, f in fns.items()}, args.device,
-                        args.repeats)
+                        args.repeats, args.budget)
     return {name: (fwd[name], both[name]) for name in fns}
 
 

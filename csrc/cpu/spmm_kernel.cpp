@@ -1,10 +1,11 @@
 // CPU kernels of pyg_dist::spmm_forward and pyg_dist::sddmm (schemas in ../spmm.cpp).
 //
-// Sparse rows are split into tasks of about equal work (entries + rows), one
-// per thread, so power-law graphs balance; every output row is written by the
-// one thread that owns it, so no atomics are needed. Columns below
-// x.size(0) read x, the others x_halo (no concatenation). Accumulation is
-// float32 for every input dtype; the output has the dtype of x.
+// Sparse rows are split into tasks of about equal work (entries + rows), so
+// power-law graphs balance, and each task's rows are computed by one thread:
+// every output element is written once, with no atomics, and the result does
+// not depend on the number of threads. Columns below x.size(0) read x, the
+// others x_halo (no concatenation). Accumulation is float32 for every input
+// dtype; the output has the dtype of x.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -21,11 +22,18 @@ namespace pyg_dist {
 namespace {
 
 // Smallest amount of work, in (entries + rows) * features, that is worth a
-// task of its own (and so a thread).
+// task of its own (and so a thread). Measured on 2 cores (AVX2, sum, graphs of
+// 10 entries per row, F = 16 and 128, median of 200 calls): with 1 << 14, two
+// threads were slower than one below ~100K units of work (90K: 21 us against
+// 11 us); with 1 << 16 two threads first split the work at 131K units and were
+// faster from there on (180K: 22 us against 29 us; 1.4M: 107 us against 223 us).
 constexpr int64_t kGrainWork = int64_t{1} << 16;
 
-// At most this many tasks per thread: enough for the threads to even out, few
-// enough that a task's rows stay long runs.
+// At most this many tasks per thread. Measured (2 threads, 1M entries, F = 128,
+// median of 15): 1, 2, 8 and 32 tasks per thread were within 2% of each other
+// on the uniform and the power-law graph, since tasks are balanced by work
+// already; 8 lets the other threads take over the tasks of a thread that the
+// OS preempts on a busy machine, at no measurable cost.
 constexpr int64_t kTasksPerThread = 8;
 
 // Feature tiles: a row is accumulated kTile features at a time, in registers
