@@ -14,9 +14,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 namespace pyg_dist {
 namespace {
@@ -45,6 +47,9 @@ constexpr int64_t kTasksPerThread = 8;
 // Narrower tiles (32, 16, 8, then a partial 8) cover the rest of F.
 constexpr int64_t kTile = 64;
 constexpr int64_t kMinTile = 8;
+// The max kernel keeps a float and an int32 per feature: 32-wide tiles fill 8
+// registers with both.
+constexpr int64_t kMaxTile = 32;
 
 enum class Reduce { kSum, kMean, kMax };
 
@@ -145,42 +150,42 @@ void parallel_over_rows(const Csr<index_t>& a, int64_t feats, int64_t num_src, B
   });
 }
 
-// Calls fn(std::integral_constant<int64_t, T>, f0, width) over [0, feats) in
-// tiles of T = kTile, kTile / 2, ..., kMinTile features; only the last tile
-// may be narrower than its T (width < T = kMinTile).
-template <int64_t T = kTile, typename Fn>
+// Calls fn(std::integral_constant<int64_t, T>, full, f0, width) over
+// [0, feats) in tiles of T = Widest, Widest / 2, ..., kMinTile features: full
+// tiles (full = std::true_type, width = T) and at most one narrower last tile
+// (full = std::false_type, width < T = kMinTile). Kernels loop over
+// `full ? T : width` features, a compile-time count for full tiles.
+template <int64_t Widest, int64_t T = Widest, typename Fn>
 inline void for_each_tile(int64_t f0, int64_t feats, const Fn& fn) {
-  if constexpr (T == kTile) {
-    for (; f0 + T <= feats; f0 += T) fn(std::integral_constant<int64_t, T>{}, f0, T);
+  using Tile = std::integral_constant<int64_t, T>;
+  if constexpr (T == Widest) {
+    for (; f0 + T <= feats; f0 += T) fn(Tile{}, std::true_type{}, f0, T);
   } else if (f0 + T <= feats) {
-    fn(std::integral_constant<int64_t, T>{}, f0, T);
+    fn(Tile{}, std::true_type{}, f0, T);
     f0 += T;
   }
   if constexpr (T > kMinTile) {
-    for_each_tile<T / 2>(f0, feats, fn);
+    for_each_tile<Widest, T / 2>(f0, feats, fn);
   } else if (f0 < feats) {
-    fn(std::integral_constant<int64_t, T>{}, f0, feats - f0);
+    fn(Tile{}, std::false_type{}, f0, feats - f0);
   }
 }
 
 // --------------------------------------------------------------- row kernels
 
 // out[i] = scale_i * sum_e value[e] * s[col[e]], one feature tile at a time.
-template <int64_t T, typename scalar_t, typename index_t>
+template <int64_t T, bool Full, typename scalar_t, typename index_t>
 inline void sum_tile(const Csr<index_t>& a, const Source<scalar_t>& s, int64_t begin, int64_t end,
                      int64_t f0, int64_t width, float scale, scalar_t* __restrict out_row) {
+  const int64_t n = Full ? T : width;
   float acc[T] = {};
   for (int64_t e = begin; e < end; ++e) {
     const scalar_t* __restrict src = s.row(a.col[e]) + f0;
     const float v = a.value_at(e);
-    if (width == T) {
 #pragma GCC unroll 64
-      for (int64_t f = 0; f < T; ++f) acc[f] += v * static_cast<float>(src[f]);
-    } else {
-      for (int64_t f = 0; f < width; ++f) acc[f] += v * static_cast<float>(src[f]);
-    }
+    for (int64_t f = 0; f < n; ++f) acc[f] += v * static_cast<float>(src[f]);
   }
-  for (int64_t f = 0; f < width; ++f) out_row[f0 + f] = static_cast<scalar_t>(acc[f] * scale);
+  for (int64_t f = 0; f < n; ++f) out_row[f0 + f] = static_cast<scalar_t>(acc[f] * scale);
 }
 
 template <typename scalar_t, typename index_t>
@@ -189,42 +194,42 @@ void sum_rows(const Csr<index_t>& a, const Source<scalar_t>& s, bool mean, scala
   for (int64_t i = row_begin; i < row_end; ++i) {
     const int64_t begin = a.rowptr[i], end = a.rowptr[i + 1];
     const float scale = (mean && end > begin) ? 1.f / static_cast<float>(end - begin) : 1.f;
-    for_each_tile(0, s.feats, [&](auto tile, int64_t f0, int64_t width) {
-      sum_tile<decltype(tile)::value>(a, s, begin, end, f0, width, scale, out + i * s.feats);
+    for_each_tile<kTile>(0, s.feats, [&](auto tile, auto full, int64_t f0, int64_t width) {
+      sum_tile<tile(), full()>(a, s, begin, end, f0, width, scale, out + i * s.feats);
     });
   }
 }
 
 // Element-wise max of value[e] * s[col[e]] and the first entry attaining it;
-// empty rows give 0 and position nnz.
-template <int64_t T, typename scalar_t, typename index_t>
+// empty rows give 0 and position nnz. The winner is tracked as an int32 offset
+// into the row, so that the comparison and both selects vectorise in 8 lanes
+// (rows have fewer than 2^31 entries, see check_rowptr).
+template <int64_t T, bool Full, typename scalar_t, typename index_t>
 inline void max_tile(const Csr<index_t>& a, const Source<scalar_t>& s, int64_t begin, int64_t end,
                      int64_t f0, int64_t width, scalar_t* __restrict out_row,
                      int64_t* __restrict arg_row) {
-  float best[T];
-  int64_t arg[T];
-  for (int64_t f = 0; f < T; ++f) {
-    best[f] = 0.f;
-    arg[f] = begin < end ? begin : a.nnz;
-  }
-  if (begin < end) {  // the first entry wins even if it is -inf or NaN
-    const scalar_t* src = s.row(a.col[begin]) + f0;
+  const int64_t n = Full ? T : width;
+  float best[T] = {};
+  int32_t offset[T] = {};
+  if (begin < end) {  // the first entry wins even if it is -inf
+    const scalar_t* __restrict src = s.row(a.col[begin]) + f0;
     const float v = a.value_at(begin);
-    for (int64_t f = 0; f < width; ++f) best[f] = v * static_cast<float>(src[f]);
+    for (int64_t f = 0; f < n; ++f) best[f] = v * static_cast<float>(src[f]);
   }
   for (int64_t e = begin + 1; e < end; ++e) {
     const scalar_t* __restrict src = s.row(a.col[e]) + f0;
     const float v = a.value_at(e);
-    for (int64_t f = 0; f < width; ++f) {
+    const auto here = static_cast<int32_t>(e - begin);
+    for (int64_t f = 0; f < n; ++f) {  // selects as bit masks: no branches
       const float msg = v * static_cast<float>(src[f]);
-      const bool wins = msg > best[f];
-      best[f] = wins ? msg : best[f];
-      arg[f] = wins ? e : arg[f];
+      const int32_t wins = -static_cast<int32_t>(msg > best[f]);
+      offset[f] = (here & wins) | (offset[f] & ~wins);
+      best[f] = std::max(best[f], msg);
     }
   }
-  for (int64_t f = 0; f < width; ++f) {
+  for (int64_t f = 0; f < n; ++f) {
     out_row[f0 + f] = static_cast<scalar_t>(best[f]);
-    arg_row[f0 + f] = arg[f];
+    arg_row[f0 + f] = begin < end ? begin + offset[f] : a.nnz;
   }
 }
 
@@ -233,39 +238,43 @@ void max_rows(const Csr<index_t>& a, const Source<scalar_t>& s, scalar_t* out, i
               int64_t row_begin, int64_t row_end) {
   for (int64_t i = row_begin; i < row_end; ++i) {
     const int64_t begin = a.rowptr[i], end = a.rowptr[i + 1];
-    for_each_tile(0, s.feats, [&](auto tile, int64_t f0, int64_t width) {
-      max_tile<decltype(tile)::value>(a, s, begin, end, f0, width, out + i * s.feats,
-                                      arg + i * s.feats);
+    for_each_tile<kMaxTile>(0, s.feats, [&](auto tile, auto full, int64_t f0, int64_t width) {
+      max_tile<tile(), full()>(a, s, begin, end, f0, width, out + i * s.feats,
+                               arg + i * s.feats);
     });
   }
 }
 
-// out[e] = <a_row, s[col[e]]> over one feature tile, added to out[e].
-template <int64_t T, typename scalar_t, typename index_t>
-inline void sddmm_tile(const Csr<index_t>& a, const scalar_t* __restrict dense_row,
-                       const Source<scalar_t>& s, int64_t begin, int64_t end, int64_t f0,
-                       int64_t width, float* __restrict out) {
-  float lhs[T] = {};
-  for (int64_t f = 0; f < width; ++f) lhs[f] = static_cast<float>(dense_row[f0 + f]);
-  for (int64_t e = begin; e < end; ++e) {
-    const scalar_t* __restrict src = s.row(a.col[e]) + f0;
-    float prod[T] = {};
-    for (int64_t f = 0; f < width; ++f) prod[f] = lhs[f] * static_cast<float>(src[f]);
-    float sum = 0.f;
-    for (int64_t f = 0; f < T; ++f) sum += prod[f];
-    out[e] += sum;
+// <a, b> over n features in kLanes partial sums (one AVX2 register), added up
+// as a tree: a sequential sum over the lanes would make every entry wait for
+// kLanes dependent additions.
+template <typename scalar_t>
+inline float dot(const float* __restrict a, const scalar_t* __restrict b, int64_t n) {
+  constexpr int64_t kLanes = 8;
+  float part[kLanes] = {};
+  int64_t f = 0;
+  for (; f + kLanes <= n; f += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) part[j] += a[f + j] * static_cast<float>(b[f + j]);
   }
+  for (int64_t j = 0; f < n; ++f, ++j) part[j] += a[f] * static_cast<float>(b[f]);
+  return ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
 }
 
+// out[e] = <a[i], s[col[e]]> for the entries e of rows [row_begin, row_end).
 template <typename scalar_t, typename index_t>
 void sddmm_rows(const Csr<index_t>& a, const scalar_t* dense, const Source<scalar_t>& s,
                 float* out, int64_t row_begin, int64_t row_end) {
-  std::fill(out + a.rowptr[row_begin], out + a.rowptr[row_end], 0.f);
+  const int64_t feats = s.feats;
+  std::vector<float> row_buffer(std::is_same_v<scalar_t, float> ? 0 : feats);
   for (int64_t i = row_begin; i < row_end; ++i) {
-    const int64_t begin = a.rowptr[i], end = a.rowptr[i + 1];
-    for_each_tile(0, s.feats, [&](auto tile, int64_t f0, int64_t width) {
-      sddmm_tile<decltype(tile)::value>(a, dense + i * s.feats, s, begin, end, f0, width, out);
-    });
+    const float* lhs;
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      lhs = dense + i * feats;
+    } else {
+      for (int64_t f = 0; f < feats; ++f) row_buffer[f] = static_cast<float>(dense[i * feats + f]);
+      lhs = row_buffer.data();
+    }
+    for (int64_t e = a.rowptr[i]; e < a.rowptr[i + 1]; ++e) out[e] = dot(lhs, s.row(a.col[e]), feats);
   }
 }
 
@@ -285,14 +294,21 @@ void check_csr(const char* op, const at::Tensor& rowptr, const at::Tensor& col) 
               "; move them to the CPU");
 }
 
-// rowptr[0] == 0, non-decreasing, rowptr[-1] == nnz: makes every row range safe to read.
+// rowptr[0] == 0, non-decreasing, rowptr[-1] == nnz: makes every row range
+// safe to read. Returns the largest row length.
 template <typename index_t>
-void check_rowptr(const char* op, const index_t* rowptr, int64_t num_rows, int64_t nnz) {
+int64_t check_rowptr(const char* op, const index_t* rowptr, int64_t num_rows, int64_t nnz) {
   bool ok = rowptr[0] == 0 && static_cast<int64_t>(rowptr[num_rows]) == nnz;
-  for (int64_t i = 0; ok && i < num_rows; ++i) ok = rowptr[i] <= rowptr[i + 1];
+  int64_t longest = 0;
+  for (int64_t i = 0; ok && i < num_rows; ++i) {
+    const int64_t length = static_cast<int64_t>(rowptr[i + 1]) - static_cast<int64_t>(rowptr[i]);
+    ok = length >= 0;
+    longest = std::max(longest, length);
+  }
   TORCH_CHECK(ok, op, " expects rowptr to start at 0, never decrease and end at col.numel() = ",
               nnz, " (got rowptr[-1] = ", static_cast<int64_t>(rowptr[num_rows]),
               "); build the CSR with pyg_dist.ops.to_csr");
+  return longest;
 }
 
 void check_sources(const char* op, const at::Tensor& x, const std::optional<at::Tensor>& x_halo) {
@@ -367,7 +383,10 @@ std::tuple<at::Tensor, at::Tensor> spmm_forward_cpu(const at::Tensor& rowptr_in,
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), op, [&] {
     AT_DISPATCH_INDEX_TYPES(rowptr.scalar_type(), op, [&] {
       const auto a = make_csr<index_t>(rowptr, col, value);
-      check_rowptr(op, a.rowptr, a.num_rows, a.nnz);
+      const int64_t longest = check_rowptr(op, a.rowptr, a.num_rows, a.nnz);
+      TORCH_CHECK(reduce != Reduce::kMax || longest <= std::numeric_limits<int32_t>::max(), op,
+                  " with reduce='max' supports rows of up to 2^31 - 1 entries (got ", longest,
+                  "); split the row, or use reduce='sum'");
       const auto s = make_source<scalar_t>(x, x_halo);
       num_src = s.num_src;
       auto* out_ptr = out.data_ptr<scalar_t>();

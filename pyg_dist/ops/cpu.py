@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import warnings
 from dataclasses import dataclass
@@ -126,7 +127,7 @@ def _why_not_buildable() -> str:
 
     if not cpp_extension.is_ninja_available():
         return "ninja is not installed (pip install ninja)"
-    compiler = os.environ.get("CXX", "cl" if sys.platform == "win32" else "c++")
+    compiler = _compiler()
     if shutil.which(compiler) is None:
         return f"no C++ compiler '{compiler}' on PATH (install one, or set CXX)"
     return ""
@@ -160,8 +161,30 @@ def _compiler_flags(capability: str) -> list[str]:
     vector = capability in ("AVX2", "AVX512")
     if sys.platform == "win32":
         return ["/O2", "/openmp"] + (["/arch:AVX2"] if vector else [])
-    openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []
-    return ["-O3", *openmp] + (["-mavx2", "-mfma", "-mf16c"] if vector else [])
+    flags = ["-O3"]
+    if sys.platform.startswith("linux"):
+        flags.append("-fopenmp")
+    if _is_gcc(_compiler()):
+        # GCC's -O3 unroll-and-jam turns the max kernel's loop nest into a
+        # scalar loop over pairs of entries: 2.2x slower (1M entries, F = 64).
+        flags.append("-fno-loop-unroll-and-jam")
+    return flags + (["-mavx2", "-mfma", "-mf16c"] if vector else [])
+
+
+def _compiler() -> str:
+    """The C++ compiler that ``cpp_extension`` runs."""
+    return os.environ.get("CXX", "cl" if sys.platform == "win32" else "c++")
+
+
+@functools.cache
+def _is_gcc(compiler: str) -> bool:
+    """Whether ``compiler`` is GCC (``c++`` may well be clang)."""
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                                 timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "clang" not in version.lower() and "Free Software Foundation" in version
 
 
 def _linker_flags() -> list[str]:
