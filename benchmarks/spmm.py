@@ -73,7 +73,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--feats", type=int, nargs="+", default=[16, 64, 128, 256])
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per method")
-    parser.add_argument("--budget", type=float, default=3.0,
+    parser.add_argument("--budget", type=float, default=2.0,
                         help="seconds of timed runs after which a slow method stops repeating")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args()
@@ -213,7 +213,8 @@ def compulsory_bytes(graph: Graph, x: Tensor) -> int:
     index = graph.rowptr.numel() * graph.rowptr.element_size()
     index += graph.col.numel() * graph.col.element_size()
     values = graph.weight.numel() * graph.weight.element_size()
-    return index + values + 2 * x.numel() * x.element_size()
+    num_rows = graph.rowptr.numel() - 1
+    return index + values + (x.size(0) + num_rows) * x.size(1) * x.element_size()
 
 
 # ------------------------------------------------------------------- report

@@ -157,7 +157,8 @@ def _compiler_flags(capability: str) -> list[str]:
     """Optimisation flags for the vector unit that torch itself dispatches to
     (the capability is part of the extension's name, so a cache shared by
     machines with different CPUs keeps one build per capability), and OpenMP,
-    without which ``at::parallel_for`` compiles to a serial loop."""
+    without which ``at::parallel_for`` compiles to a serial loop (on Linux and
+    Windows; elsewhere the kernels run on one thread)."""
     vector = capability in ("AVX2", "AVX512")
     if sys.platform == "win32":
         return ["/O2", "/openmp"] + (["/arch:AVX2"] if vector else [])

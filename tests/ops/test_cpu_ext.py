@@ -109,6 +109,27 @@ def test_two_threads_half_precision(dtype):
 
 
 @needs_ext
+def test_max_picks_the_first_entry_among_ties_and_infinities():
+    # row 0: three copies of source 0 (ties); row 1: only -inf; row 2: empty
+    rowptr = torch.tensor([0, 3, 5, 5])
+    col = torch.tensor([0, 0, 0, 1, 1])
+    x = torch.tensor([[1.0, -2.0], [float("-inf"), float("-inf")]], requires_grad=True)
+    out = spmm(rowptr, col, x, reduce="max", backend="cpu")
+    _, arg = torch.ops.pyg_dist.spmm_forward(rowptr, col, None, x.detach(), None, "max")
+    assert arg.tolist() == [[0, 0], [3, 3], [5, 5]]
+    ref = spmm_ref(rowptr, col, x, reduce="max")
+    assert torch.equal(out, ref)
+    grad = torch.autograd.grad(out, x, torch.ones_like(out))[0]
+    assert torch.equal(grad, torch.autograd.grad(ref, x, torch.ones_like(ref))[0])
+
+
+def test_with_cpu_ext_flag_matches_the_loader():
+    from pyg_dist import typing as pyg_dist_typing
+
+    assert pyg_dist_typing.WITH_CPU_EXT is cpu.is_available()
+
+
+@needs_ext
 def test_kernel_errors_name_the_fix():
     rowptr, col = make_graph(10, 10, 30, seed=3)
     x = torch.randn(10, 3)
