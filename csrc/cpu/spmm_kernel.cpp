@@ -203,7 +203,8 @@ void sum_rows(const Csr<index_t>& a, const Source<scalar_t>& s, bool mean, scala
 // Element-wise max of value[e] * s[col[e]] and the first entry attaining it;
 // empty rows give 0 and position nnz. The winner is tracked as an int32 offset
 // into the row, so that the comparison and both selects vectorise in 8 lanes
-// (rows have fewer than 2^31 entries, see check_rowptr).
+// (rows have fewer than 2^31 entries, see check_rowptr); GCC builds this with
+// -fno-loop-unroll-and-jam (see pyg_dist/ops/cpu.py), which keeps it vectorised.
 template <int64_t T, bool Full, typename scalar_t, typename index_t>
 inline void max_tile(const Csr<index_t>& a, const Source<scalar_t>& s, int64_t begin, int64_t end,
                      int64_t f0, int64_t width, scalar_t* __restrict out_row,
@@ -274,7 +275,9 @@ void sddmm_rows(const Csr<index_t>& a, const scalar_t* dense, const Source<scala
       for (int64_t f = 0; f < feats; ++f) row_buffer[f] = static_cast<float>(dense[i * feats + f]);
       lhs = row_buffer.data();
     }
-    for (int64_t e = a.rowptr[i]; e < a.rowptr[i + 1]; ++e) out[e] = dot(lhs, s.row(a.col[e]), feats);
+    for (int64_t e = a.rowptr[i]; e < a.rowptr[i + 1]; ++e) {
+      out[e] = dot(lhs, s.row(a.col[e]), feats);
+    }
   }
 }
 
