@@ -3,7 +3,9 @@
 Each ``WITH_*`` flag is found by trying the feature, not by reading version
 strings. A package that is installed but broken gives a warning, never a crash;
 asking for a feature whose package is missing raises an error naming the
-package to install (:func:`require`).
+package to install (:func:`require`). ``WITH_CPU_EXT`` is resolved on first
+access, since it may compile the C++ kernels (see :mod:`pyg_dist.ops.cpu`);
+importing pyg_dist never does.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ __all__ = [
     "WITH_TORCH_SPARSE",
     "WITH_PYG_LIB",
     "WITH_PYG_LIB_METIS",
+    "WITH_CPU_EXT",
     "TRITON_INTERPRET",
     "require",
 ]
@@ -50,6 +53,18 @@ WITH_TORCH_SPARSE: bool = torch_sparse is not None and hasattr(torch_sparse, "Sp
 pyg_lib = _try_import("pyg_lib")
 WITH_PYG_LIB: bool = pyg_lib is not None
 WITH_PYG_LIB_METIS: bool = WITH_PYG_LIB and hasattr(pyg_lib, "partition")
+
+#: Whether pyg_dist's C++ CPU kernels are built and loaded (resolved lazily).
+WITH_CPU_EXT: bool
+
+
+def __getattr__(name: str) -> bool:
+    if name == "WITH_CPU_EXT":
+        from pyg_dist.ops import cpu
+
+        return cpu.is_available()
+    raise AttributeError(f"module '{__name__}' has no attribute '{name}'")
+
 
 _INSTALL_HINT = {
     "pymetis": "pip install pymetis",

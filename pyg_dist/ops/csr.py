@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["to_csr", "csr_row", "csr_transpose", "cached"]
+__all__ = ["to_csr", "csr_row", "csr_transpose", "csr_transpose_values", "cached"]
 
 # id(col) -> (weak reference to col, {key: (col._version, value)}). An entry
 # lives as long as the graph's own 'col' tensor does. (Tensors compare
@@ -90,3 +90,13 @@ def csr_transpose(rowptr: Tensor, col: Tensor, num_cols: int) -> tuple[Tensor, T
         return colptr, row[perm], perm
 
     return cached(col, ("transpose", rowptr.numel(), num_cols), build)
+
+
+def csr_transpose_values(value: Tensor, perm: Tensor) -> Tensor:
+    """``value[perm]``: the values of the transpose built by :func:`csr_transpose`,
+    cached for the lifetime of ``value`` (and rebuilt if it is modified in
+    place), so that a backward pass over fixed edge weights gathers them once."""
+    entry = cached(value, ("transpose_values", id(perm)), lambda: (weakref.ref(perm), value[perm]))
+    if entry[0]() is not perm:  # the id of a freed 'perm' was reused
+        return value[perm]
+    return entry[1]

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.ops import backends
-from pyg_dist.ops.csr import csr_row, csr_transpose
+from pyg_dist.ops.csr import csr_row, csr_transpose, csr_transpose_values
 from pyg_dist.ops.spmm_ref import check_spmm_args
 
 __all__ = ["spmm"]
@@ -117,7 +117,7 @@ class _SpMM(torch.autograd.Function):
             if need_x or need_halo:
                 num_src = ctx.num_owned + (0 if x_halo is None else x_halo.size(0))
                 colptr, row_t, perm = csr_transpose(rowptr, col, num_src)
-                value_t = None if value is None else value[perm]
+                value_t = None if value is None else csr_transpose_values(value, perm)
                 grad_src, _ = ctx.kernels.spmm_forward(
                     colptr, row_t, value_t, grad_out, None, "sum"
                 )

@@ -1,0 +1,207 @@
+"""The C++ CPU kernels: built, picked by default, equal to the reference with
+several threads, and a fallback that warns once when they are missing."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from tolerances import TOL, assert_close
+
+from pyg_dist.ops import backends, cpu, spmm, spmm_ref, to_csr
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+needs_ext = pytest.mark.skipif(
+    not cpu.is_available(), reason=f"C++ extension unavailable: {cpu.unavailable_reason()}"
+)
+
+
+def make_graph(num_rows, num_src, nnz, seed, hub=0):
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randint(1, num_rows - 1, (nnz,), generator=g)  # rows 0 and M-1 empty ...
+    source = torch.randint(0, num_src, (nnz,), generator=g)
+    target = torch.cat([target, torch.zeros(hub, dtype=torch.long)])  # ... unless row 0 is a hub
+    source = torch.cat([source, torch.randint(0, num_src, (hub,), generator=g)])
+    return to_csr(torch.stack([source, target]), num_rows)[:2]
+
+
+def run_spmm(fn, rowptr, col, x, xh, value, reduce, grad):
+    inputs = [x, xh, value]
+    out = fn(rowptr, col, x, value, reduce, xh)
+    return (out, *torch.autograd.grad(out, inputs, grad))
+
+
+def test_extension_builds_where_a_compiler_is():
+    reason = cpu._why_not_buildable()
+    if reason:
+        pytest.skip(f"nothing to build with: {reason}")
+    assert cpu.is_available(), cpu.unavailable_reason()
+    assert cpu.unavailable_reason() == ""
+    assert cpu.source_dir() is not None
+
+
+@needs_ext
+def test_default_backend_for_cpu_tensors_is_the_extension():
+    rowptr, col = make_graph(20, 20, 60, seed=0)
+    x = torch.randn(20, 4)
+    assert backends.resolve(None, x).name == "cpu"
+    assert backends.available_backends("cpu")[0] == "cpu"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = spmm(rowptr, col, x)
+    assert any(event.name == "pyg_dist::spmm_forward" for event in prof.events())
+    assert_close(out, spmm_ref(rowptr, col, x))
+
+
+@needs_ext
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("feats", [33, 130])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_two_threads_match_ref_and_one_thread(reduce, feats, index_dtype):
+    # (entries + rows) * F is well above the kernels' grain, so the rows are
+    # split into many tasks; row 0 is a hub of 3000 entries.
+    rowptr, col = make_graph(2000, 3000, 30000, seed=feats, hub=3000)
+    rowptr, col = rowptr.to(index_dtype), col.to(index_dtype)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2400, feats, generator=g).requires_grad_()
+    xh = torch.randn(600, feats, generator=g).requires_grad_()
+    value = torch.rand(col.numel(), generator=g).requires_grad_()
+    grad = torch.randn(2000, feats, generator=g)
+
+    def ours(*args):
+        return spmm(*args, backend="cpu")
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        two = run_spmm(ours, rowptr, col, x, xh, value, reduce, grad)
+        torch.set_num_threads(1)
+        one = run_spmm(ours, rowptr, col, x, xh, value, reduce, grad)
+    finally:
+        torch.set_num_threads(threads)
+    ref = run_spmm(spmm_ref, rowptr, col, x, xh, value, reduce, grad)
+    for name, a, b, c in zip(("out", "grad_x", "grad_halo", "grad_value"), two, ref, one):
+        assert_close(a, b, torch.float32, f"{reduce}/F={feats} {name}")
+        assert torch.equal(a, c), f"{reduce}/F={feats} {name} depends on the thread count"
+
+
+@needs_ext
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_two_threads_half_precision(dtype):
+    rowptr, col = make_graph(1000, 1000, 20000, seed=7, hub=2000)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1000, 72, generator=g).to(dtype).requires_grad_()
+    value = torch.rand(col.numel(), generator=g).to(dtype)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        out = spmm(rowptr, col, x, value, backend="cpu")
+        (grad_x,) = torch.autograd.grad(out, [x], torch.ones_like(out))
+    finally:
+        torch.set_num_threads(threads)
+    ref = spmm_ref(rowptr, col, x, value)
+    (ref_grad_x,) = torch.autograd.grad(ref, [x], torch.ones_like(ref))
+    assert out.dtype == dtype and grad_x.dtype == dtype
+    assert_close(out, ref, dtype, "out")
+    assert_close(grad_x, ref_grad_x, dtype, "grad_x")
+    assert dtype in TOL
+
+
+@needs_ext
+def test_max_picks_the_first_entry_among_ties_and_infinities():
+    # row 0: three copies of source 0 (ties); row 1: only -inf; row 2: empty
+    rowptr = torch.tensor([0, 3, 5, 5])
+    col = torch.tensor([0, 0, 0, 1, 1])
+    x = torch.tensor([[1.0, -2.0], [float("-inf"), float("-inf")]], requires_grad=True)
+    out = spmm(rowptr, col, x, reduce="max", backend="cpu")
+    _, arg = torch.ops.pyg_dist.spmm_forward(rowptr, col, None, x.detach(), None, "max")
+    assert arg.tolist() == [[0, 0], [3, 3], [5, 5]]
+    ref = spmm_ref(rowptr, col, x, reduce="max")
+    assert torch.equal(out, ref)
+    grad = torch.autograd.grad(out, x, torch.ones_like(out))[0]
+    assert torch.equal(grad, torch.autograd.grad(ref, x, torch.ones_like(ref))[0])
+
+
+def test_with_cpu_ext_flag_matches_the_loader():
+    from pyg_dist import typing as pyg_dist_typing
+
+    assert pyg_dist_typing.WITH_CPU_EXT is cpu.is_available()
+
+
+@needs_ext
+def test_kernel_errors_name_the_fix():
+    rowptr, col = make_graph(10, 10, 30, seed=3)
+    x = torch.randn(10, 3)
+    with pytest.raises(RuntimeError, match=r"column index outside \[0, 10\)"):
+        spmm(rowptr, torch.full_like(col, 10), x, backend="cpu")
+    with pytest.raises(RuntimeError, match="int32 or int64"):
+        torch.ops.pyg_dist.spmm_forward(rowptr.int(), col, None, x, None, "sum")
+    with pytest.raises(RuntimeError, match="to_csr"):
+        torch.ops.pyg_dist.spmm_forward(rowptr.flip(0), col, None, x, None, "sum")
+    with pytest.raises(RuntimeError, match="use one of sum, mean, max"):
+        torch.ops.pyg_dist.spmm_forward(rowptr, col, None, x, None, "min")
+
+
+FALLBACK_SCRIPT = textwrap.dedent(
+    """
+    import json, warnings
+    import torch
+    warnings.simplefilter("always")
+    with warnings.catch_warnings(record=True) as caught:
+        from pyg_dist.ops import available_backends, spmm, spmm_ref, to_csr
+        ei = torch.randint(0, 30, (2, 200), generator=torch.Generator().manual_seed(0))
+        rowptr, col, _ = to_csr(ei, 30)
+        x = torch.randn(30, 5, requires_grad=True)
+        errs = []
+        for reduce in ("sum", "mean", "max"):
+            out = spmm(rowptr, col, x, reduce=reduce)
+            ref = spmm_ref(rowptr, col, x, reduce=reduce)
+            errs.append((out - ref).abs().max().item())
+            errs.append((torch.autograd.grad(out.sum(), x)[0]
+                         - torch.autograd.grad(ref.sum(), x)[0]).abs().max().item())
+        names = available_backends("cpu")
+        try:
+            spmm(rowptr, col, x, backend="cpu")
+            forced = ""
+        except RuntimeError as exc:
+            forced = str(exc)
+    ours = [str(w.message) for w in caught if "C++ CPU kernels" in str(w.message)]
+    print(json.dumps({"warnings": ours, "errs": errs, "backends": names, "forced": forced}))
+    """
+)
+
+
+def run_fallback(tmp_path, **env):
+    environ = {key: value for key, value in os.environ.items() if key != cpu.DISABLE_ENV}
+    environ.update(PYTHONPATH=REPO, TORCH_EXTENSIONS_DIR=str(tmp_path), **env)
+    proc = subprocess.run([sys.executable, "-c", FALLBACK_SCRIPT], env=environ, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("env,reason", [
+    ({cpu.DISABLE_ENV: "1"}, "disabled by PYG_DIST_DISABLE_CPU_EXT=1"),
+    ({"CXX": "/nonexistent/c++"}, "no C++ compiler '/nonexistent/c++'"),
+])
+def test_fallback_warns_once_and_stays_correct(tmp_path, env, reason):
+    result = run_fallback(tmp_path, **env)
+    assert len(result["warnings"]) == 1, result["warnings"]
+    assert reason in result["warnings"][0]
+    assert max(result["errs"]) < 1e-5
+    assert result["backends"] == ["torch"]
+    assert reason in result["forced"] and "backend='torch'" in result["forced"]
+
+
+def test_failed_build_warns_with_the_compiler_output(tmp_path):
+    compiler = tmp_path / "broken-c++"
+    compiler.write_text("#!/bin/sh\necho 'broken-c++: this compiler always fails' >&2\nexit 1\n")
+    compiler.chmod(0o755)
+    reason = cpu._why_not_buildable() or ("needs a POSIX shell" if sys.platform == "win32" else "")
+    if reason:
+        pytest.skip(f"nothing to build with: {reason}")
+    result = run_fallback(tmp_path, CXX=str(compiler))
+    assert len(result["warnings"]) == 1, result["warnings"]
+    assert "the build failed" in result["warnings"][0]
+    assert max(result["errs"]) < 1e-5
