@@ -55,6 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--epochs", type=int, default=200)
     train.add_argument("--lr", type=float, default=0.01)
     train.add_argument("--weight-decay", type=float, default=5e-4)
+    train.add_argument("--halo", default="exact", metavar="POLICY",
+                       help="halo policy: exact | cached | stale:K | pipelined[:SMOOTHING] | "
+                            "adaptive:TOL | sampled:P | isolated (default: exact)")
+    train.add_argument("--compress", default=None, choices=["fp16", "bf16", "int8"],
+                       help="compress halo messages")
+    train.add_argument("--no-input-cache", action="store_true",
+                       help="exchange static inputs (layer 0's features) every step too")
+    train.add_argument("--checkpoint", default=None, metavar="DIR",
+                       help="folder for checkpoints")
+    train.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                       help="write a checkpoint every N epochs")
+    train.add_argument("--resume", action="store_true",
+                       help="continue from the last checkpoint in --checkpoint")
     train.add_argument("--log-every", type=int, default=0,
                        help="print the epoch's ledger totals every N epochs (0: never)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -103,7 +116,11 @@ def _meta_summary(meta: Any) -> dict[str, Any]:
 
 def _train_command(args: argparse.Namespace) -> int:
     import pyg_dist
+    from pyg_dist.halo import parse_policy
 
+    parse_policy(args.halo, args.compress)  # a bad spec fails here, before any rank starts
+    if (args.resume or args.checkpoint_every) and not args.checkpoint:
+        raise SystemExit("--resume and --checkpoint-every need --checkpoint DIR")
     start = time.perf_counter()
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     config = vars(args).copy()
@@ -152,10 +169,12 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
     import torch.distributed as dist
 
     import pyg_dist
+    from pyg_dist.halo import parse_policy
     from pyg_dist.models import GNN
     from pyg_dist.train import train
 
-    data = pyg_dist.DistData.load(config["parts_dir"])
+    policy = parse_policy(config["halo"], config["compress"], not config["no_input_cache"])
+    data = pyg_dist.DistData.load(config["parts_dir"], halo=policy)
     torch.manual_seed(config["seed"])
     num_classes = _num_classes(data)
     model = GNN(config["model"], data.x.size(1), config["hidden"], num_classes,
@@ -167,12 +186,14 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
         if log_every and stats.epoch % log_every == 0 and dist.get_rank() == 0:
             print(f"epoch {stats.epoch:4d}  loss {stats.loss:.4f}  val {stats.val_acc:.4f}  "
                   f"test {stats.test_acc:.4f}  halo fwd {stats.halo_bytes_fwd / 1e6:.3f} MB  "
-                  f"bwd {stats.halo_bytes_bwd / 1e6:.3f} MB  comm {stats.comm_seconds:.3f} s",
+                  f"bwd {stats.halo_bytes_bwd / 1e6:.3f} MB  eval "
+                  f"{stats.halo_bytes_eval / 1e6:.3f} MB  comm {stats.comm_seconds:.3f} s",
                   file=sys.stderr, flush=True)
 
     result = train(model, data, epochs=config["epochs"], lr=config["lr"],
                    weight_decay=config["weight_decay"], progress=not config["no_progress"],
-                   callback=log)
+                   callback=log, checkpoint=config["checkpoint"],
+                   checkpoint_every=config["checkpoint_every"], resume=config["resume"])
     if dist.get_rank() != 0:
         return None
     return {
@@ -183,7 +204,9 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
         "model": config["model"],
         "layers": config["layers"],
         "hidden": config["hidden"],
-        "halo": "exact",
+        "halo": policy.spec(),
+        "compress": config["compress"],
+        "input_cache": not config["no_input_cache"],
     }
 
 

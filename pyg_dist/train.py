@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -12,6 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pyg_dist.checkpoint import load_checkpoint, save_checkpoint
 from pyg_dist.distributed import rank as get_rank
 
 __all__ = ["train", "evaluate", "TrainResult", "EpochStats", "sync_parameters",
@@ -24,9 +26,11 @@ MASKS = ("train_mask", "val_mask", "test_mask")
 class EpochStats:
     """One epoch, identical on every rank (all quantities are global).
 
-    ``halo_bytes_fwd`` / ``halo_bytes_bwd`` sum the bytes all ranks sent over
-    the epoch (training step and evaluation); ``comm_seconds`` is the time the
-    average rank spent communicating halo rows.
+    ``halo_bytes_fwd`` / ``halo_bytes_bwd`` are the bytes all ranks sent in
+    the training step (halo rows, halo gradients) under the layers' policies;
+    ``halo_bytes_eval`` those of the (exact) evaluation. ``comm_seconds`` is
+    the time the average rank was blocked on halo exchanges, ``overlapped_seconds``
+    the time exchanges travelled while it computed (pipelining).
     """
 
     epoch: int
@@ -36,7 +40,9 @@ class EpochStats:
     test_acc: float
     halo_bytes_fwd: int
     halo_bytes_bwd: int
+    halo_bytes_eval: int
     comm_seconds: float
+    overlapped_seconds: float
     seconds: float
 
 
@@ -55,32 +61,29 @@ class TrainResult:
     def epochs(self) -> int:
         return len(self.history)
 
+    def total(self, key: str) -> float:
+        return sum(getattr(e, key) for e in self.history)
+
     @property
     def halo_bytes(self) -> int:
-        return sum(e.halo_bytes_fwd + e.halo_bytes_bwd for e in self.history)
-
-    @property
-    def halo_bytes_fwd(self) -> int:
-        return sum(e.halo_bytes_fwd for e in self.history)
-
-    @property
-    def halo_bytes_bwd(self) -> int:
-        return sum(e.halo_bytes_bwd for e in self.history)
-
-    @property
-    def comm_seconds(self) -> float:
-        return sum(e.comm_seconds for e in self.history)
+        """Everything all ranks sent: training (both directions) and evaluation."""
+        return int(self.total("halo_bytes_fwd") + self.total("halo_bytes_bwd")
+                   + self.total("halo_bytes_eval"))
 
     def summary(self) -> dict[str, Any]:
+        comm, overlapped = self.total("comm_seconds"), self.total("overlapped_seconds")
         return {
             "test_acc": self.test_acc,
             "val_acc": self.val_acc,
             "best_epoch": self.best_epoch,
             "epochs": self.epochs,
             "halo_bytes": self.halo_bytes,
-            "halo_bytes_fwd": self.halo_bytes_fwd,
-            "halo_bytes_bwd": self.halo_bytes_bwd,
-            "comm_seconds": round(self.comm_seconds, 4),
+            "halo_bytes_fwd": int(self.total("halo_bytes_fwd")),
+            "halo_bytes_bwd": int(self.total("halo_bytes_bwd")),
+            "halo_bytes_eval": int(self.total("halo_bytes_eval")),
+            "comm_seconds": round(comm, 4),
+            "overlap_fraction": round(overlapped / (comm + overlapped), 4)
+            if comm + overlapped > 0 else 0.0,
             "seconds": round(self.seconds, 3),
         }
 
@@ -97,23 +100,27 @@ def train(
     optimizer: torch.optim.Optimizer | None = None,
     progress: bool = True,
     callback: Callable[[EpochStats], None] | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 0,
+    resume: bool = False,
 ) -> TrainResult:
     r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` (or a
     plain PyG ``Data`` in one process).
 
     Each step computes the loss averaged over the training nodes of *all* ranks
     (each rank sums over its own and divides by the global count) and sums
-    parameter gradients across ranks, so a step equals the single-process step
-    on the whole graph. Parameters start from rank 0's values. After each step
-    the model is evaluated; accuracies are global. The returned ``test_acc`` is
-    taken at the epoch of best validation accuracy. Rank 0 shows a tqdm bar.
+    parameter gradients across ranks, so with exact halos a step equals the
+    single-process step on the whole graph. Parameters start from rank 0's
+    values. After each step the model is evaluated (exactly, whatever the halo
+    policy); accuracies are global. The returned ``test_acc`` is taken at the
+    epoch of best validation accuracy. Rank 0 shows a tqdm bar.
 
     Args:
         model (torch.nn.Module): Called as ``model(data.x, data.edge_index)``;
             returns class logits for the owned nodes.
         data: Needs ``x``, ``y``, ``edge_index`` and ``train_mask`` (``val_mask``
             and ``test_mask`` if present).
-        epochs (int, optional): Optimisation steps. (default: :obj:`200`)
+        epochs (int, optional): Optimisation steps in all. (default: :obj:`200`)
         lr (float, optional): Adam learning rate. (default: :obj:`0.01`)
         weight_decay (float, optional): Adam weight decay. (default: :obj:`5e-4`)
         optimizer (torch.optim.Optimizer, optional): Replaces the default Adam.
@@ -121,15 +128,29 @@ def train(
         progress (bool, optional): Show progress on rank 0. (default: :obj:`True`)
         callback (callable, optional): Called with every :class:`EpochStats`.
             (default: :obj:`None`)
+        checkpoint (str, optional): Folder for checkpoints (see
+            :mod:`pyg_dist.checkpoint`). (default: :obj:`None`)
+        checkpoint_every (int, optional): Write a checkpoint every this many
+            epochs (0: never). (default: :obj:`0`)
+        resume (bool, optional): Continue from the last checkpoint in
+            ``checkpoint``: model, optimizer, halo caches and policy state, RNG
+            state, ledger and history; deterministic policies then end with the
+            weights of an uninterrupted run. (default: :obj:`False`)
     """
     _check_data(data)
     sync_parameters(model)
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    if (resume or checkpoint_every) and checkpoint is None:
+        raise ValueError("'train' needs checkpoint=<folder> to write or resume checkpoints")
     ledger = getattr(data, "ledger", None)
-    result = TrainResult()
-    bar = _progress(epochs) if progress and get_rank() == 0 else None
-    start = time.perf_counter()
-    for epoch in range(1, epochs + 1):
+    result, first = TrainResult(), 1
+    if resume:
+        done, extra = load_checkpoint(checkpoint, model, optimizer, data)  # type: ignore[arg-type]
+        result = _result_from(extra)
+        first = done + 1
+    bar = _progress(epochs, first - 1) if progress and get_rank() == 0 else None
+    start = time.perf_counter() - result.seconds
+    for epoch in range(first, epochs + 1):
         epoch_start = time.perf_counter()
         step = ledger.step if ledger is not None else 0
         loss = train_step(model, data, optimizer)
@@ -137,12 +158,16 @@ def train(
         traffic = _ledger_totals(ledger, step)
         if ledger is not None:
             ledger.next_step()
-        stats = EpochStats(epoch, loss, *accs, int(traffic[0]), int(traffic[1]), traffic[2],
-                           time.perf_counter() - epoch_start)
+        stats = EpochStats(epoch, loss, accs[0], accs[1], accs[2], traffic[0], traffic[1],
+                           traffic[2], traffic[3], traffic[4], time.perf_counter() - epoch_start)
         result.history.append(stats)
         if stats.val_acc > result.val_acc or epoch == 1:
             result.best_epoch = epoch
             result.val_acc, result.test_acc = stats.val_acc, stats.test_acc
+        result.seconds = time.perf_counter() - start
+        if checkpoint_every and epoch % checkpoint_every == 0:
+            save_checkpoint(checkpoint, epoch, model, optimizer, data,  # type: ignore[arg-type]
+                            extra=_result_state(result))
         if bar is not None:
             bar.set_postfix(loss=f"{loss:.4f}", val=f"{stats.val_acc:.3f}",
                             test=f"{stats.test_acc:.3f}", halo_MB=f"{result.halo_bytes / 1e6:.1f}")
@@ -151,8 +176,20 @@ def train(
             callback(stats)
     if bar is not None:
         bar.close()
-    result.seconds = time.perf_counter() - start
+    if hasattr(getattr(data, "edge_index", None), "flush"):
+        data.edge_index.flush()
     return result
+
+
+def _result_state(result: TrainResult) -> dict[str, Any]:
+    return {"history": [asdict(e) for e in result.history], "best_epoch": result.best_epoch,
+            "val_acc": result.val_acc, "test_acc": result.test_acc, "seconds": result.seconds}
+
+
+def _result_from(state: dict[str, Any]) -> TrainResult:
+    return TrainResult([EpochStats(**e) for e in state.get("history", [])],
+                       state.get("best_epoch", 0), state.get("val_acc", 0.0),
+                       state.get("test_acc", 0.0), state.get("seconds", 0.0))
 
 
 def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer) -> float:
@@ -243,23 +280,23 @@ def _keys(data: Any) -> list[str]:
     return list(keys)
 
 
-def _ledger_totals(ledger: Any, step: int) -> tuple[float, float, float]:
-    """Bytes sent forward and backward in ``step``, summed over ranks, and the
-    communication seconds of the average rank."""
+def _ledger_totals(ledger: Any, step: int) -> tuple[int, int, int, float, float]:
+    """Bytes sent forward, backward and in evaluation in ``step``, summed over
+    ranks; blocked and overlapped communication seconds of the average rank."""
     if ledger is None:
-        return 0.0, 0.0, 0.0
+        return 0, 0, 0, 0.0, 0.0
     totals = ledger.totals(step)
-    stats = torch.tensor([totals["bytes_fwd"], totals["bytes_bwd"], totals.get("seconds", 0.0)],
-                         dtype=torch.float64)
+    keys = ("bytes_fwd", "bytes_bwd", "bytes_eval", "seconds", "overlapped")
+    stats = torch.tensor([float(totals.get(k, 0.0)) for k in keys], dtype=torch.float64)
     if dist.is_initialized() and dist.get_world_size() > 1:
         if dist.get_backend() == "nccl":
             stats = stats.cuda()
         dist.all_reduce(stats)
-        stats[2] /= dist.get_world_size()
-    return float(stats[0]), float(stats[1]), float(stats[2])
+        stats[3:] /= dist.get_world_size()
+    return int(stats[0]), int(stats[1]), int(stats[2]), float(stats[3]), float(stats[4])
 
 
-def _progress(total: int) -> Any:
+def _progress(total: int, done: int) -> Any:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="train", unit="epoch", dynamic_ncols=True)
+    return tqdm(total=total, initial=done, desc="train", unit="epoch", dynamic_ncols=True)

@@ -36,7 +36,8 @@ def test_train_command_spawns_ranks_and_ends_with_json(tmp_path):
     result = last_json(out.stdout)
     assert KEYS <= set(result)
     assert result["epochs"] == 4 and result["parts"] == 2 and result["model"] == "sage"
-    assert result["halo_bytes"] == result["halo_bytes_fwd"] + result["halo_bytes_bwd"] > 0
+    assert result["halo_bytes"] == (result["halo_bytes_fwd"] + result["halo_bytes_bwd"]
+                                    + result["halo_bytes_eval"]) > 0
     assert 0.0 <= result["test_acc"] <= 1.0
     assert "epoch    2" in out.stderr and "halo fwd" in out.stderr
 

@@ -33,7 +33,7 @@ from pyg_dist.halo.isolated import Isolated
 from pyg_dist.halo.ledger import Ledger, LedgerEntry
 from pyg_dist.halo.pipelined import Pipelined
 from pyg_dist.halo.plan import HaloPlan
-from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, InputTracker
+from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, InputTracker, fingerprint
 from pyg_dist.halo.sampled import Sampled
 from pyg_dist.halo.spec import SPECS, parse_policy
 from pyg_dist.halo.stale import Stale
@@ -92,10 +92,15 @@ class LayerHalo:
 
     def is_static(self, x: Tensor) -> bool:
         """Whether ``x`` is the unchanged, grad-free input of this layer's
-        previous call and the policy caches such inputs."""
-        static = self.tracker.is_static(self.key, x) and self.policy.cache_inputs
+        previous call (or, right after a restart, has the content of the input
+        whose halo the restored state caches) and the policy caches such inputs."""
+        seen = self.tracker.is_static(self.key, x)
+        if seen is None and "static_fingerprint" in self.state:
+            seen = self.state["static_fingerprint"] == fingerprint(x)
+        static = bool(seen) and self.policy.cache_inputs
         if not static:
             self.state.pop("static_halo", None)
+            self.state.pop("static_fingerprint", None)
         return static
 
     def fetch(self, x: Tensor, static: bool = False) -> HaloRows:

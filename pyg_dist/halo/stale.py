@@ -37,11 +37,12 @@ class Stale(HaloPolicy):
 
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         state = ctx.state
-        cached = state.get("halo")
-        age = ctx.step - state["refreshed_at"] if cached is not None else None
-        if age is not None and age < self.every and cached.shape[1:] == x.shape[1:]:
-            ctx.skip(staleness=age)
-            return HaloRows(cached)
+        cached: Tensor | None = state.get("halo")
+        if cached is not None and cached.shape[1:] == x.shape[1:]:
+            age = ctx.step - state["refreshed_at"]
+            if age < self.every:
+                ctx.skip(staleness=age)
+                return HaloRows(cached)
         rows = exchange_halo(x, ctx.channel, ctx.layer, self.codec, ctx.direction)
         state.update(halo=rows.detach(), refreshed_at=ctx.step)
         return HaloRows(rows)

@@ -38,14 +38,15 @@ def _triton_kernels() -> Any:
 
 
 def available_backends(device_type: str = "cpu") -> list[str]:
-    """Names of the backends that can run on ``device_type`` here."""
+    """Names of the backends that can run on ``device_type`` here, the one
+    ``backend=None`` picks first (Triton runs CPU tensors only when interpreted)."""
     names = []
+    if device_type == "cpu" and _cpu_kernels() is not None:
+        names.append("cpu")
     if _triton_kernels() is not None and (
         device_type == "cuda" or pyg_dist_typing.TRITON_INTERPRET
     ):
         names.append("triton")
-    if device_type == "cpu" and _cpu_kernels() is not None:
-        names.append("cpu")
     names.append("torch")
     return names
 

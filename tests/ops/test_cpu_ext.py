@@ -173,7 +173,8 @@ FALLBACK_SCRIPT = textwrap.dedent(
 
 
 def run_fallback(tmp_path, **env):
-    environ = {key: value for key, value in os.environ.items() if key != cpu.DISABLE_ENV}
+    environ = {key: value for key, value in os.environ.items()
+               if key not in (cpu.DISABLE_ENV, "TRITON_INTERPRET")}
     environ.update(PYTHONPATH=REPO, TORCH_EXTENSIONS_DIR=str(tmp_path), **env)
     proc = subprocess.run([sys.executable, "-c", FALLBACK_SCRIPT], env=environ, cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
