@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write a checkpoint every N epochs")
     train.add_argument("--resume", action="store_true",
                        help="continue from the last checkpoint in --checkpoint")
+    train.add_argument("--eval-every", type=int, default=1, metavar="N",
+                       help="evaluate every N epochs (evaluation is exact and costs traffic)")
     train.add_argument("--log-every", type=int, default=0,
                        help="print the epoch's ledger totals every N epochs (0: never)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -126,7 +128,10 @@ def _train_command(args: argparse.Namespace) -> int:
     config = vars(args).copy()
     if under_torchrun:
         pyg_dist.init()
-        result = _train_joined(config)
+        try:
+            result = _train_joined(config)
+        finally:
+            pyg_dist.shutdown()  # a group left for interpreter exit can abort the process
     else:
         with tempfile.TemporaryDirectory(prefix="pyg_dist-parts-") as tmp:
             parts_dir = args.parts_dir or str(Path(tmp) / "parts")
@@ -193,7 +198,8 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
     result = train(model, data, epochs=config["epochs"], lr=config["lr"],
                    weight_decay=config["weight_decay"], progress=not config["no_progress"],
                    callback=log, checkpoint=config["checkpoint"],
-                   checkpoint_every=config["checkpoint_every"], resume=config["resume"])
+                   checkpoint_every=config["checkpoint_every"], resume=config["resume"],
+                   eval_every=config["eval_every"])
     if dist.get_rank() != 0:
         return None
     return {

@@ -103,6 +103,7 @@ def train(
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 0,
     resume: bool = False,
+    eval_every: int = 1,
 ) -> TrainResult:
     r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` (or a
     plain PyG ``Data`` in one process).
@@ -136,6 +137,9 @@ def train(
             ``checkpoint``: model, optimizer, halo caches and policy state, RNG
             state, ledger and history; deterministic policies then end with the
             weights of an uninterrupted run. (default: :obj:`False`)
+        eval_every (int, optional): Evaluate every this many epochs (and after
+            the last); epochs in between repeat the last accuracies and are not
+            candidates for the best epoch. (default: :obj:`1`)
     """
     _check_data(data)
     sync_parameters(model)
@@ -150,18 +154,21 @@ def train(
         first = done + 1
     bar = _progress(epochs, first - 1) if progress and get_rank() == 0 else None
     start = time.perf_counter() - result.seconds
+    accs = _last_accuracies(result)
     for epoch in range(first, epochs + 1):
         epoch_start = time.perf_counter()
         step = ledger.step if ledger is not None else 0
         loss = train_step(model, data, optimizer)
-        accs = evaluate(model, data)
+        evaluated = eval_every <= 1 or epoch % eval_every == 0 or epoch == epochs
+        if evaluated:
+            accs = evaluate(model, data)
         traffic = _ledger_totals(ledger, step)
         if ledger is not None:
             ledger.next_step()
         stats = EpochStats(epoch, loss, accs[0], accs[1], accs[2], traffic[0], traffic[1],
                            traffic[2], traffic[3], traffic[4], time.perf_counter() - epoch_start)
         result.history.append(stats)
-        if stats.val_acc > result.val_acc or epoch == 1:
+        if evaluated and (stats.val_acc > result.val_acc or result.best_epoch == 0):
             result.best_epoch = epoch
             result.val_acc, result.test_acc = stats.val_acc, stats.test_acc
         result.seconds = time.perf_counter() - start
@@ -179,6 +186,13 @@ def train(
     if hasattr(getattr(data, "edge_index", None), "flush"):
         data.edge_index.flush()
     return result
+
+
+def _last_accuracies(result: TrainResult) -> tuple[float, float, float]:
+    if not result.history:
+        return float("nan"), float("nan"), float("nan")
+    last = result.history[-1]
+    return last.train_acc, last.val_acc, last.test_acc
 
 
 def _result_state(result: TrainResult) -> dict[str, Any]:

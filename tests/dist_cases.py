@@ -8,6 +8,7 @@ from torch_geometric.nn.models import GCN, GraphSAGE
 
 import pyg_dist
 from pyg_dist.nn import DistGCNConv, DistSAGEConv, to_distributed
+from pyg_dist.ops import default_backend
 
 SINGLE = {"gcn": (GCNConv, DistGCNConv), "sage": (SAGEConv, DistSAGEConv)}
 MODELS = {"gcn2": GCN, "sage2": GraphSAGE}
@@ -110,8 +111,9 @@ def run_cases(dirs, cases):
         x, upstream = inputs(case, data)
         x = (data.x if x is None else x[data.global_id]).clone().requires_grad_(case["x_grad"])
         weight = data.edge_weight if case["weights"] else None
-        out = call(module, case, x, data.edge_index, weight)
-        (out * upstream[data.global_id]).sum().backward()
+        with default_backend(case.get("backend")):
+            out = call(module, case, x, data.edge_index, weight)
+            (out * upstream[data.global_id]).sum().backward()
         grads = {}
         for name, p in module.named_parameters():
             grad = p.grad.clone()

@@ -48,7 +48,8 @@ class Route:
 @dataclass
 class Transfer:
     """An exchange in flight; :meth:`wait` returns the decoded rows and books
-    the time this rank was blocked and the time the transfer overlapped compute."""
+    the time this rank was blocked waiting and the time the transfer travelled
+    while the rank did other work (between issuing and waiting)."""
 
     pending: PendingRows
     channel: HaloChannel
@@ -58,7 +59,6 @@ class Transfer:
     dtype: torch.dtype
     codec: Codec | None
     issued: float
-    seconds: float
 
     def wait(self) -> Tensor:
         start = time.perf_counter()
@@ -111,9 +111,9 @@ class HaloChannel:
                          else codec.row_bytes(num_feats))
             self.ledger.record(layer, direction, bytes_sent=sum(send_counts) * row_bytes,
                                bytes_recv=sum(recv_counts) * row_bytes, exchanges=1)
-        transfer = Transfer(pending, self, layer, direction, num_feats, dtype, codec, start,
-                            time.perf_counter() - start)
-        self.ledger.record(layer, direction, seconds=transfer.seconds)
+        issued = time.perf_counter()
+        self.ledger.record(layer, direction, seconds=issued - start)  # encoding and issuing
+        transfer = Transfer(pending, self, layer, direction, num_feats, dtype, codec, issued)
         return transfer if async_op else transfer.wait()
 
     def decode(self, received: Tensor, num_feats: int, dtype: torch.dtype,

@@ -1,16 +1,35 @@
 """Picks the kernels behind :func:`pyg_dist.ops.spmm` by device and availability."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+from collections.abc import Iterator
 from typing import Any
 
 from torch import Tensor
 
 from pyg_dist import typing as pyg_dist_typing
 
-__all__ = ["resolve", "available_backends", "BACKENDS"]
+__all__ = ["resolve", "available_backends", "default_backend", "BACKENDS"]
 
 BACKENDS = ("triton", "cpu", "torch")
+BACKEND_ENV = "PYG_DIST_SPMM_BACKEND"
+_forced: list[str] = []
+
+
+@contextlib.contextmanager
+def default_backend(backend: str | None) -> Iterator[None]:
+    """Makes ``backend`` what ``spmm(..., backend=None)`` uses inside the block
+    (the layers call it so); :obj:`None` restores the automatic choice. The
+    ``PYG_DIST_SPMM_BACKEND`` variable does the same for a whole process."""
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"unknown spmm backend '{backend}'; use one of {', '.join(BACKENDS)}")
+    _forced.append(backend or "")
+    try:
+        yield
+    finally:
+        _forced.pop()
 
 
 @functools.cache
@@ -54,6 +73,8 @@ def available_backends(device_type: str = "cpu") -> list[str]:
 def resolve(backend: str | None, x: Tensor) -> Any:
     """The kernels for ``backend`` on ``x``'s device; ``None`` picks the fastest."""
     device_type = x.device.type
+    if backend is None:
+        backend = (_forced[-1] if _forced else os.environ.get(BACKEND_ENV, "")) or None
     if backend is None:
         if device_type == "cuda" and _triton_kernels() is not None:
             return _triton_kernels()

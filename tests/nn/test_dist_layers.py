@@ -13,12 +13,19 @@ from tolerances import assert_close
 
 import pyg_dist
 from pyg_dist.models import GNN
+from pyg_dist.ops import available_backends
 from pyg_dist.train import train
 
 WORLD_SIZES = [1, 2, 3, 4]
 GRAPHS = ["awkward", "cora", "tiny"]
 METHODS = ["metis", "random"]
 TRAIN_EPOCHS = 3
+# Every case also runs with the PyTorch kernels on the small graphs; the Triton
+# kernels (interpreted on the CPU: slow) run a few cases on 2 ranks.
+TORCH_GRAPHS = ("awkward", "tiny")
+TRITON_WORLD, TRITON_KEY = 2, "awkward-random"
+TRITON_CASES = ("gcn-5x3-{}", "gcn-3x7-{'improved': True}", "sage-5x3-{'aggr': 'mean'}",
+                "sage-3x7-{'aggr': 'max'}")
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +88,13 @@ def runs(graphs, references, tmp_path_factory):
                 dirs[key] = str(root / key)
                 pyg_dist.partition(data, world_size, dirs[key], method=method, seed=7)
                 for case in cases_by_graph[name]:
-                    cases.append({**case, "graph": key})
+                    cases.append({**case, "graph": key, "backend": None})
+                    if name in TORCH_GRAPHS:
+                        cases.append({**case, "graph": key, "backend": "torch"})
+                    if (key == TRITON_KEY and world_size == TRITON_WORLD
+                            and "triton" in available_backends("cpu")
+                            and case["name"].split("-", 1)[1] in TRITON_CASES):
+                        cases.append({**case, "graph": key, "backend": "triton"})
                 if name != "tiny" and method == "metis":
                     torch.manual_seed(world_size)
                     classes = int(data.y.max()) + 1
@@ -104,13 +117,13 @@ def test_layers_equal_pyg_on_whole_graph(runs, references, graphs, world_size, g
     cases, results, _, _ = runs(world_size)
     key = f"{graph}-{method}"
     num_nodes = graphs[graph].num_nodes
-    checked = 0
+    checked = {}
     for i, case in enumerate(cases):
         if case["graph"] != key:
             continue
         ref = refs[case["name"]]
         per_rank = [results[r][i] for r in range(world_size)]
-        what = f"{case['name']} on {world_size} ranks ({method})"
+        what = f"{case['name']} on {world_size} ranks ({method}, {case['backend'] or 'default'})"
         assert_close(gather_rows(per_rank, "out", num_nodes), ref["out"], what=f"{what}: output")
         if case["x_grad"]:
             assert_close(gather_rows(per_rank, "x_grad", num_nodes), ref["x_grad"],
@@ -118,8 +131,12 @@ def test_layers_equal_pyg_on_whole_graph(runs, references, graphs, world_size, g
         for name, grad in ref["grads"].items():
             for r in range(world_size):
                 assert_close(per_rank[r]["grads"][name], grad, what=f"{what}: grad of {name}")
-        checked += 1
-    assert checked == len(references[0][graph])
+        checked[case["backend"]] = checked.get(case["backend"], 0) + 1
+    assert checked[None] == len(references[0][graph])
+    if graph in TORCH_GRAPHS:
+        assert checked["torch"] == len(references[0][graph])
+    if key == TRITON_KEY and world_size == TRITON_WORLD and "triton" in available_backends("cpu"):
+        assert checked["triton"] == len(TRITON_CASES)
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
