@@ -7,9 +7,9 @@ there at its real size.
 ========  ==============  ===================================================
 codec     bytes per row   round-trip error bound (per element)
 ========  ==============  ===================================================
-fp16      2 F             :math:`|x| \\cdot 2^{-11}` (and overflow to inf
-                          past 65504, values under 6e-8 flush to 0)
-bf16      2 F             :math:`|x| \\cdot 2^{-8}`
+fp16      2 F             :math:`|x| \\cdot 2^{-11} + 2^{-25}` (values past
+                          65504 overflow to inf)
+bf16      2 F             :math:`|x| \\cdot 2^{-8}` (+ a subnormal half-step)
 int8      F + 4           :math:`\\max_j |x_j| / 254` of the row (absmax
                           scale per row, rounding to nearest)
 ========  ==============  ===================================================
@@ -61,8 +61,9 @@ class _Cast(Codec):
         return 2 * num_feats
 
     def error_bound(self, rows: Tensor) -> Tensor:
-        tiny = torch.finfo(self.wire_dtype).tiny  # below it, subnormal steps are absolute
-        return rows.abs().float() * self.rel + tiny
+        info = torch.finfo(self.wire_dtype)
+        subnormal = info.tiny * info.eps / 2  # half a subnormal step: absolute below tiny
+        return rows.abs().float() * self.rel + subnormal
 
 
 class _Int8(Codec):
@@ -76,8 +77,9 @@ class _Int8(Codec):
         return torch.cat([_bytes(q.contiguous()), _bytes(scale.contiguous())], dim=1)
 
     def decode(self, payload: Tensor, num_feats: int, dtype: torch.dtype) -> Tensor:
-        q = payload[:, :num_feats].contiguous().view(torch.int8).float()
-        scale = payload[:, num_feats:].contiguous().view(torch.float32)
+        q = payload[:, :num_feats].view(torch.int8).float()
+        # A fresh copy: the scale bytes may sit at an offset that is no multiple of 4.
+        scale = payload[:, num_feats:].reshape(-1).clone().view(torch.float32).view(-1, 1)
         return (q * scale).to(dtype)
 
     def row_bytes(self, num_feats: int) -> int:
@@ -89,7 +91,11 @@ class _Int8(Codec):
 
 
 def _bytes(t: Tensor) -> Tensor:
-    return t.view(torch.uint8).view(t.size(0), -1) if t.numel() else t.view(torch.uint8)
+    """``[R, B]`` uint8 view of a contiguous ``[R, ...]`` tensor (a new empty one if R = 0)."""
+    if t.numel() == 0:
+        width = t.element_size() * int(torch.tensor(t.shape[1:]).prod())
+        return torch.empty(t.size(0), width, dtype=torch.uint8, device=t.device)
+    return t.view(torch.uint8).view(t.size(0), -1)
 
 
 CODECS: dict[str, Codec] = {
