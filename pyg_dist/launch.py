@@ -8,6 +8,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 __all__ = ["launch", "RankFailed"]
 
 _GRACE_SECONDS = 5.0  # SIGTERM -> SIGKILL for ranks that are being stopped
+_PARENT_POLL_SECONDS = 1.0  # how often a rank checks that its launcher still lives
 
 
 class RankFailed(RuntimeError):
@@ -82,6 +84,7 @@ def launch(
         for rank in range(world_size):
             parent_end, child_end = ctx.Pipe(duplex=False)
             options = {
+                "parent": os.getpid(),
                 "store": f"127.0.0.1:{store.port}",
                 "backend": backend,
                 "threads": threads,
@@ -215,10 +218,23 @@ class _ConnWriter(io.TextIOBase):
         return False
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Ends this rank when the launching process is gone (killed before it
+    could stop its ranks), instead of waiting in a collective until the timeout."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pyg_dist-parent-watch", daemon=True).start()
+
+
 def _run_rank(
     rank: int, world_size: int, payload: bytes, conn: Connection, options: dict[str, Any]
 ) -> None:
     """Entry point of a spawned rank."""
+    _exit_with_parent(options["parent"])
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world_size),

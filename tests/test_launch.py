@@ -97,3 +97,43 @@ def test_init_without_environment_is_a_group_of_one():
                          timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "0", "gloo"]
+
+
+def test_ranks_exit_when_the_launcher_is_killed(tmp_path):
+    """A launcher killed before it can stop its ranks leaves no rank behind."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import os, time, pyg_dist\n"
+        "def fn(folder):\n"
+        "    open(os.path.join(folder, f'pid{os.getpid()}'), 'w').close()\n"
+        "    time.sleep(300)\n"
+        "if __name__ == '__main__':\n"
+        f"    pyg_dist.launch(fn, 2, args=({str(tmp_path)!r},))\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("pid*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(p.name[3:]) for p in tmp_path.glob("pid*")]
+    assert len(pids) == 2
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in pids if _alive(p)]
+    assert not alive, f"ranks {alive} outlived their launcher"
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie has exited
+        return f.read().split()[2] != "Z"

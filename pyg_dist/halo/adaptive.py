@@ -8,6 +8,7 @@ from torch import Tensor
 
 from pyg_dist.halo.exchange import Route, as_rows, exchange_route
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows
+from pyg_dist.halo.reuse import STALE_GRADS, assemble
 
 __all__ = ["Adaptive"]
 
@@ -27,13 +28,16 @@ class Adaptive(HaloPolicy):
     or if it is ``max_staleness`` steps old. Receivers keep the last block
     from each peer. One byte per peer announces which blocks come (booked in
     the ledger under ``<layer>/flags``). Re-sent blocks are exchanged exactly,
-    forward and backward; reused blocks are constants (their gradients are
-    dropped, as in :class:`Stale`).
+    forward and backward; gradients of reused blocks are accumulated and sent
+    with the block's next refresh, or dropped (``stale_grads``, as in
+    :class:`Stale`).
 
     Args:
         tol (float): Relative drift that triggers a re-send (:math:`\ge 0`).
         max_staleness (int, optional): Re-send after this many steps regardless;
             :obj:`None` never forces one. (default: :obj:`8`)
+        stale_grads (str, optional): ``"accumulate"`` or ``"drop"``.
+            (default: :obj:`"accumulate"`)
         compress (str, optional): ``"fp16"``, ``"bf16"`` or ``"int8"`` messages.
             (default: :obj:`None`)
         cache_inputs (bool, optional): Reuse the halo of static inputs.
@@ -42,9 +46,14 @@ class Adaptive(HaloPolicy):
 
     name = "adaptive"
 
-    def __init__(self, tol: float, max_staleness: int | None = 8, compress: str | None = None,
+    def __init__(self, tol: float, max_staleness: int | None = 8,
+                 stale_grads: str = "accumulate", compress: str | None = None,
                  cache_inputs: bool = True) -> None:
         super().__init__(compress, cache_inputs)
+        if stale_grads not in STALE_GRADS:
+            raise ValueError(f"'Adaptive' got stale_grads='{stale_grads}'; use one of "
+                             f"{', '.join(STALE_GRADS)}")
+        self.stale_grads = stale_grads
         if float(tol) < 0:
             raise ValueError(f"'Adaptive' needs tol >= 0 (got {tol})")
         if max_staleness is not None and max_staleness < 1:
@@ -66,10 +75,8 @@ class Adaptive(HaloPolicy):
             [n if r else 0 for n, r in zip(plan.recv_counts, recv)],
         )
         received = exchange_route(x, ctx.channel, ctx.layer, route, self.codec, ctx.direction)
-        fresh = torch.tensor(recv, device=rows.device)[plan.halo_peer]
-        base = state["halo"] if state["halo"] is not None else received.new_zeros(
-            plan.num_halo, *x.shape[1:])
-        halo = base.index_put((fresh.nonzero().view(-1),), received)
+        fresh = torch.tensor(recv, dtype=torch.bool, device=rows.device)[plan.halo_peer]
+        halo = assemble(x, received, state["halo"], fresh, state, self.stale_grads)
 
         self._remember(rows, plan.send_counts, send, recv, halo, state, ctx.step)
         ages = [ctx.step - t for t, n in zip(state["recv_at"], plan.recv_counts) if n]
@@ -133,7 +140,9 @@ class Adaptive(HaloPolicy):
         state.update(last_sent=last, halo=halo.detach())
 
     def arguments(self) -> list[str]:
-        return [f"tol={self.tol}", f"max_staleness={self.max_staleness}", *super().arguments()]
+        grads = [] if self.stale_grads == "accumulate" else [f"stale_grads='{self.stale_grads}'"]
+        return [f"tol={self.tol}", f"max_staleness={self.max_staleness}", *grads,
+                *super().arguments()]
 
     def spec(self) -> str:
         return f"adaptive:{self.tol}"
