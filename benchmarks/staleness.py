@@ -35,6 +35,7 @@ POLICIES = [
     ("stale:2", "stale:2", None, True),
     ("stale:4", "stale:4", None, True),
     ("stale:8", "stale:8", None, True),
+    ("stale:2 + int8", "stale:2", "int8", True),
     ("stale:4 + int8", "stale:4", "int8", True),
     ("pipelined", "pipelined", None, True),
     ("pipelined + int8", "pipelined", "int8", True),
