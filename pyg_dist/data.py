@@ -41,6 +41,7 @@ class DistEdgeIndex:
         halo_self_loops (torch.Tensor): ``[num_halo]`` self-loops of each halo node.
         channel (HaloChannel): The plan, process group and ledger of exchanges.
         halo: The default halo policy of layers that set none (:obj:`None`: exact).
+        global_id (torch.Tensor, optional): ``[num_owned]`` global id of each owned node.
     """
 
     def __init__(
@@ -53,8 +54,10 @@ class DistEdgeIndex:
         halo_self_loops: Tensor,
         channel: HaloChannel,
         halo: Any = None,
+        global_id: Tensor | None = None,
     ) -> None:
         self.rowptr, self.col, self.edge_id = rowptr, col, edge_id
+        self.global_id = global_id
         self.num_owned = rowptr.numel() - 1
         self.num_halo = channel.plan.num_halo
         self.num_global_nodes = num_global_nodes
@@ -109,7 +112,8 @@ class DistEdgeIndex:
         keep[remote] = halo_mask[self.col[remote] - self.num_owned]
         rowptr = ptr_from_sorted(self.row()[keep], self.num_owned)
         sub = DistEdgeIndex(rowptr, self.col[keep], self.edge_id[keep], self.num_global_nodes,
-                            self.halo_in_degree, self.halo_self_loops, self.channel, self.halo)
+                            self.halo_in_degree, self.halo_self_loops, self.channel, self.halo,
+                            self.global_id)
         return sub, keep
 
     def flush(self, policies: dict[tuple[str, str], Any] | None = None) -> None:
@@ -141,6 +145,7 @@ class DistEdgeIndex:
             self.rowptr.to(device), self.col.to(device), self.edge_id.to(device),
             self.num_global_nodes, self.halo_in_degree.to(device),
             self.halo_self_loops.to(device), channel, self.halo,
+            None if self.global_id is None else self.global_id.to(device),
         )
 
     def __repr__(self) -> str:
@@ -259,7 +264,7 @@ class DistData:
         channel = HaloChannel(plan, Ledger(), group)
         edge_index = DistEdgeIndex(
             graph["rowptr"], graph["col"], graph["edge_id"], meta.num_nodes,
-            graph["halo_in_degree"], graph["halo_self_loops"], channel, halo,
+            graph["halo_in_degree"], graph["halo_self_loops"], channel, halo, graph["global_id"],
         )
         data = cls(edge_index, graph["global_id"], content["node"], content["edge"], meta, rank)
         device = torch.device(device) if device is not None else default_device()

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pyg_dist.halo import dropout
 from pyg_dist.nn import DistGCNConv, DistSAGEConv
 
 __all__ = ["GNN", "MODELS"]
@@ -22,8 +22,10 @@ class GNN(nn.Module):
         \mathrm{drop}(\mathbf{X}) \mathbf{W}_1)) \mathbf{W}_2
 
     Runs on a plain ``edge_index`` (single process) and on a
-    :class:`~pyg_dist.DistEdgeIndex` (distributed). Layers are named
-    ``convs.<k>`` in the halo ledger.
+    :class:`~pyg_dist.DistEdgeIndex` (distributed). Distributed, dropout is
+    :func:`pyg_dist.nn.dropout` (masks drawn alike on every rank), so the
+    first layer's halo of the static features is fetched once. Layers are
+    named ``convs.<k>`` in the halo ledger.
 
     Args:
         kind (str): :obj:`"gcn"` or :obj:`"sage"`.
@@ -59,7 +61,7 @@ class GNN(nn.Module):
     def forward(self, x: Tensor, edge_index: Any) -> Tensor:
         conv: Any
         for k, conv in enumerate(self.convs):
-            x = F.dropout(x, p=self.dropout, training=self.training)
+            x = dropout(x, self.dropout, self.training, edge_index)
             x = conv(x, edge_index)
             if k < len(self.convs) - 1:
                 x = x.relu()

@@ -22,7 +22,7 @@ def one_run(parts_dir, spec, ckpt=None, fail_at=None, resume=False, init_seed=0)
     data = pyg_dist.DistData.load(parts_dir, halo=parse_policy(spec))
     torch.manual_seed(init_seed)
     model = GNN("gcn", data.x.size(1), 8, 3, dropout=0.5)
-    torch.manual_seed(1000 + data.rank)  # dropout stream of this rank
+    torch.manual_seed(1000 + data.rank)  # rank 0's draws the shared dropout seed
 
     def stop(stats):
         if stats.epoch == fail_at:

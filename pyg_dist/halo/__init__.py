@@ -19,6 +19,7 @@ exchanges exactly, so accuracy measures the weights a policy trained.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from torch import Tensor
@@ -27,6 +28,7 @@ from pyg_dist.halo.adaptive import Adaptive
 from pyg_dist.halo.cached import Cached
 from pyg_dist.halo.comm import TRANSPORTS, exchange_rows
 from pyg_dist.halo.compress import CODECS, Codec, get_codec
+from pyg_dist.halo.dropout import DroppedInput, dropout, dropped_input
 from pyg_dist.halo.exact import Exact
 from pyg_dist.halo.exchange import HaloChannel, Route, exchange_halo, exchange_route
 from pyg_dist.halo.isolated import Isolated
@@ -54,6 +56,7 @@ __all__ = [
     "Codec",
     "get_codec",
     "LayerHalo",
+    "dropout",
     "exchange_halo",
     "exchange_route",
     "exchange_rows",
@@ -72,7 +75,9 @@ class LayerHalo:
     this graph, and whether its input is static.
 
     Layers use it in two steps: :meth:`is_static` on the raw input (to decide
-    whether to aggregate before transforming), then :meth:`fetch`.
+    whether to aggregate before transforming), then :meth:`fetch`. An input
+    made by :func:`dropout` from a static tensor counts as static: the halo of
+    the source is cached and the shared mask applied to it.
     """
 
     def __init__(self, edge_index: Any, layer: Any) -> None:
@@ -89,22 +94,30 @@ class LayerHalo:
         self.tracker: InputTracker = edge_index.input_tracker
         self.ctx = FetchContext(channel, self.name, self.state, channel.ledger.step,
                                 "fwd" if training else "eval")
+        self.edge_index = edge_index
+        self.dropped: DroppedInput | None = None
 
     def is_static(self, x: Tensor) -> bool:
         """Whether ``x`` is the unchanged, grad-free input of this layer's
         previous call (or, right after a restart, has the content of the input
         whose halo the restored state caches) and the policy caches such inputs."""
-        seen = self.tracker.is_static(self.key, x)
+        dropped = dropped_input(x, self.edge_index)
+        source = x if dropped is None else dropped.source
+        seen = self.tracker.is_static(self.key, source)
         if seen is None and "static_fingerprint" in self.state:
-            seen = self.state["static_fingerprint"] == fingerprint(x)
+            seen = self.state["static_fingerprint"] == fingerprint(source)
         static = bool(seen) and self.policy.cache_inputs
         if not static:
             self.state.pop("static_halo", None)
             self.state.pop("static_fingerprint", None)
+        self.dropped = dropped if static else None
         return static
 
     def fetch(self, x: Tensor, static: bool = False) -> HaloRows:
         """The halo rows of ``x`` (``[num_owned, F]``) under the policy."""
+        if static and self.dropped is not None:
+            fetched = self.policy.fetch_static(self.dropped.source, self.ctx)
+            return replace(fetched, rows=self.dropped.halo(fetched.rows))
         if static:
             return self.policy.fetch_static(x, self.ctx)
         return self.policy.fetch(x, self.ctx)

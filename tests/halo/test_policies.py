@@ -256,6 +256,46 @@ def check_input_caching(dirs):
     return res
 
 
+F_WIDE = 12  # wider than the hidden layer: without caching, layer 0 transforms first
+
+
+def wide_inputs(num_nodes):
+    return torch.randn(num_nodes, F_WIDE, generator=torch.Generator().manual_seed(7))
+
+
+def check_shared_dropout(dirs):
+    """A two-layer GCN with dropout 0.5 trained for a few steps on static
+    features: per step, outputs, parameter gradients and layer 0's bytes."""
+    from pyg_dist.halo.dropout import DROPOUT_STATE
+    from pyg_dist.models import GNN
+    from pyg_dist.train import all_reduce_gradients
+
+    res = {}
+    for cache in (True, False):
+        data = fresh(dirs, halo=Exact(cache_inputs=cache))
+        torch.manual_seed(0)
+        model = GNN("gcn", F_WIDE, 6, 3, dropout=0.5)
+        x = wide_inputs(data.meta.num_nodes)[data.global_id]
+        steps = []
+        for _ in range(4):
+            model.zero_grad()
+            out = model(x, data.edge_index)
+            (out * out.detach().sin()).sum().backward()
+            all_reduce_gradients(model)
+            steps.append({"out": out.detach(),
+                          "grads": {k: p.grad.clone() for k, p in model.named_parameters()}})
+            data.ledger.next_step()
+        res[cache] = {
+            "steps": steps,
+            "layer0": [sum(r["bytes_sent"] for r in data.ledger.rows()
+                           if r["layer"] == "convs.0" and r["step"] == t) for t in range(4)],
+            "seed": data.edge_index.halo_states[DROPOUT_STATE]["seed"],
+            "state": model.state_dict(),
+            "global_id": data.global_id,
+        }
+    return res
+
+
 def check_compression(dirs):
     res = {}
     data = fresh(dirs)
@@ -282,6 +322,7 @@ def body(dirs):
         "isolated": check_isolated(dirs),
         "caching": check_input_caching(dirs),
         "compression": check_compression(dirs),
+        "dropout": check_shared_dropout(dirs),
     }
 
 
@@ -391,3 +432,44 @@ def test_compression_shrinks_messages_within_bounds(results):
         assert r["fp16"]["err"] < 5e-3
         assert r["bf16"]["err"] < 4e-2
         assert r["int8"]["err"] < 5e-2
+
+
+def test_shared_dropout_keeps_layer0_cached_and_exact(results, graph):
+    """Dropout masks drawn alike on every rank: layer 0 (12 -> 6 features)
+    stops exchanging after its cache is filled, and every step equals
+    single-process PyG fed the same global masks."""
+    from pyg_dist.halo.dropout import _keep
+
+    first = results[0]["dropout"]
+    assert all(res["dropout"][True]["seed"] == first[True]["seed"] for res in results)
+    n = graph.num_nodes
+    x_all = wide_inputs(n)
+    conv0, conv1 = GCNConv(F_WIDE, 6), GCNConv(6, 3)
+    state = first[True]["state"]
+    conv0.load_state_dict({k[len("convs.0."):]: v for k, v in state.items() if "convs.0" in k})
+    conv1.load_state_dict({k[len("convs.1."):]: v for k, v in state.items() if "convs.1" in k})
+    nodes = torch.arange(n)
+    for cache in (True, False):
+        for t in range(4):
+            seed = results[0]["dropout"][cache]["seed"]
+            drop0 = _keep(nodes, F_WIDE, seed, 2 * t, 0.5).float() * 2.0
+            drop1 = _keep(nodes, 6, seed, 2 * t + 1, 0.5).float() * 2.0
+            conv0.zero_grad()
+            conv1.zero_grad()
+            out = conv1(conv0(x_all * drop0, graph.edge_index).relu() * drop1, graph.edge_index)
+            (out * out.detach().sin()).sum().backward()
+            for res in results:
+                r = res["dropout"][cache]
+                step = r["steps"][t]
+                assert_close(step["out"], out[r["global_id"]], what=f"dropout step {t} output")
+                for name, ref in [*(("convs.0." + k, p) for k, p in conv0.named_parameters()),
+                                  *(("convs.1." + k, p) for k, p in conv1.named_parameters())]:
+                    assert_close(step["grads"][name], ref.grad, what=f"step {t} grad {name}")
+    sent = False
+    for res in results:
+        cached, uncached = res["dropout"][True]["layer0"], res["dropout"][False]["layer0"]
+        if any(uncached):
+            sent = True
+            assert all(b > 0 for b in uncached)
+            assert cached[2:] == [0, 0]  # filled at step 1, free from then on
+    assert sent

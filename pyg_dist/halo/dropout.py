@@ -1,0 +1,122 @@
+r"""Dropout that every rank draws alike, so a static input stays cacheable.
+
+The GCN recipe drops input features before the first layer. With
+:func:`torch.nn.functional.dropout` the dropped input is a new tensor every
+step, so its halo must cross the network every step although the features
+never change. :func:`dropout` instead draws the mask of node :math:`v`,
+feature :math:`f`, call :math:`t` from a hash of :math:`(s, t, v, f)` with a
+seed :math:`s` shared by all ranks. The rank that owns :math:`v` and every rank
+that holds :math:`v` as a halo row get the same mask, so a layer whose input
+is ``dropout(x)`` of a static ``x`` fetches the halo of ``x`` once and applies
+the mask itself: bit for bit the rows the owner would have sent, at no
+per-step traffic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["dropout", "DroppedInput", "dropped_input", "DROPOUT_STATE"]
+
+#: Key of the dropout seed and call counter in ``DistEdgeIndex.halo_states``
+#: (checkpointed with the policies' state).
+DROPOUT_STATE = ("dropout", "train")
+
+_M32 = 0xFFFFFFFF
+_ATTR = "_pyg_dist_dropped"
+
+
+@dataclass
+class DroppedInput:
+    """What a tensor returned by :func:`dropout` was made of."""
+
+    source: Tensor
+    p: float
+    seed: int
+    call: int
+    edge_index: Any
+
+    def scale(self, global_id: Tensor, width: int) -> Tensor:
+        """``[len(global_id), width]``: 0 for dropped entries, ``1 / (1 - p)`` for kept ones."""
+        keep = _keep(global_id, width, self.seed, self.call, self.p)
+        return keep.to(self.source.dtype) / (1.0 - self.p)
+
+    def halo(self, rows: Tensor) -> Tensor:
+        """The halo rows of the dropped input, from the halo rows of its source."""
+        gid = self.edge_index.plan.halo_global_id
+        return rows * self.scale(gid.to(rows.device), rows.size(-1))
+
+
+def dropped_input(x: Tensor, edge_index: Any) -> DroppedInput | None:
+    """How ``x`` was dropped, if :func:`dropout` made it for ``edge_index``."""
+    made = getattr(x, _ATTR, None)
+    return made if made is not None and made.edge_index is edge_index else None
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, edge_index: Any = None) -> Tensor:
+    r"""Dropout of node features, drawn alike on every rank.
+
+    On a :class:`~pyg_dist.DistEdgeIndex`, entry :math:`(v, f)` of call
+    :math:`t` is kept when a 32-bit hash of :math:`(s, t, v, f)` is at least
+    :math:`p \cdot 2^{32}` (:math:`v` the global node id; the seed :math:`s`
+    is drawn from rank 0's generator at the first call and broadcast). Kept
+    entries are scaled by :math:`1/(1-p)`. A Dist layer whose input is
+    ``dropout(x)`` of an unchanged, grad-free ``x`` reuses the cached halo of
+    ``x`` (see :class:`~pyg_dist.halo.Exact`). Otherwise (plain
+    ``edge_index``, evaluation, :math:`p = 0`) it is
+    :func:`torch.nn.functional.dropout`.
+
+    Args:
+        x (torch.Tensor): ``[num_owned, F]`` features of the owned nodes.
+        p (float, optional): Probability of dropping an entry. (default: :obj:`0.5`)
+        training (bool, optional): Drop only in training. (default: :obj:`True`)
+        edge_index (optional): The graph; a :class:`~pyg_dist.DistEdgeIndex`
+            switches to the shared masks. (default: :obj:`None`)
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"'dropout' needs 0 <= p < 1 (got {p})")
+    global_id = getattr(edge_index, "global_id", None)
+    if not training or p == 0.0 or global_id is None or x.dim() != 2:
+        return F.dropout(x, p=p, training=training)
+    state = edge_index.halo_states.setdefault(DROPOUT_STATE, {})
+    if "seed" not in state:
+        state["seed"], state["calls"] = _shared_seed(edge_index), 0
+    made = DroppedInput(x, p, state["seed"], state["calls"], edge_index)
+    state["calls"] += 1
+    out = x * made.scale(global_id.to(x.device), x.size(-1))
+    if not x.requires_grad:
+        setattr(out, _ATTR, made)
+    return out
+
+
+def _shared_seed(edge_index: Any) -> int:
+    seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)
+    group = edge_index.channel.group
+    if dist.is_initialized() and dist.get_world_size(group) > 1:
+        seed = seed.to(edge_index.device)
+        dist.broadcast(seed, src=dist.get_global_rank(group, 0) if group else 0, group=group)
+    return int(seed.item())
+
+
+def _mix(h: Tensor) -> Tensor:
+    """A 32-bit integer hash (Wellons' lowbias32) on int64 tensors holding
+    values below 2**32; products keep their low 32 bits."""
+    h = h ^ (h >> 16)
+    h = (h * 0x7FEB352D) & _M32
+    h = h ^ (h >> 15)
+    h = (h * 0x846CA68B) & _M32
+    return h ^ (h >> 16)
+
+
+def _keep(global_id: Tensor, width: int, seed: int, call: int, p: float) -> Tensor:
+    """``[len(global_id), width]`` bool: which entries survive."""
+    device = global_id.device
+    salt = _mix(torch.tensor([(seed * 0x9E3779B1 + call) & _M32], device=device))
+    row = _mix((global_id.to(torch.int64) * 0x85EBCA6B + salt) & _M32)
+    col = (torch.arange(width, device=device) * 0xC2B2AE35) & _M32
+    return _mix((row[:, None] + col[None, :]) & _M32) >= int(p * 2**32)
