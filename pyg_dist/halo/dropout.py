@@ -62,12 +62,12 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, edge_index: Any = 
     r"""Dropout of node features, drawn alike on every rank.
 
     On a :class:`~pyg_dist.DistEdgeIndex`, entry :math:`(v, f)` of call
-    :math:`t` is kept when a 32-bit hash of :math:`(s, t, v, f)` is at least
-    :math:`p \cdot 2^{32}` (:math:`v` the global node id; the seed :math:`s`
-    is drawn from rank 0's generator at the first call and broadcast). Kept
-    entries are scaled by :math:`1/(1-p)`. A Dist layer whose input is
-    ``dropout(x)`` of an unchanged, grad-free ``x`` reuses the cached halo of
-    ``x`` (see :class:`~pyg_dist.halo.Exact`). Otherwise (plain
+    :math:`t` is dropped when a 32-bit hash of :math:`(s, t, v, f)`, read as
+    int32, lies in the lowest fraction :math:`p` of its range (:math:`v` the
+    global node id; the seed :math:`s` is drawn from rank 0's generator at the
+    first call and broadcast). Kept entries are scaled by :math:`1/(1-p)`. A
+    Dist layer whose input is ``dropout(x)`` of an unchanged, grad-free ``x``
+    reuses the cached halo of ``x`` (see :class:`~pyg_dist.halo.Exact`). Otherwise (plain
     ``edge_index``, evaluation, :math:`p = 0`) it is
     :func:`torch.nn.functional.dropout`.
 
@@ -113,10 +113,23 @@ def _mix(h: Tensor) -> Tensor:
     return h ^ (h >> 16)
 
 
+def _int32(h: Tensor) -> Tensor:
+    """Values below 2**32 as the int32 with the same bits."""
+    return torch.where(h >= 2**31, h - 2**32, h).to(torch.int32)
+
+
 def _keep(global_id: Tensor, width: int, seed: int, call: int, p: float) -> Tensor:
-    """``[len(global_id), width]`` bool: which entries survive."""
+    """``[len(global_id), width]`` bool: which entries survive. Rows and
+    columns get 32-bit keys; an entry hashes the xor of its row's and column's
+    key with one more lowbias32 round, in int32 (wrapping products, logical
+    shifts by masking), which keeps the ``[N, F]`` work to a few cheap passes."""
     device = global_id.device
     salt = _mix(torch.tensor([(seed * 0x9E3779B1 + call) & _M32], device=device))
-    row = _mix((global_id.to(torch.int64) * 0x85EBCA6B + salt) & _M32)
-    col = (torch.arange(width, device=device) * 0xC2B2AE35) & _M32
-    return _mix((row[:, None] + col[None, :]) & _M32) >= int(p * 2**32)
+    row = _int32(_mix((global_id.to(torch.int64) * 0x85EBCA6B + salt) & _M32))
+    col = _int32(_mix((torch.arange(width, device=device) * 0xC2B2AE35 + salt) & _M32))
+    h = row[:, None] ^ col[None, :]
+    h.mul_(0x7FEB352D)
+    h ^= (h >> 15) & 0x1FFFF
+    h.mul_(0x846CA68B - 2**32)
+    h ^= (h >> 16) & 0xFFFF
+    return h >= int(p * 2**32) - 2**31
