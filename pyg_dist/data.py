@@ -176,14 +176,13 @@ class DistData:
     def __init__(
         self,
         edge_index: DistEdgeIndex,
-        global_id: Tensor,
         node_attrs: dict[str, Tensor],
         edge_attrs: dict[str, Tensor],
         meta: PartitionMeta,
         rank: int,
     ) -> None:
+        assert edge_index.global_id is not None, "a rank's graph knows its nodes' global ids"
         self.edge_index = edge_index
-        self.global_id = global_id
         self.meta = meta
         self.rank = rank
         self.world_size = meta.num_parts
@@ -191,6 +190,10 @@ class DistData:
         self._edge_keys = sorted(edge_attrs)
         for key, value in {**node_attrs, **edge_attrs}.items():
             setattr(self, key, value)
+
+    @property
+    def global_id(self) -> Tensor:
+        return self.edge_index.global_id  # type: ignore[return-value]
 
     @property
     def num_nodes(self) -> int:
@@ -214,7 +217,6 @@ class DistData:
     def to(self, device: torch.device | str) -> DistData:
         """Moves every tensor to ``device`` (in place) and returns ``self``."""
         self.edge_index = self.edge_index.to(device)
-        self.global_id = self.global_id.to(device)
         for key in [*self._node_keys, *self._edge_keys]:
             setattr(self, key, getattr(self, key).to(device))
         return self
@@ -266,7 +268,7 @@ class DistData:
             graph["rowptr"], graph["col"], graph["edge_id"], meta.num_nodes,
             graph["halo_in_degree"], graph["halo_self_loops"], channel, halo, graph["global_id"],
         )
-        data = cls(edge_index, graph["global_id"], content["node"], content["edge"], meta, rank)
+        data = cls(edge_index, content["node"], content["edge"], meta, rank)
         device = torch.device(device) if device is not None else default_device()
         return data.to(device) if device.type != "cpu" else data
 

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from pyg_dist.halo.exchange import Route, as_rows, exchange_route
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows
-from pyg_dist.halo.reuse import STALE_GRADS, assemble
+from pyg_dist.halo.reuse import assemble, check_stale_grads, stale_grads_arguments
 
 __all__ = ["Adaptive"]
 
@@ -50,10 +50,7 @@ class Adaptive(HaloPolicy):
                  stale_grads: str = "accumulate", compress: str | None = None,
                  cache_inputs: bool = True) -> None:
         super().__init__(compress, cache_inputs)
-        if stale_grads not in STALE_GRADS:
-            raise ValueError(f"'Adaptive' got stale_grads='{stale_grads}'; use one of "
-                             f"{', '.join(STALE_GRADS)}")
-        self.stale_grads = stale_grads
+        self.stale_grads = check_stale_grads("Adaptive", stale_grads)
         if float(tol) < 0:
             raise ValueError(f"'Adaptive' needs tol >= 0 (got {tol})")
         if max_staleness is not None and max_staleness < 1:
@@ -125,24 +122,25 @@ class Adaptive(HaloPolicy):
     def _remember(self, rows: Tensor, counts: list[int], send: list[bool], recv: list[bool],
                   halo: Tensor, state: dict[str, Any], step: int) -> None:
         """What each peer now holds (as decoded there) and when it got it."""
-        sent_rows = rows if self.codec is None else self.codec.decode(
-            self.codec.encode(rows), rows.size(1), rows.dtype)
-        last = state["last_sent"] if state["last_sent"] is not None else sent_rows.clone()
-        offset = 0
-        for q, n in enumerate(counts):
-            if send[q]:
-                last[offset : offset + n] = sent_rows[offset : offset + n]
-                state["sent_at"][q] = step
-            offset += n
+        last = state["last_sent"]
+        if last is None or any(send):  # else no block changes: skip the codec round trip
+            sent_rows = rows if self.codec is None else self.codec.decode(
+                self.codec.encode(rows), rows.size(1), rows.dtype)
+            last = sent_rows.clone() if last is None else last
+            offset = 0
+            for q, n in enumerate(counts):
+                if send[q]:
+                    last[offset : offset + n] = sent_rows[offset : offset + n]
+                    state["sent_at"][q] = step
+                offset += n
         for q, arrived in enumerate(recv):
             if arrived:
                 state["recv_at"][q] = step
         state.update(last_sent=last, halo=halo.detach())
 
     def arguments(self) -> list[str]:
-        grads = [] if self.stale_grads == "accumulate" else [f"stale_grads='{self.stale_grads}'"]
-        return [f"tol={self.tol}", f"max_staleness={self.max_staleness}", *grads,
-                *super().arguments()]
+        return [f"tol={self.tol}", f"max_staleness={self.max_staleness}",
+                *stale_grads_arguments(self.stale_grads), *super().arguments()]
 
     def spec(self) -> str:
         return f"adaptive:{self.tol}"

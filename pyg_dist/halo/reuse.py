@@ -16,9 +16,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["assemble", "STALE_GRADS"]
+__all__ = ["assemble", "STALE_GRADS", "check_stale_grads", "stale_grads_arguments"]
 
 STALE_GRADS = ("accumulate", "drop")
+
+
+def check_stale_grads(policy: str, stale_grads: str) -> str:
+    """``stale_grads``, or an error naming the choices."""
+    if stale_grads not in STALE_GRADS:
+        raise ValueError(f"'{policy}' got stale_grads='{stale_grads}'; use one of "
+                         f"{', '.join(STALE_GRADS)}")
+    return stale_grads
+
+
+def stale_grads_arguments(stale_grads: str) -> list[str]:
+    """The ``stale_grads`` part of a policy's repr (empty for the default)."""
+    return [] if stale_grads == "accumulate" else [f"stale_grads='{stale_grads}'"]
 
 
 def assemble(x: Tensor, received: Tensor, cached: Tensor | None, fresh: Tensor,

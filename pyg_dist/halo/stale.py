@@ -6,7 +6,7 @@ from torch import Tensor
 
 from pyg_dist.halo.exchange import exchange_halo
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows
-from pyg_dist.halo.reuse import STALE_GRADS, assemble
+from pyg_dist.halo.reuse import assemble, check_stale_grads, stale_grads_arguments
 
 __all__ = ["Stale"]
 
@@ -39,10 +39,7 @@ class Stale(HaloPolicy):
         super().__init__(compress, cache_inputs)
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"'Stale' needs every >= 1 (got {every!r}); every=1 is Exact()")
-        if stale_grads not in STALE_GRADS:
-            raise ValueError(f"'Stale' got stale_grads='{stale_grads}'; use one of "
-                             f"{', '.join(STALE_GRADS)}")
-        self.every, self.stale_grads = every, stale_grads
+        self.every, self.stale_grads = every, check_stale_grads("Stale", stale_grads)
 
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         state = ctx.state
@@ -62,8 +59,8 @@ class Stale(HaloPolicy):
         return HaloRows(assemble(x, received, cached, fresh, state, self.stale_grads))
 
     def arguments(self) -> list[str]:
-        grads = [] if self.stale_grads == "accumulate" else [f"stale_grads='{self.stale_grads}'"]
-        return [f"every={self.every}", *grads, *super().arguments()]
+        return [f"every={self.every}", *stale_grads_arguments(self.stale_grads),
+                *super().arguments()]
 
     def spec(self) -> str:
         return f"stale:{self.every}"
