@@ -26,6 +26,9 @@ from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
 from pyg_dist.train import train
 
+#: The Cora raw files shipped with the tests.
+CORA_ROOT = Path(__file__).resolve().parents[1] / "tests" / "data"
+
 # (label, policy spec, compression, cache static inputs)
 POLICIES = [
     ("exact, no input cache", "exact", None, False),
@@ -117,8 +120,8 @@ def main():
     parser.add_argument("--models", nargs="+", default=["gcn", "sage"])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--parts", type=int, default=4)
-    parser.add_argument("--cora-root", default=str(Path(__file__).resolve().parents[2] / "shared"
-                                                   / "data"))
+    parser.add_argument("--cora-root", default=str(CORA_ROOT),
+                        help="folder holding Cora/raw (default: the copy shipped in tests/data)")
     parser.add_argument("--synthetic-nodes", type=int, default=100_000)
     parser.add_argument("--epochs-cora", type=int, default=200)
     parser.add_argument("--epochs-synthetic", type=int, default=60)

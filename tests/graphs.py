@@ -5,7 +5,9 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Data
 
-CORA_RAW = Path(__file__).resolve().parents[2] / "shared" / "data" / "Cora" / "raw"
+#: Planetoid's Cora raw files, shipped with the tests (see data/README.md).
+CORA_ROOT = Path(__file__).resolve().parent / "data"
+CORA_RAW = CORA_ROOT / "Cora" / "raw"
 
 
 def awkward_graph(num_nodes=150, num_edges=700, num_isolated=10, seed=0, num_features=None):
@@ -39,7 +41,8 @@ def tiny_graph():
 
 
 def cora(tmp_root):
-    """The Planetoid Cora graph from the shared raw files (copied: shared is read-only)."""
+    """The Planetoid Cora graph from the shipped raw files (copied, so that
+    PyG's processed files never land in the repository)."""
     from pyg_dist.datasets import planetoid
 
     target = Path(tmp_root) / "Cora" / "raw"
