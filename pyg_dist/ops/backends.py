@@ -3,19 +3,35 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from torch import Tensor
 
+from pyg_dist import env
 from pyg_dist import typing as pyg_dist_typing
+from pyg_dist.ops.torch_kernels import TorchKernels
 
-__all__ = ["resolve", "available_backends", "default_backend", "BACKENDS"]
+__all__ = ["resolve", "available_backends", "default_backend", "BACKENDS", "Kernels"]
 
 BACKENDS = ("triton", "cpu", "torch")
-BACKEND_ENV = "PYG_DIST_SPMM_BACKEND"
 _forced: list[str] = []
+
+
+class Kernels(Protocol):
+    """What a backend provides: two kernels; :func:`~pyg_dist.ops.spmm` composes
+    backward from them."""
+
+    def spmm_forward(self, rowptr: Tensor, col: Tensor, value: Tensor | None, x: Tensor,
+                     x_halo: Tensor | None, reduce: str) -> tuple[Tensor, Tensor | None]:
+        """``out [M, F]`` (dtype of ``x``) and, for ``"max"``, ``arg [M, F]`` int64:
+        the CSR position of the first maximal entry, ``nnz`` for empty rows."""
+
+    def sddmm(
+        self, rowptr: Tensor, col: Tensor, a: Tensor, x: Tensor, x_halo: Tensor | None
+    ) -> Tensor:
+        """``out[e] = <a[row(e)], s[col[e]]>`` for every entry, float32 ``[nnz]``,
+        ``s`` being ``x`` followed by ``x_halo``."""
 
 
 @contextlib.contextmanager
@@ -34,8 +50,6 @@ def default_backend(backend: str | None) -> Iterator[None]:
 
 @functools.cache
 def _torch_kernels() -> Any:
-    from pyg_dist.ops.spmm import TorchKernels
-
     return TorchKernels()
 
 
@@ -74,7 +88,7 @@ def resolve(backend: str | None, x: Tensor) -> Any:
     """The kernels for ``backend`` on ``x``'s device; ``None`` picks the fastest."""
     device_type = x.device.type
     if backend is None:
-        backend = (_forced[-1] if _forced else os.environ.get(BACKEND_ENV, "")) or None
+        backend = (_forced[-1] if _forced else env.spmm_backend()) or None
     if backend is None:
         if device_type == "cuda" and _triton_kernels() is not None:
             return _triton_kernels()

@@ -26,11 +26,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from pyg_dist import env
+
 __all__ = ["is_available", "unavailable_reason", "kernels", "source_dir", "CppKernels",
            "DISABLE_ENV"]
 
 #: Set to ``1`` to never build nor load the extension (e.g. for baselines).
-DISABLE_ENV = "PYG_DIST_DISABLE_CPU_EXT"
+DISABLE_ENV = env.DISABLE_CPU_EXT
 
 _SOURCES = ("spmm.cpp", "cpu/spmm_kernel.cpp")
 _log = logging.getLogger(__name__)
@@ -78,15 +80,8 @@ class CppKernels:
 
     name = "cpu"
 
-    def spmm_forward(
-        self,
-        rowptr: Tensor,
-        col: Tensor,
-        value: Tensor | None,
-        x: Tensor,
-        x_halo: Tensor | None,
-        reduce: str,
-    ) -> tuple[Tensor, Tensor | None]:
+    def spmm_forward(self, rowptr: Tensor, col: Tensor, value: Tensor | None, x: Tensor,
+                     x_halo: Tensor | None, reduce: str) -> tuple[Tensor, Tensor | None]:
         out, arg = torch.ops.pyg_dist.spmm_forward(rowptr, col, value, x, x_halo, reduce)
         return out, (arg if reduce == "max" else None)
 
@@ -119,8 +114,9 @@ def _load() -> _LoadResult:
 
 def _why_not_buildable() -> str:
     """A reason not to try the build, or an empty string."""
-    if os.environ.get(DISABLE_ENV, "0") not in ("", "0"):
-        return f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}"
+    disabled = env.cpu_ext_disabled()
+    if disabled is not None:
+        return f"disabled by {DISABLE_ENV}={disabled}"
     if source_dir() is None:
         return "its C++ sources (csrc/) are not part of this installation"
     from torch.utils import cpp_extension
@@ -149,7 +145,7 @@ def _build_and_load() -> None:
         extra_cflags=flags,
         extra_ldflags=_linker_flags(),
         is_python_module=False,
-        verbose=os.environ.get("PYG_DIST_VERBOSE_BUILD", "0") == "1",
+        verbose=env.verbose_build(),
     )
 
 

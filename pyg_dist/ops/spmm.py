@@ -2,38 +2,17 @@
 dispatched to Triton (CUDA), the C++ extension (CPU) or plain PyTorch."""
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from pyg_dist.ops import backends
-from pyg_dist.ops.csr import csr_row, csr_transpose, csr_transpose_values
+from pyg_dist.ops.backends import Kernels
+from pyg_dist.ops.csr import csr_transpose, csr_transpose_values
 from pyg_dist.ops.spmm_ref import check_spmm_args
 
 __all__ = ["spmm"]
-
-
-class Kernels(Protocol):
-    """What a backend provides: two kernels; backward is composed from them here."""
-
-    def spmm_forward(
-        self,
-        rowptr: Tensor,
-        col: Tensor,
-        value: Tensor | None,
-        x: Tensor,
-        x_halo: Tensor | None,
-        reduce: str,
-    ) -> tuple[Tensor, Tensor | None]:
-        """``out [M, F]`` (dtype of ``x``) and, for ``"max"``, ``arg [M, F]`` int64:
-        the CSR position of the first maximal entry, ``nnz`` for empty rows."""
-
-    def sddmm(
-        self, rowptr: Tensor, col: Tensor, a: Tensor, x: Tensor, x_halo: Tensor | None
-    ) -> Tensor:
-        """``out[e] = <a[row(e)], s[col[e]]>`` for every entry, float32 ``[nnz]``,
-        ``s`` being ``x`` followed by ``x_halo``."""
 
 
 def spmm(
@@ -78,16 +57,8 @@ def spmm(
 
 class _SpMM(torch.autograd.Function):
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any,
-        rowptr: Tensor,
-        col: Tensor,
-        value: Tensor | None,
-        x: Tensor,
-        x_halo: Tensor | None,
-        reduce: str,
-        kernels: Kernels,
-    ) -> Tensor:
+    def forward(ctx: Any, rowptr: Tensor, col: Tensor, value: Tensor | None,  # type: ignore[override]
+                x: Tensor, x_halo: Tensor | None, reduce: str, kernels: Kernels) -> Tensor:
         out, arg = kernels.spmm_forward(rowptr, col, value, x, x_halo, reduce)
         ctx.reduce, ctx.kernels = reduce, kernels
         ctx.num_owned = x.size(0)
@@ -166,58 +137,3 @@ def _max_backward(
         grad_value.index_add_(0, edge, grad * src_val)
         grad_value = grad_value.to(value.dtype)
     return grad_src, grad_value
-
-
-class TorchKernels:
-    """The two kernels in plain PyTorch: the fallback on any device."""
-
-    name = "torch"
-
-    def spmm_forward(
-        self,
-        rowptr: Tensor,
-        col: Tensor,
-        value: Tensor | None,
-        x: Tensor,
-        x_halo: Tensor | None,
-        reduce: str,
-    ) -> tuple[Tensor, Tensor | None]:
-        num_rows, num_feats = rowptr.numel() - 1, x.size(1)
-        row = csr_row(rowptr, col).long()
-        msg = _gather_src(col.long(), x, x_halo).float()
-        if value is not None:
-            msg = msg * value.float().view(-1, 1)
-        if reduce != "max":
-            out = msg.new_zeros(num_rows, num_feats).index_add_(0, row, msg)
-            if reduce == "mean":
-                deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(out.dtype)
-                out = out / deg.view(-1, 1)
-            return out.to(x.dtype), None
-        index = row.view(-1, 1).expand_as(msg)
-        best = msg.new_zeros(num_rows, num_feats).scatter_reduce_(
-            0, index, msg, reduce="amax", include_self=False
-        )
-        nnz = col.numel()
-        position = torch.arange(nnz, device=x.device).view(-1, 1).expand_as(msg)
-        position = torch.where(msg == best[row], position, nnz)
-        arg = torch.full((num_rows, num_feats), nnz, device=x.device, dtype=torch.long)
-        arg.scatter_reduce_(0, index, position, reduce="amin")
-        return best.to(x.dtype), arg
-
-    def sddmm(
-        self, rowptr: Tensor, col: Tensor, a: Tensor, x: Tensor, x_halo: Tensor | None
-    ) -> Tensor:
-        row = csr_row(rowptr, col).long()
-        src = _gather_src(col.long(), x, x_halo).float()
-        return (a.float()[row] * src).sum(dim=-1)
-
-
-def _gather_src(col: Tensor, x: Tensor, x_halo: Tensor | None) -> Tensor:
-    """Rows ``col`` of ``[x ; x_halo]`` without concatenating the two."""
-    if x_halo is None or x_halo.size(0) == 0:
-        return x[col]
-    owned = col < x.size(0)
-    out = x.new_empty(col.numel(), x.size(1))
-    out[owned] = x[col[owned]]
-    out[~owned] = x_halo[col[~owned] - x.size(0)]
-    return out

@@ -1,11 +1,15 @@
-"""Pure-PyTorch sparse-dense matrix product: the fallback on every device and
-the oracle every kernel is tested against."""
+"""Pure-PyTorch sparse-dense matrix product: the oracle every kernel is tested
+against, and the helpers the PyTorch backend (:mod:`.torch_kernels`) shares
+with it."""
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-__all__ = ["spmm_ref", "REDUCTIONS"]
+from pyg_dist.ops.csr import csr_row
+
+__all__ = ["spmm_ref", "REDUCTIONS", "check_spmm_args", "messages", "sum_rows", "gather_sources",
+           "first_max"]
 
 REDUCTIONS = ("sum", "mean", "max")
 
@@ -30,7 +34,8 @@ def spmm_ref(
     entries of the row) or an element-wise maximum. Empty rows give zeros. For
     ``"max"`` the gradient of each output element flows to the first entry of its
     row (in CSR order) that attains the maximum. Accumulation is in float32.
-    Differentiable with respect to ``x``, ``x_halo`` and ``value``.
+    Differentiable with respect to ``x``, ``x_halo`` and ``value`` (through
+    PyTorch's own autograd).
 
     Args:
         rowptr (torch.Tensor): Row pointers, shape :obj:`[M + 1]`, int32 or int64.
@@ -48,39 +53,56 @@ def spmm_ref(
         - **output:** :obj:`[M, F]`, the dtype of ``x``.
     """
     reduce = check_spmm_args(rowptr, col, x, value, reduce, x_halo)
-    src = x if x_halo is None else torch.cat([x, x_halo], dim=0)
-    num_rows, num_feats = rowptr.numel() - 1, x.size(1)
-    deg = rowptr[1:] - rowptr[:-1]
-    row = torch.repeat_interleave(torch.arange(num_rows, device=x.device), deg.long())
-    col = col.long()
-    msg = src[col].float()
-    if value is not None:
-        msg = msg * value.float().view(-1, 1)
-
+    row = csr_row(rowptr, col).long()
+    msg = messages(col, x, x_halo, value)
     if reduce == "max":
-        out = _first_max(msg, row, num_rows)
-    else:
-        out = msg.new_zeros(num_rows, num_feats).index_add(0, row, msg)
-        if reduce == "mean":
-            out = out / deg.clamp(min=1).to(out.dtype).view(-1, 1)
-    return out.to(x.dtype)
+        _, arg = first_max(msg.detach(), row, rowptr.numel() - 1)
+        padded = torch.cat([msg, msg.new_zeros(1, msg.size(1))], dim=0)
+        return padded.gather(0, arg).to(x.dtype)  # empty rows read the zero row
+    return sum_rows(msg, row, rowptr, reduce).to(x.dtype)
 
 
-def _first_max(msg: Tensor, row: Tensor, num_rows: int) -> Tensor:
-    """Row-wise maximum of ``msg`` whose gradient goes to the first maximal entry."""
-    num_edges, num_feats = msg.shape
-    with torch.no_grad():
-        best = msg.new_zeros(num_rows, num_feats).scatter_reduce(
-            0, row.view(-1, 1).expand_as(msg), msg, reduce="amax", include_self=False
-        )
-        position = torch.arange(num_edges, device=msg.device).view(-1, 1).expand_as(msg)
-        position = torch.where(msg == best[row], position, num_edges)
-        arg = torch.full((num_rows, num_feats), num_edges, device=msg.device, dtype=torch.long)
-        arg = arg.scatter_reduce(0, row.view(-1, 1).expand_as(msg), position, reduce="amin")
-    found = arg < num_edges
-    padded = torch.cat([msg, msg.new_zeros(1, num_feats)], dim=0)
-    out = padded.gather(0, arg)
-    return torch.where(found, out, torch.zeros_like(out))
+def messages(col: Tensor, x: Tensor, x_halo: Tensor | None, value: Tensor | None) -> Tensor:
+    """``[nnz, F]`` float32: the source row of every entry, times its value."""
+    msg = gather_sources(col.long(), x, x_halo).float()
+    return msg if value is None else msg * value.float().view(-1, 1)
+
+
+def sum_rows(msg: Tensor, row: Tensor, rowptr: Tensor, reduce: str) -> Tensor:
+    """``[M, F]``: the entries ``msg`` summed per row (``"mean"``: divided by
+    the row's entry count, empty rows staying zero)."""
+    out = msg.new_zeros(rowptr.numel() - 1, msg.size(1)).index_add(0, row, msg)
+    if reduce == "mean":
+        out = out / (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(out.dtype).view(-1, 1)
+    return out
+
+
+def gather_sources(col: Tensor, x: Tensor, x_halo: Tensor | None) -> Tensor:
+    """Rows ``col`` of ``[x ; x_halo]`` (``[nnz, F]``), without concatenating the
+    two; differentiable in both."""
+    if x_halo is None or x_halo.size(0) == 0:
+        return x[col]
+    owned = col < x.size(0)
+    out = x.new_empty(col.numel(), x.size(1))
+    out[owned] = x[col[owned]]
+    out[~owned] = x_halo[col[~owned] - x.size(0)]
+    return out
+
+
+def first_max(msg: Tensor, row: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
+    """Row-wise maximum of the entries ``msg`` (``[nnz, F]``, entry ``e`` in row
+    ``row[e]``) and, per output element, the position of the first entry (in
+    CSR order) attaining it: ``(best, arg)``, both ``[num_rows, F]``; ``arg``
+    is ``nnz`` and ``best`` zero for empty rows."""
+    nnz, num_feats = msg.shape
+    index = row.view(-1, 1).expand_as(msg)
+    best = msg.new_zeros(num_rows, num_feats).scatter_reduce_(
+        0, index, msg, reduce="amax", include_self=False
+    )
+    position = torch.arange(nnz, device=msg.device).view(-1, 1).expand_as(msg)
+    position = torch.where(msg == best[row], position, nnz)
+    arg = torch.full((num_rows, num_feats), nnz, device=msg.device, dtype=torch.long)
+    return best, arg.scatter_reduce_(0, index, position, reduce="amin")
 
 
 def check_spmm_args(

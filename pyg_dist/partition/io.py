@@ -25,7 +25,7 @@ import torch
 
 __all__ = ["PartitionMeta", "write_folder", "read_meta", "read_part", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 META_FILE = "meta.json"
 
 
@@ -45,6 +45,7 @@ class PartitionMeta:
         method: ``"metis"`` or ``"random"``.
         seed: The seed of the cut.
         fingerprint: sha256 of the graph's structure and attribute shapes.
+        num_classes: ``max(y) + 1`` for integer node labels ``y``, else :obj:`None`.
         partition_id: Unique id of this partitioning; every part file carries it.
         node_attrs: Names of the node-level attributes stored per part.
         edge_attrs: Names of the edge-level attributes stored per part.
@@ -62,6 +63,7 @@ class PartitionMeta:
     method: str
     seed: int
     fingerprint: str
+    num_classes: int | None = None
     partition_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     node_attrs: list[str] = field(default_factory=list)
     edge_attrs: list[str] = field(default_factory=list)

@@ -6,7 +6,7 @@ import torch
 from tolerances import assert_close
 
 from pyg_dist.ops import available_backends, spmm, spmm_ref, to_csr
-from pyg_dist.ops.spmm import TorchKernels
+from pyg_dist.ops.torch_kernels import TorchKernels
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -29,15 +29,8 @@ class TritonKernels:
         self.split_degree = split_degree
         self.chunk_nnz = chunk_nnz
 
-    def spmm_forward(
-        self,
-        rowptr: Tensor,
-        col: Tensor,
-        value: Tensor | None,
-        x: Tensor,
-        x_halo: Tensor | None,
-        reduce: str,
-    ) -> tuple[Tensor, Tensor | None]:
+    def spmm_forward(self, rowptr: Tensor, col: Tensor, value: Tensor | None, x: Tensor,
+                     x_halo: Tensor | None, reduce: str) -> tuple[Tensor, Tensor | None]:
         return spmm_forward(
             rowptr, col, value, x, x_halo, reduce, self.split_degree, self.chunk_nnz
         )

@@ -7,11 +7,11 @@ with ``benchmarks/spmm.py --device cuda`` before changing one.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import triton
 
+from pyg_dist import env
 from pyg_dist.typing import TRITON_INTERPRET
 
 __all__ = [
@@ -52,7 +52,7 @@ INTERPRET_CONFIG = {"BLOCK_E": 32, "BLOCK_F": 128}
 #: runs the one default config of the feature width (``BLOCK_E`` = 32).
 #: Autotuning compiles every candidate for every new width and dtype, minutes
 #: for a test suite; the GPU test run uses this switch, benchmarks do not.
-AUTOTUNE = os.environ.get("PYG_DIST_TRITON_AUTOTUNE", "1") != "0"
+AUTOTUNE = env.triton_autotune()
 
 # Candidates autotuning chooses from, per feature width (see prune_by_width).
 _BLOCK_E = (16, 32, 64)

@@ -290,11 +290,7 @@ def _spmm_combine_kernel(
 
 
 def spmm_forward(
-    rowptr: Tensor,
-    col: Tensor,
-    value: Tensor | None,
-    x: Tensor,
-    x_halo: Tensor | None,
+    rowptr: Tensor, col: Tensor, value: Tensor | None, x: Tensor, x_halo: Tensor | None,
     reduce: str,
     split_degree: int = SPLIT_DEGREE,
     chunk_nnz: int = CHUNK_NNZ,
