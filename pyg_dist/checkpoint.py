@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
+from pyg_dist.distributed import barrier
 from pyg_dist.distributed import rank as get_rank
 from pyg_dist.distributed import world_size as get_world_size
 
-__all__ = ["save_checkpoint", "load_checkpoint", "latest_epoch"]
+__all__ = ["save_checkpoint", "load_checkpoint"]
 
 LATEST = "latest.json"
 
@@ -44,7 +44,7 @@ def save_checkpoint(folder: str | os.PathLike, epoch: int, model: nn.Module,
         "world_size": get_world_size(),
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
-        "halo": edge_index.halo_state_dict() if hasattr(edge_index, "halo_state_dict") else {},
+        "halo": edge_index.registry.state_dict() if hasattr(edge_index, "registry") else None,
         "ledger": data.ledger.state_dict() if hasattr(data, "ledger") else None,
         "rng": _rng_state(),
         "extra": extra or {},
@@ -52,22 +52,12 @@ def save_checkpoint(folder: str | os.PathLike, epoch: int, model: nn.Module,
     tmp = folder / f"rank_{rank}.pt.tmp"
     torch.save(state, tmp)
     os.replace(tmp, folder / f"rank_{rank}.pt")
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
+    barrier()
     if rank == 0:
         latest = folder / f"{LATEST}.tmp"
         latest.write_text(json.dumps({"epoch": epoch, "world_size": get_world_size()}))
         os.replace(latest, folder / LATEST)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
-
-
-def latest_epoch(folder: str | os.PathLike) -> int | None:
-    """The epoch of the last complete checkpoint in ``folder``, or :obj:`None`."""
-    path = Path(folder) / LATEST
-    if not path.is_file():
-        return None
-    return int(json.loads(path.read_text())["epoch"])
+    barrier()
 
 
 def load_checkpoint(folder: str | os.PathLike, model: nn.Module,
@@ -96,8 +86,8 @@ def load_checkpoint(folder: str | os.PathLike, model: nn.Module,
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     edge_index: Any = getattr(data, "edge_index", None)
-    if hasattr(edge_index, "load_halo_state_dict"):
-        edge_index.load_halo_state_dict(state["halo"])
+    if state["halo"] is not None and hasattr(edge_index, "registry"):
+        edge_index.registry.load_state_dict(state["halo"])
     if state["ledger"] is not None and hasattr(data, "ledger"):
         data.ledger.load_state_dict(state["ledger"])
     _set_rng_state(state["rng"])

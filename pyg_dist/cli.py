@@ -149,21 +149,22 @@ def _train_command(args: argparse.Namespace) -> int:
 
 def _train_joined(config: dict[str, Any]) -> dict[str, Any] | None:
     """Under torchrun: rank 0 partitions (unless a folder is given), all train."""
-    import torch.distributed as dist
+    from pyg_dist import distributed
 
     if config["parts_dir"] is None:
-        if config["parts"] != dist.get_world_size():
+        world = distributed.world_size()
+        if config["parts"] != world:
             raise SystemExit(
-                f"--parts {config['parts']} but torchrun started {dist.get_world_size()} "
-                f"ranks; pass --parts {dist.get_world_size()}"
+                f"--parts {config['parts']} but torchrun started {world} ranks; pass --parts "
+                f"{world}"
             )
         # One machine: ranks share torchrun's agent as parent, hence one folder.
         # Across machines, partition once on shared storage and pass --parts-dir.
         parts_dir = Path(tempfile.gettempdir()) / f"pyg_dist-parts-{os.getppid()}"
         config["parts_dir"] = str(parts_dir)
-        if dist.get_rank() == 0:
+        if distributed.rank() == 0:
             _partition(argparse.Namespace(**config), parts_dir, overwrite=True)
-        dist.barrier()
+        distributed.barrier()
     return _train_rank(config)
 
 
@@ -171,24 +172,27 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
     """What each rank runs: load its part, build the model, train. Rank 0
     returns the results (identical on every rank)."""
     import torch
-    import torch.distributed as dist
 
     import pyg_dist
+    from pyg_dist import distributed
     from pyg_dist.halo import parse_policy
     from pyg_dist.models import GNN
     from pyg_dist.train import train
 
     policy = parse_policy(config["halo"], config["compress"], not config["no_input_cache"])
     data = pyg_dist.DistData.load(config["parts_dir"], halo=policy)
+    if data.meta.num_classes is None:
+        raise SystemExit(f"'{config['parts_dir']}' has no class labels (integer 'y'); "
+                         f"partition a graph with node labels to train on it")
     torch.manual_seed(config["seed"])
-    num_classes = _num_classes(data)
-    model = GNN(config["model"], data.x.size(1), config["hidden"], num_classes,
+    model = GNN(config["model"], data.x.size(1), config["hidden"], data.meta.num_classes,
                 layers=config["layers"], dropout=config["dropout"]).to(data.x.device)
-    torch.manual_seed(config["seed"] * 1000 + dist.get_rank())  # dropout differs per rank
+    rank = distributed.rank()
+    torch.manual_seed(config["seed"] * 1000 + rank)  # dropout differs per rank
     log_every = config["log_every"]
 
     def log(stats: Any) -> None:
-        if log_every and stats.epoch % log_every == 0 and dist.get_rank() == 0:
+        if log_every and stats.epoch % log_every == 0 and rank == 0:
             print(f"epoch {stats.epoch:4d}  loss {stats.loss:.4f}  val {stats.val_acc:.4f}  "
                   f"test {stats.test_acc:.4f}  halo fwd {stats.halo_bytes_fwd / 1e6:.3f} MB  "
                   f"bwd {stats.halo_bytes_bwd / 1e6:.3f} MB  eval "
@@ -200,12 +204,12 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
                    callback=log, checkpoint=config["checkpoint"],
                    checkpoint_every=config["checkpoint_every"], resume=config["resume"],
                    eval_every=config["eval_every"])
-    if dist.get_rank() != 0:
+    if rank != 0:
         return None
     return {
         **result.summary(),
         "dataset": config["dataset"],
-        "parts": dist.get_world_size(),
+        "parts": distributed.world_size(),
         "method": config["method"],
         "model": config["model"],
         "layers": config["layers"],
@@ -214,14 +218,6 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
         "compress": config["compress"],
         "input_cache": not config["no_input_cache"],
     }
-
-
-def _num_classes(data: Any) -> int:
-    import torch.distributed as dist
-
-    top = data.y.max().reshape(1).long() if data.y.numel() else data.y.new_zeros(1).long()
-    dist.all_reduce(top, op=dist.ReduceOp.MAX)
-    return int(top) + 1
 
 
 if __name__ == "__main__":

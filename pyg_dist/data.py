@@ -6,14 +6,14 @@ import os
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-from pyg_dist.distributed import default_device
+from pyg_dist import distributed
 from pyg_dist.halo.exchange import HaloChannel
+from pyg_dist.halo.layer import HaloRegistry
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.plan import HaloPlan
-from pyg_dist.halo.policy import InputTracker
+from pyg_dist.halo.policy import HaloPolicy
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
 from pyg_dist.partition.io import PartitionMeta, read_meta, read_part
 
@@ -35,13 +35,13 @@ class DistEdgeIndex:
             partitioned graph's ``edge_index``.
         num_owned (int): Nodes this rank owns (output rows of every layer).
         num_halo (int): Remote source nodes.
-        num_global_nodes (int): Nodes in the whole graph.
         halo_in_degree (torch.Tensor): ``[num_halo]`` in-degree of each halo node in
             the whole graph (self-loops and duplicates included).
         halo_self_loops (torch.Tensor): ``[num_halo]`` self-loops of each halo node.
         channel (HaloChannel): The plan, process group and ledger of exchanges.
-        halo: The default halo policy of layers that set none (:obj:`None`: exact).
-        global_id (torch.Tensor, optional): ``[num_owned]`` global id of each owned node.
+        registry (HaloRegistry): The default halo policy and every layer's
+            halo state on this graph (checkpointed).
+        global_id (torch.Tensor): ``[num_owned]`` global id of each owned node.
     """
 
     def __init__(
@@ -49,25 +49,20 @@ class DistEdgeIndex:
         rowptr: Tensor,
         col: Tensor,
         edge_id: Tensor,
-        num_global_nodes: int,
         halo_in_degree: Tensor,
         halo_self_loops: Tensor,
         channel: HaloChannel,
-        halo: Any = None,
-        global_id: Tensor | None = None,
+        global_id: Tensor,
+        registry: HaloRegistry | None = None,
     ) -> None:
         self.rowptr, self.col, self.edge_id = rowptr, col, edge_id
         self.global_id = global_id
         self.num_owned = rowptr.numel() - 1
         self.num_halo = channel.plan.num_halo
-        self.num_global_nodes = num_global_nodes
         self.halo_in_degree, self.halo_self_loops = halo_in_degree, halo_self_loops
         self.channel = channel
-        self.halo = halo
+        self.registry = registry if registry is not None else HaloRegistry()
         self._cache: dict[Any, Any] = {}
-        #: Per (layer name, "train"/"eval"): the state of that layer's halo policy.
-        self.halo_states: dict[tuple[str, str], dict[str, Any]] = {}
-        self.input_tracker = InputTracker()
         assert halo_in_degree.numel() == self.num_halo, "halo degrees must match the plan"
 
     @property
@@ -86,17 +81,9 @@ class DistEdgeIndex:
     def device(self) -> torch.device:
         return self.col.device
 
-    def size(self) -> tuple[int, int]:
-        """Shape of the local adjacency: ``(num_owned, num_owned + num_halo)``."""
-        return self.num_owned, self.num_owned + self.num_halo
-
     def row(self) -> Tensor:
         """``[num_edges]`` local target row of every edge."""
         return csr_row(self.rowptr, self.col)
-
-    def local_edge_index(self) -> Tensor:
-        """``[2, num_edges]`` edges in PyG's convention: (local source column, local target row)."""
-        return torch.stack([self.col, self.row()])
 
     def cached(self, key: Any, build: Any) -> Any:
         """``build()``, computed once per graph and remembered under ``key``."""
@@ -111,41 +98,25 @@ class DistEdgeIndex:
         keep = ~remote
         keep[remote] = halo_mask[self.col[remote] - self.num_owned]
         rowptr = ptr_from_sorted(self.row()[keep], self.num_owned)
-        sub = DistEdgeIndex(rowptr, self.col[keep], self.edge_id[keep], self.num_global_nodes,
-                            self.halo_in_degree, self.halo_self_loops, self.channel, self.halo,
-                            self.global_id)
+        sub = DistEdgeIndex(rowptr, self.col[keep], self.edge_id[keep], self.halo_in_degree,
+                            self.halo_self_loops, self.channel, self.global_id, self.registry)
         return sub, keep
 
-    def flush(self, policies: dict[tuple[str, str], Any] | None = None) -> None:
+    def flush(self) -> None:
         """Completes halo exchanges still in flight (pipelined policies)."""
-        for key, state in self.halo_states.items():
-            policy = state.get("_policy") if policies is None else policies.get(key)
-            if policy is not None:
-                policy.flush(state)
-
-    def halo_state_dict(self) -> dict[str, Any]:
-        """Every layer's policy state (cached rows, ages), for checkpoints."""
-        self.flush()
-        return {
-            f"{name}|{mode}": {k: v for k, v in state.items() if k != "_policy"}
-            for (name, mode), state in self.halo_states.items()
-        }
-
-    def load_halo_state_dict(self, states: dict[str, Any]) -> None:
-        for key, state in states.items():
-            name, mode = key.rsplit("|", 1)
-            self.halo_states.setdefault((name, mode), {}).update(state)
+        self.registry.flush()
 
     def to(self, device: torch.device | str) -> DistEdgeIndex:
+        """This graph on ``device`` (move it before the first layer call: the
+        registry's halo state stays where it is)."""
         channel = HaloChannel(
             self.channel.plan.to(device), self.channel.ledger, self.channel.group,
             self.channel.transport,
         )
         return DistEdgeIndex(
             self.rowptr.to(device), self.col.to(device), self.edge_id.to(device),
-            self.num_global_nodes, self.halo_in_degree.to(device),
-            self.halo_self_loops.to(device), channel, self.halo,
-            None if self.global_id is None else self.global_id.to(device),
+            self.halo_in_degree.to(device), self.halo_self_loops.to(device), channel,
+            self.global_id.to(device), self.registry,
         )
 
     def __repr__(self) -> str:
@@ -181,7 +152,6 @@ class DistData:
         meta: PartitionMeta,
         rank: int,
     ) -> None:
-        assert edge_index.global_id is not None, "a rank's graph knows its nodes' global ids"
         self.edge_index = edge_index
         self.meta = meta
         self.rank = rank
@@ -193,7 +163,7 @@ class DistData:
 
     @property
     def global_id(self) -> Tensor:
-        return self.edge_index.global_id  # type: ignore[return-value]
+        return self.edge_index.global_id
 
     @property
     def num_nodes(self) -> int:
@@ -236,8 +206,8 @@ class DistData:
         out_dir: str | os.PathLike,
         rank: int | None = None,
         device: torch.device | str | None = None,
-        halo: Any = None,
-        group: dist.ProcessGroup | None = None,
+        halo: HaloPolicy | None = None,
+        group: Any = None,
     ) -> DistData:
         r"""Loads this rank's part of the partition folder ``out_dir``, and only it.
 
@@ -256,8 +226,7 @@ class DistData:
         meta = read_meta(out_dir)
         rank = _check_rank(out_dir, meta, rank, group)
         content = read_part(out_dir, rank, meta)
-        if dist.is_initialized():
-            _check_same_partitioning(meta, group, device)
+        _check_same_partitioning(meta, group)
         graph = content["graph"]
         plan = HaloPlan.from_pointers(
             rank, graph["send_idx"], graph["send_ptr"], graph["halo_ptr"],
@@ -265,19 +234,17 @@ class DistData:
         )
         channel = HaloChannel(plan, Ledger(), group)
         edge_index = DistEdgeIndex(
-            graph["rowptr"], graph["col"], graph["edge_id"], meta.num_nodes,
-            graph["halo_in_degree"], graph["halo_self_loops"], channel, halo, graph["global_id"],
+            graph["rowptr"], graph["col"], graph["edge_id"], graph["halo_in_degree"],
+            graph["halo_self_loops"], channel, graph["global_id"], HaloRegistry(halo),
         )
         data = cls(edge_index, content["node"], content["edge"], meta, rank)
-        device = torch.device(device) if device is not None else default_device()
+        device = torch.device(device) if device is not None else distributed.default_device()
         return data.to(device) if device.type != "cpu" else data
 
 
-def _check_rank(
-    out_dir: Any, meta: PartitionMeta, rank: int | None, group: dist.ProcessGroup | None
-) -> int:
-    if dist.is_initialized():
-        world, me = dist.get_world_size(group), dist.get_rank(group)
+def _check_rank(out_dir: Any, meta: PartitionMeta, rank: int | None, group: Any) -> int:
+    if distributed.is_initialized():
+        world, me = distributed.world_size(group), distributed.rank(group)
         if meta.num_parts != world:
             raise ValueError(
                 f"'DistData.load' found {meta.num_parts} partitions in '{out_dir}' but the "
@@ -300,19 +267,12 @@ def _check_rank(
     return rank
 
 
-def _check_same_partitioning(
-    meta: PartitionMeta, group: dist.ProcessGroup | None, device: Any
-) -> None:
+def _check_same_partitioning(meta: PartitionMeta, group: Any) -> None:
     """All ranks must have loaded parts of one partitioning."""
-    ident = torch.tensor([int(meta.partition_id[:15], 16)], dtype=torch.long)
-    if dist.get_backend(group) == "nccl":
-        ident = ident.cuda()
-    gathered = [torch.empty_like(ident) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(gathered, ident, group=group)
-    others = [r for r, g in enumerate(gathered) if not torch.equal(g, ident)]
+    others = distributed.differing_ranks(int(meta.partition_id[:15], 16), group)
     if others:
         raise ValueError(
             f"ranks {others} loaded parts of a different partitioning than rank "
-            f"{dist.get_rank(group)} (partition id {meta.partition_id[:15]}); point every rank "
-            f"at the same partition folder"
+            f"{distributed.rank(group)} (partition id {meta.partition_id[:15]}); point every "
+            f"rank at the same partition folder"
         )

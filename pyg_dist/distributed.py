@@ -1,19 +1,30 @@
-"""The process group: ``pyg_dist.init()`` and small helpers around torch.distributed."""
+"""The process group: ``pyg_dist.init()`` and the few collectives the training
+loop, checkpoints, CLI and data loading need. Besides the halo transport
+(:mod:`pyg_dist.halo.comm`), this is the only module that calls
+:mod:`torch.distributed`; every helper is a no-op in a group of one process."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import Tensor
 
-__all__ = ["init", "shutdown", "rank", "world_size", "default_device", "DEFAULT_TIMEOUT"]
+from pyg_dist import env
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "world_size", "is_distributed", "default_device",
+    "collective_device", "all_reduce", "all_reduce_values", "broadcast", "barrier",
+    "differing_ranks", "sync_tensors", "all_reduce_gradients", "host_store", "DEFAULT_TIMEOUT",
+]
 
 #: Collectives that wait longer than this raise instead of hanging (seconds).
-DEFAULT_TIMEOUT = 600.0
+DEFAULT_TIMEOUT = env.DEFAULT_TIMEOUT
 
-# Set by pyg_dist.launch in the ranks it spawns: the parent hosts the store.
-LAUNCH_STORE_ENV = "PYG_DIST_LAUNCH_STORE"
+Group = Any  # a torch.distributed.ProcessGroup, or None for the default group
 
 
 def init(backend: str | None = None, timeout: float | timedelta | None = None) -> None:
@@ -37,20 +48,21 @@ def init(backend: str | None = None, timeout: float | timedelta | None = None) -
         return
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if timeout is None:
-        timeout = float(os.environ.get("PYG_DIST_TIMEOUT", DEFAULT_TIMEOUT))
+        timeout = env.timeout()
     if not isinstance(timeout, timedelta):
         timeout = timedelta(seconds=float(timeout))
-    env = os.environ
+    environ = os.environ
     if backend == "nccl":
-        torch.cuda.set_device(int(env.get("LOCAL_RANK", 0)))
-    if LAUNCH_STORE_ENV in env:
-        host, port = env[LAUNCH_STORE_ENV].rsplit(":", 1)
+        torch.cuda.set_device(int(environ.get("LOCAL_RANK", 0)))
+    launch_store = env.launch_store()
+    if launch_store is not None:
+        host, port = launch_store.rsplit(":", 1)
         store = dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
         dist.init_process_group(
-            backend, store=store, rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]),
-            timeout=timeout,
+            backend, store=store, rank=int(environ["RANK"]),
+            world_size=int(environ["WORLD_SIZE"]), timeout=timeout,
         )
-    elif "RANK" in env and "WORLD_SIZE" in env:
+    elif "RANK" in environ and "WORLD_SIZE" in environ:
         dist.init_process_group(backend, init_method="env://", timeout=timeout)
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
@@ -63,18 +75,108 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def rank() -> int:
-    """This process's rank (0 without a process group)."""
-    return dist.get_rank() if dist.is_initialized() else 0
+def is_initialized() -> bool:
+    """Whether a process group exists (of any size)."""
+    return dist.is_initialized()
 
 
-def world_size() -> int:
-    """Number of ranks (1 without a process group)."""
-    return dist.get_world_size() if dist.is_initialized() else 1
+def rank(group: Group = None) -> int:
+    """This process's rank in ``group`` (0 without a process group)."""
+    return dist.get_rank(group) if dist.is_initialized() else 0
+
+
+def world_size(group: Group = None) -> int:
+    """Number of ranks in ``group`` (1 without a process group)."""
+    return dist.get_world_size(group) if dist.is_initialized() else 1
+
+
+def is_distributed(group: Group = None) -> bool:
+    """Whether collectives over ``group`` involve other processes."""
+    return world_size(group) > 1
 
 
 def default_device() -> torch.device:
     """The device this rank computes on: its GPU under NCCL, else the CPU."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
+    return collective_device()
+
+
+def collective_device(group: Group = None) -> torch.device:
+    """Where tensors of a collective over ``group`` must live: this rank's GPU
+    under NCCL, else the CPU."""
+    if dist.is_initialized() and dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def all_reduce(tensor: Tensor, op: str = "sum", group: Group = None) -> Tensor:
+    """``tensor`` reduced over the ranks (``"sum"`` or ``"max"``), on its own
+    device; the tensor itself in a group of one."""
+    if not is_distributed(group):
+        return tensor
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+    buffer = tensor.to(collective_device(group))
+    dist.all_reduce(buffer, op=ops[op], group=group)
+    return buffer.to(tensor.device)
+
+
+def all_reduce_values(values: Sequence[float], op: str = "sum",
+                      group: Group = None) -> list[float]:
+    """Numbers reduced over the ranks, in one float64 all-reduce."""
+    reduced = all_reduce(torch.tensor(list(values), dtype=torch.float64), op, group)
+    return reduced.tolist()
+
+
+def broadcast(tensor: Tensor, group: Group = None) -> Tensor:
+    """``tensor`` as rank 0 of ``group`` has it, on every rank."""
+    if not is_distributed(group):
+        return tensor
+    buffer = tensor.to(collective_device(group))
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    dist.broadcast(buffer, src=src, group=group)
+    return buffer.to(tensor.device)
+
+
+def barrier(group: Group = None) -> None:
+    """Waits for every rank of ``group``."""
+    if is_distributed(group):
+        dist.barrier(group=group)
+
+
+def differing_ranks(value: int, group: Group = None) -> list[int]:
+    """The ranks whose ``value`` (an int64) differs from this rank's: empty
+    when all ranks agree."""
+    if not is_distributed(group):
+        return []
+    mine = torch.tensor([value], dtype=torch.long, device=collective_device(group))
+    gathered = [torch.empty_like(mine) for _ in range(world_size(group))]
+    dist.all_gather(gathered, mine, group=group)
+    return [r for r, other in enumerate(gathered) if not torch.equal(other, mine)]
+
+
+def sync_tensors(tensors: Iterable[Tensor], group: Group = None) -> None:
+    """Copies rank 0's values of ``tensors`` (parameters, buffers) to every rank, in place."""
+    if not is_distributed(group):
+        return
+    for tensor in tensors:
+        tensor.data.copy_(broadcast(tensor.data, group))
+
+
+def all_reduce_gradients(params: Iterable[torch.nn.Parameter], group: Group = None) -> None:
+    """Sums the gradients of ``params`` over the ranks, in one flat buffer (a
+    missing gradient counts as zeros)."""
+    if not is_distributed(group):
+        return
+    params = [p for p in params if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = all_reduce(torch.cat([g.reshape(-1) for g in grads]), group=group)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
+        offset += n
+
+
+def host_store(host: str = "127.0.0.1") -> Any:
+    """A new key-value store served by this process on a free port of ``host``
+    (``store.port``), for the ranks :func:`pyg_dist.launch` starts."""
+    return dist.TCPStore(host, 0, None, True, wait_for_workers=False)

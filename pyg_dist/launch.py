@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from pyg_dist import env
+
 __all__ = ["launch", "RankFailed"]
 
 _GRACE_SECONDS = 5.0  # SIGTERM -> SIGKILL for ranks that are being stopped
@@ -72,12 +74,13 @@ def launch(
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"'launch' needs world_size >= 1 (got {world_size!r})")
     import cloudpickle
-    import torch.distributed as dist
+
+    from pyg_dist.distributed import host_store
 
     payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
     threads = threads or max(1, (os.cpu_count() or 1) // world_size)
     forward_output = not _has_real_stdout()
-    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    store = host_store("127.0.0.1")
     ctx = mp.get_context("spawn")
     procs, conns = [], []
     try:
@@ -242,7 +245,7 @@ def _run_rank(
         LOCAL_WORLD_SIZE=str(world_size),
         MASTER_ADDR="127.0.0.1",
     )
-    os.environ["PYG_DIST_LAUNCH_STORE"] = options["store"]
+    os.environ[env.LAUNCH_STORE] = options["store"]
     os.environ.setdefault("OMP_NUM_THREADS", str(options["threads"]))
     if options["forward_output"]:
         sys.stdout = _ConnWriter(conn, "stdout")  # type: ignore[assignment]

@@ -9,12 +9,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pyg_dist import distributed
 from pyg_dist.checkpoint import load_checkpoint, save_checkpoint
-from pyg_dist.distributed import rank as get_rank
 
 __all__ = ["train", "evaluate", "TrainResult", "EpochStats", "sync_parameters",
            "all_reduce_gradients", "global_loss"]
@@ -152,7 +151,7 @@ def train(
         done, extra = load_checkpoint(checkpoint, model, optimizer, data)  # type: ignore[arg-type]
         result = _result_from(extra)
         first = done + 1
-    bar = _progress(epochs, first - 1) if progress and get_rank() == 0 else None
+    bar = _progress(epochs, first - 1) if progress and distributed.rank() == 0 else None
     start = time.perf_counter() - result.seconds
     accs = _last_accuracies(result)
     for epoch in range(first, epochs + 1):
@@ -222,10 +221,8 @@ def global_loss(out: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, float]:
     """Cross entropy averaged over the masked nodes of all ranks: this rank's
     differentiable share, and the global value. Raises on a non-finite loss."""
     local_sum = F.cross_entropy(out[mask], y[mask], reduction="sum")
-    stats = torch.stack([local_sum.detach().float(), mask.sum().float()])
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(stats)
-    total, count = float(stats[0]), max(float(stats[1]), 1.0)
+    total, count = distributed.all_reduce_values([float(local_sum.detach()), float(mask.sum())])
+    count = max(count, 1.0)
     if not math.isfinite(total):
         raise FloatingPointError(
             "the training loss is not finite; check the inputs for NaN/inf values "
@@ -247,36 +244,21 @@ def evaluate(model: nn.Module, data: Any) -> tuple[float, float, float]:
             counts += [0.0, 0.0]
         else:
             counts += [float((pred[mask] == data.y[mask]).sum()), float(mask.sum())]
-    stats = torch.tensor(counts, dtype=torch.float64, device=pred.device)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(stats)
+    stats = distributed.all_reduce_values(counts)
     return tuple(  # type: ignore[return-value]
-        float(stats[2 * i] / stats[2 * i + 1]) if stats[2 * i + 1] > 0 else float("nan")
+        stats[2 * i] / stats[2 * i + 1] if stats[2 * i + 1] > 0 else float("nan")
         for i in range(3)
     )
 
 
 def sync_parameters(model: nn.Module) -> None:
     """Copies rank 0's parameters and buffers to every rank."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return
-    for tensor in [*model.parameters(), *model.buffers()]:
-        dist.broadcast(tensor.data, src=0)
+    distributed.sync_tensors([*model.parameters(), *model.buffers()])
 
 
 def all_reduce_gradients(model: nn.Module) -> None:
     """Sums every parameter's gradient over the ranks, in one flat buffer."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return
-    params = [p for p in model.parameters() if p.requires_grad]
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    offset = 0
-    for p in params:
-        n = p.numel()
-        p.grad = flat[offset : offset + n].view_as(p).clone()
-        offset += n
+    distributed.all_reduce_gradients(model.parameters())
 
 
 def _check_data(data: Any) -> None:
@@ -301,13 +283,9 @@ def _ledger_totals(ledger: Any, step: int) -> tuple[int, int, int, float, float]
         return 0, 0, 0, 0.0, 0.0
     totals = ledger.totals(step)
     keys = ("bytes_fwd", "bytes_bwd", "bytes_eval", "seconds", "overlapped")
-    stats = torch.tensor([float(totals.get(k, 0.0)) for k in keys], dtype=torch.float64)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        if dist.get_backend() == "nccl":
-            stats = stats.cuda()
-        dist.all_reduce(stats)
-        stats[3:] /= dist.get_world_size()
-    return int(stats[0]), int(stats[1]), int(stats[2]), float(stats[3]), float(stats[4])
+    stats = distributed.all_reduce_values([float(totals.get(k, 0.0)) for k in keys])
+    ranks = distributed.world_size()
+    return int(stats[0]), int(stats[1]), int(stats[2]), stats[3] / ranks, stats[4] / ranks
 
 
 def _progress(total: int, done: int) -> Any:

@@ -1,19 +1,29 @@
 """``Adaptive(tol, max_staleness)``: re-send a block only when it drifted (Sancus)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from pyg_dist.halo.cache import HaloCache
 from pyg_dist.halo.exchange import Route, as_rows, exchange_route
-from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows
-from pyg_dist.halo.reuse import assemble, check_stale_grads, stale_grads_arguments
+from pyg_dist.halo.policy import FetchContext, HaloRows
+from pyg_dist.halo.reuse import ReusePolicy, ReuseState
 
-__all__ = ["Adaptive"]
+__all__ = ["Adaptive", "AdaptiveState"]
 
 
-class Adaptive(HaloPolicy):
+@dataclass
+class AdaptiveState(ReuseState):
+    """:class:`ReuseState` plus, on the sending side, the rows each peer holds
+    (``[S, F]``, as decoded there) and the step each block was sent."""
+
+    sent: HaloCache = field(default_factory=HaloCache)
+
+
+class Adaptive(ReusePolicy):
     r"""Staleness-aware skipping from `"Sancus: Staleness-Aware
     Communication-Avoiding Full-Graph Decentralized Training in Large-Scale
     Graph Neural Networks" <https://doi.org/10.14778/3538598.3538614>`_.
@@ -45,25 +55,28 @@ class Adaptive(HaloPolicy):
     """
 
     name = "adaptive"
+    primary = "tol"
 
     def __init__(self, tol: float, max_staleness: int | None = 8,
                  stale_grads: str = "accumulate", compress: str | None = None,
                  cache_inputs: bool = True) -> None:
-        super().__init__(compress, cache_inputs)
-        self.stale_grads = check_stale_grads("Adaptive", stale_grads)
+        super().__init__(stale_grads, compress, cache_inputs)
         if float(tol) < 0:
             raise ValueError(f"'Adaptive' needs tol >= 0 (got {tol})")
         if max_staleness is not None and max_staleness < 1:
             raise ValueError(f"'Adaptive' needs max_staleness >= 1 or None (got {max_staleness})")
         self.tol, self.max_staleness = float(tol), max_staleness
 
+    def init_state(self) -> AdaptiveState:
+        return AdaptiveState()
+
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         plan, state = ctx.channel.plan, ctx.state
-        world = plan.world_size
         rows = as_rows(x.detach().index_select(0, plan.send_idx))
-        if state.get("last_sent") is None or state["last_sent"].shape != rows.shape:
-            state.update(last_sent=None, sent_at=[None] * world, halo=None, recv_at=[None] * world)
-        send = self._blocks_to_send(rows, plan.send_counts, state, ctx.step)
+        if not state.sent.matches(rows):  # first call, or the input's width changed
+            state.sent.reset()
+            state.halo.reset()
+        send = self.blocks_to_send(rows, plan.send_counts, state.sent, ctx.step)
         recv = self._announce(send, ctx)
 
         route = Route(
@@ -73,37 +86,40 @@ class Adaptive(HaloPolicy):
         )
         received = exchange_route(x, ctx.channel, ctx.layer, route, self.codec, ctx.direction)
         fresh = torch.tensor(recv, dtype=torch.bool, device=rows.device)[plan.halo_peer]
-        halo = assemble(x, received, state["halo"], fresh, state, self.stale_grads)
-
-        self._remember(rows, plan.send_counts, send, recv, halo, state, ctx.step)
-        ages = [ctx.step - t for t, n in zip(state["recv_at"], plan.recv_counts) if n]
-        staleness = max(ages, default=0)
+        halo = self.assemble(x, received, fresh, state, ctx.step)
+        if any(send) or state.sent.rows is None:  # else no block changes: no codec round trip
+            sent_rows = rows if self.codec is None else self.codec.decode(
+                self.codec.encode(rows), rows.size(1), rows.dtype)
+            sent = torch.tensor(send, dtype=torch.bool, device=rows.device)[plan.send_peer]
+            if state.sent.rows is not None:
+                sent_rows = torch.where(sent.view(-1, 1), sent_rows, state.sent.pull())
+            state.sent.push(sent_rows, ctx.step, sent)
+        staleness = state.halo.age(ctx.step)
         if not any(recv) and plan.num_halo:
             ctx.skip(staleness)
         else:
             ctx.used(staleness)
         return HaloRows(halo)
 
-    def _blocks_to_send(self, rows: Tensor, counts: list[int], state: dict[str, Any],
-                        step: int) -> list[bool]:
-        """Which peers get their block this step (drifted, too old, or never sent)."""
-        last = state["last_sent"]
-        send = []
-        offset = 0
-        for q, n in enumerate(counts):
-            block = rows[offset : offset + n]
+    def blocks_to_send(self, rows: Tensor, counts: list[int], sent: HaloCache,
+                       step: int) -> list[bool]:
+        """Which peers get their block this step: never sent, drifted past
+        ``tol`` from what the peer holds, or ``max_staleness`` steps old."""
+        decisions, offset = [], 0
+        for n in counts:
             if n == 0:
-                send.append(False)
-            elif last is None or state["sent_at"][q] is None:
-                send.append(True)
+                decisions.append(False)
+            elif sent.rows is None:
+                decisions.append(True)
             else:
-                ref = last[offset : offset + n]
-                drift = (block - ref).float().norm() / ref.float().norm().clamp(min=1e-12)
-                too_old = (self.max_staleness is not None
-                           and step - state["sent_at"][q] >= self.max_staleness)
-                send.append(bool(drift > self.tol) or too_old)
+                held = sent.pull()[offset : offset + n].float()
+                drift = (rows[offset : offset + n].float() - held).norm() / held.norm().clamp(
+                    min=1e-12)
+                age = int(sent.ages(step)[offset])
+                too_old = self.max_staleness is not None and age >= self.max_staleness
+                decisions.append(bool(drift > self.tol) or too_old)
             offset += n
-        return send
+        return decisions
 
     def _announce(self, send: list[bool], ctx: FetchContext) -> list[bool]:
         """Tells each peer whether its block comes; returns which blocks will arrive."""
@@ -119,29 +135,6 @@ class Adaptive(HaloPolicy):
             arriving.append(bool(next(it)) if n else False)
         return arriving
 
-    def _remember(self, rows: Tensor, counts: list[int], send: list[bool], recv: list[bool],
-                  halo: Tensor, state: dict[str, Any], step: int) -> None:
-        """What each peer now holds (as decoded there) and when it got it."""
-        last = state["last_sent"]
-        if last is None or any(send):  # else no block changes: skip the codec round trip
-            sent_rows = rows if self.codec is None else self.codec.decode(
-                self.codec.encode(rows), rows.size(1), rows.dtype)
-            last = sent_rows.clone() if last is None else last
-            offset = 0
-            for q, n in enumerate(counts):
-                if send[q]:
-                    last[offset : offset + n] = sent_rows[offset : offset + n]
-                    state["sent_at"][q] = step
-                offset += n
-        for q, arrived in enumerate(recv):
-            if arrived:
-                state["recv_at"][q] = step
-        state.update(last_sent=last, halo=halo.detach())
-
-    def arguments(self) -> list[str]:
-        return [f"tol={self.tol}", f"max_staleness={self.max_staleness}",
-                *stale_grads_arguments(self.stale_grads), *super().arguments()]
-
-    def spec(self) -> str:
-        return f"adaptive:{self.tol}"
-
+    def options(self) -> dict[str, Any]:
+        max_staleness = {} if self.max_staleness == 8 else {"max_staleness": self.max_staleness}
+        return {"tol": self.tol, **max_staleness, **super().options()}

@@ -1,12 +1,21 @@
 """``Cached``: fetch once, reuse forever."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from torch import Tensor
 
-from pyg_dist.halo.exchange import exchange_halo
-from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows
+from pyg_dist.halo.cache import HaloCache
+from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState
 
-__all__ = ["Cached"]
+__all__ = ["Cached", "CachedState"]
+
+
+@dataclass
+class CachedState(PolicyState):
+    """The halo rows of the first call."""
+
+    halo: HaloCache = field(default_factory=HaloCache)
 
 
 class Cached(HaloPolicy):
@@ -18,15 +27,20 @@ class Cached(HaloPolicy):
     Args:
         compress (str, optional): ``"fp16"``, ``"bf16"`` or ``"int8"`` for the one
             exchange. (default: :obj:`None`)
+        cache_inputs (bool, optional): Reuse the halo of static inputs.
+            (default: :obj:`True`)
     """
 
     name = "cached"
 
+    def init_state(self) -> CachedState:
+        return CachedState()
+
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
-        cached = ctx.state.get("halo")
-        if cached is not None and cached.shape[1:] == x.shape[1:]:
-            ctx.skip(staleness=ctx.step - ctx.state["fetched_at"])
-            return HaloRows(cached)
-        rows = exchange_halo(x.detach(), ctx.channel, ctx.layer, self.codec, ctx.direction)
-        ctx.state.update(halo=rows, fetched_at=ctx.step)
+        cache: HaloCache = ctx.state.halo
+        if cache.matches(x):
+            ctx.skip(staleness=cache.age(ctx.step))
+            return HaloRows(cache.pull())
+        rows = ctx.exchange(x.detach(), self.codec)
+        cache.push(rows, ctx.step)
         return HaloRows(rows)

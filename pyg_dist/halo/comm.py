@@ -1,38 +1,34 @@
 """Moving rows between ranks: the only place that sends halo traffic.
 
 Two transports, chosen per process group: batched point-to-point messages to
-the peers that need something (``"p2p"``, the default on gloo: 20% faster than
-``all_to_all_single`` for 4 ranks at 2,000 rows per peer, F = 16 and 256, in
-``benchmarks/exchange.py``), or one ``all_to_all_single`` (``"all_to_all"``, the
-default on NCCL). Rows travel as raw bytes, so every dtype (float16, bfloat16,
-int8 payloads) crosses every backend bit for bit.
+the peers that need something (``"p2p"``, the default on gloo), or one
+``all_to_all_single`` (``"all_to_all"``, the default on NCCL).
+``benchmarks/exchange.py`` compares them: on gloo they are on par on an idle
+machine and p2p is faster when other processes share the cores. Rows travel
+as raw bytes, so every dtype (float16, bfloat16, int8 payloads) crosses every
+backend bit for bit.
 """
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ["exchange_rows", "PendingRows", "TRANSPORTS", "default_transport"]
+from pyg_dist import env
 
-TRANSPORTS = ("p2p", "all_to_all")
+__all__ = ["exchange_rows", "PendingRows", "TRANSPORTS", "default_transport", "MAX_TAG"]
+
+TRANSPORTS = env.TRANSPORTS
+#: Largest point-to-point message tag (tags are 32-bit signed on every backend).
+MAX_TAG = 2**31 - 1
 
 
 def default_transport(group: dist.ProcessGroup | None = None) -> str:
     """``PYG_DIST_TRANSPORT`` if set, else all_to_all on NCCL and p2p otherwise."""
-    forced = os.environ.get("PYG_DIST_TRANSPORT")
-    if forced:
-        if forced not in TRANSPORTS:
-            raise ValueError(
-                f"PYG_DIST_TRANSPORT='{forced}' is not a transport; use one of "
-                f"{', '.join(TRANSPORTS)}"
-            )
-        return forced
-    return "all_to_all" if dist.get_backend(group) == "nccl" else "p2p"
+    return env.transport() or ("all_to_all" if dist.get_backend(group) == "nccl" else "p2p")
 
 
 @dataclass
@@ -41,7 +37,6 @@ class PendingRows:
 
     recv: Tensor
     works: list
-    transport: str
     send: Tensor | None = None  # kept alive until the exchange completes
 
     def wait(self) -> Tensor:
@@ -78,7 +73,7 @@ def exchange_rows(
     recv = send.new_empty((sum(recv_counts), *row_shape))
     if not dist.is_initialized() or dist.get_world_size(group) == 1:
         assert recv.numel() == 0, "a single rank has no halo to receive"
-        return PendingRows(recv, [], "none") if async_op else recv
+        return PendingRows(recv, []) if async_op else recv
     transport = transport or default_transport(group)
     send = send.contiguous()
     if transport == "p2p":
@@ -87,7 +82,7 @@ def exchange_rows(
         works = _all_to_all(send, recv, send_counts, recv_counts, group)
     else:
         raise ValueError(f"unknown transport '{transport}'; use one of {', '.join(TRANSPORTS)}")
-    pending = PendingRows(recv, works, transport, send)
+    pending = PendingRows(recv, works, send)
     return pending if async_op else pending.wait()
 
 

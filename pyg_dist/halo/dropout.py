@@ -17,18 +17,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["dropout", "DroppedInput", "dropped_input", "DROPOUT_STATE"]
+from pyg_dist.distributed import broadcast
 
-#: Key of the dropout seed and call counter in ``DistEdgeIndex.halo_states``
-#: (checkpointed with the policies' state).
-DROPOUT_STATE = ("dropout", "train")
+__all__ = ["dropout", "DroppedInput", "dropped_input", "DropoutState"]
 
 _M32 = 0xFFFFFFFF
 _ATTR = "_pyg_dist_dropped"
+
+
+@dataclass
+class DropoutState:
+    """The shared seed (drawn at the first call) and the number of calls so far,
+    per graph; checkpointed with the halo state."""
+
+    seed: int | None = None
+    calls: int = 0
 
 
 @dataclass
@@ -83,24 +89,16 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, edge_index: Any = 
     global_id = getattr(edge_index, "global_id", None)
     if not training or p == 0.0 or global_id is None or x.dim() != 2:
         return F.dropout(x, p=p, training=training)
-    state = edge_index.halo_states.setdefault(DROPOUT_STATE, {})
-    if "seed" not in state:
-        state["seed"], state["calls"] = _shared_seed(edge_index), 0
-    made = DroppedInput(x, p, state["seed"], state["calls"], edge_index)
-    state["calls"] += 1
+    state: DropoutState = edge_index.registry.dropout
+    if state.seed is None:
+        seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)
+        state.seed = int(broadcast(seed, edge_index.channel.group))
+    made = DroppedInput(x, p, state.seed, state.calls, edge_index)
+    state.calls += 1
     out = x * made.scale(global_id.to(x.device), x.size(-1))
     if not x.requires_grad:
         setattr(out, _ATTR, made)
     return out
-
-
-def _shared_seed(edge_index: Any) -> int:
-    seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)
-    group = edge_index.channel.group
-    if dist.is_initialized() and dist.get_world_size(group) > 1:
-        seed = seed.to(edge_index.device)
-        dist.broadcast(seed, src=dist.get_global_rank(group, 0) if group else 0, group=group)
-    return int(seed.item())
 
 
 def _mix(h: Tensor) -> Tensor:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from pyg_dist.halo.exchange import exchange_halo
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows
 
 __all__ = ["Exact"]
@@ -29,4 +28,4 @@ class Exact(HaloPolicy):
     name = "exact"
 
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
-        return HaloRows(exchange_halo(x, ctx.channel, ctx.layer, self.codec, ctx.direction))
+        return HaloRows(ctx.exchange(x, self.codec))

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import math
 import time
-import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-from pyg_dist.halo.comm import PendingRows, exchange_rows
+from pyg_dist.halo.comm import MAX_TAG, PendingRows, exchange_rows
 from pyg_dist.halo.compress import Codec
-from pyg_dist.halo.ledger import Ledger
+from pyg_dist.halo.ledger import DIRECTIONS, Ledger
 from pyg_dist.halo.plan import HaloPlan
 
 __all__ = ["HaloChannel", "Route", "Transfer", "exchange_halo", "exchange_route", "as_rows"]
@@ -72,17 +70,29 @@ class Transfer:
 @dataclass
 class HaloChannel:
     """Everything a rank needs to exchange halo rows of one graph: its plan,
-    the process group, the transport and the ledger that counts the traffic."""
+    the process group (a ``torch.distributed.ProcessGroup``, :obj:`None` for
+    the default one), the transport and the ledger that counts the traffic."""
 
     plan: HaloPlan
     ledger: Ledger
-    group: dist.ProcessGroup | None = None
+    group: Any = None
     transport: str | None = None
+    _tags: dict[str, int] = field(default_factory=dict, repr=False)
 
-    @property
-    def active(self) -> bool:
-        """Whether this rank sends or receives anything at all."""
-        return self.plan.num_send > 0 or self.plan.num_halo > 0
+    def tag(self, name: str, direction: str) -> int:
+        """The message tag of exchange ``name`` (a layer, ``<layer>/flags``, ...)
+        in ``direction``: from the exchange's index in order of first use,
+        which is the same on every rank (all ranks run the same layers in the
+        same order), so exchanges in flight at the same time never pair up
+        wrongly. Raises instead of reusing a tag."""
+        index = self._tags.setdefault(name, len(self._tags))
+        tag = 1 + index * len(DIRECTIONS) + DIRECTIONS.index(direction)
+        if tag > MAX_TAG:
+            raise RuntimeError(
+                f"halo exchange '{name}' would need message tag {tag} > {MAX_TAG}: this graph "
+                f"has {len(self._tags)} distinct exchanges; load a fresh DistData per model"
+            )
+        return tag
 
     def full_route(self) -> Route:
         return Route(self.plan.send_idx, self.plan.send_counts, self.plan.recv_counts)
@@ -104,7 +114,7 @@ class HaloChannel:
         num_feats, dtype = rows.size(1), rows.dtype
         payload = rows.contiguous() if codec is None else codec.encode(rows)
         pending = exchange_rows(payload, send_counts, recv_counts, self.group, self.transport,
-                                async_op=True, tag=_tag(layer, direction))
+                                async_op=True, tag=self.tag(layer, direction))
         assert isinstance(pending, PendingRows), "an async exchange returns PendingRows"
         if sum(send_counts) or sum(recv_counts):
             row_bytes = (num_feats * rows.element_size() if codec is None
@@ -175,9 +185,3 @@ class _Exchange(torch.autograd.Function):
 def as_rows(t: Tensor) -> Tensor:
     """``t`` as a 2-D ``[rows, features]`` tensor (also when it has no rows)."""
     return t.reshape(t.size(0), math.prod(t.shape[1:]))
-
-
-def _tag(layer: str, direction: str) -> int:
-    """A message tag per layer and direction, so exchanges in flight at the
-    same time (pipelining) never pair up wrongly."""
-    return zlib.crc32(f"{layer}/{direction}".encode()) & 0x7FFF

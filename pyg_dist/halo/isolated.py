@@ -1,6 +1,8 @@
 """``Isolated``: no halo at all; only gradients cross ranks."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -27,3 +29,6 @@ class Isolated(HaloPolicy):
         if num_halo:
             ctx.skip()
         return HaloRows(x.new_zeros(num_halo, *x.shape[1:]), mask, remote=False)
+
+    def options(self) -> dict[str, Any]:
+        return {}  # takes no arguments

@@ -1,12 +1,11 @@
 """The ledger: what every layer sent and received, step by step."""
 from __future__ import annotations
 
-import weakref
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Ledger", "LedgerEntry"]
+__all__ = ["Ledger", "LedgerEntry", "DIRECTIONS"]
 
 DIRECTIONS = ("fwd", "bwd", "eval")
 
@@ -17,8 +16,10 @@ class LedgerEntry:
 
     Attributes:
         step: Training step (the ledger's counter when the exchange happened).
-        layer: Name of the layer (module path under :func:`to_distributed`, else
-            ``layer<k>`` in order of first use).
+        layer: Name of the exchange: the layer's (module path under
+            :func:`to_distributed`, else ``layer<k>`` in order of first use),
+            ``<layer>/flags`` for Adaptive's announcements, ``degree`` for the
+            halo degrees of a weighted GCN.
         direction: ``"fwd"`` (halo rows in training), ``"bwd"`` (halo gradients)
             or ``"eval"`` (halo rows in evaluation, always exact).
         bytes_sent / bytes_recv: Payload bytes this rank sent / received.
@@ -51,25 +52,10 @@ class Ledger:
 
     step: int = 0
     entries: dict[tuple[int, str, str], LedgerEntry] = field(default_factory=dict)
-    _names: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary,
-                                              repr=False)
-    _count: int = field(default=0, repr=False)
 
     def next_step(self) -> int:
         self.step += 1
         return self.step
-
-    def layer_name(self, layer: Any) -> str:
-        """A stable name for ``layer``: its ``halo_name`` if set, else ``layer<k>``
-        in order of first use (the same on every rank, which runs the same
-        layers in the same order; names also tag messages on the wire)."""
-        name = getattr(layer, "halo_name", None)
-        if name:
-            return str(name)
-        if layer not in self._names:
-            self._names[layer] = f"layer{self._count}"
-            self._count += 1
-        return str(self._names[layer])
 
     def record(self, layer: str, direction: str, **amounts: float) -> LedgerEntry:
         """Adds ``amounts`` (fields of :class:`LedgerEntry`) to the current step's

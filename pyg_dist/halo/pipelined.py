@@ -1,15 +1,38 @@
 """``Pipelined``: use last step's halo while this step's travels (PipeGCN)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from pyg_dist.halo.exchange import Transfer, as_rows, exchange_halo
-from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows
+from pyg_dist.halo.cache import HaloCache
+from pyg_dist.halo.exchange import Transfer, as_rows
+from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState, transient
 
-__all__ = ["Pipelined"]
+__all__ = ["Pipelined", "PipelinedState"]
+
+
+@dataclass
+class PipelinedState(PolicyState):
+    """The (smoothed) halo rows and halo gradients of the previous step, and
+    the exchanges of this step still in flight (never checkpointed: flushed first)."""
+
+    halo: HaloCache = field(default_factory=HaloCache)
+    grads: HaloCache = field(default_factory=HaloCache)
+    pending_rows: Transfer | None = transient()
+    pending_grads: Transfer | None = transient()
+    pending_step: int = transient(0)
+
+    def land(self, which: str, smooth: Any) -> None:
+        """Waits for the rows (``which="rows"``) or gradients (``"grads"``) in
+        flight and stores them, passed through ``smooth(cache, new)``, in their cache."""
+        cache = self.halo if which == "rows" else self.grads
+        transfer: Transfer | None = getattr(self, f"pending_{which}")
+        if transfer is not None:
+            setattr(self, f"pending_{which}", None)
+            cache.push(smooth(cache, transfer.wait()), self.pending_step)
 
 
 class Pipelined(HaloPolicy):
@@ -17,14 +40,15 @@ class Pipelined(HaloPolicy):
     Graph Convolutional Networks with Pipelined Feature Communication"
     <https://arxiv.org/abs/2203.10428>`_.
 
-    Step :math:`t` aggregates with the halo rows exchanged during step
+    Step :math:`t \ge 1` aggregates with the halo rows exchanged during step
     :math:`t-1` while step :math:`t`'s rows travel in the background,
     overlapping the rest of the step; likewise backward applies the halo
     gradients sent back during step :math:`t-1` and sends step :math:`t`'s in
-    the background. The first step is an exact exchange. With
-    ``smoothing`` :math:`\gamma`, stale values and gradients are smoothed
-    exponentially (PipeGCN-GF):
-    :math:`\tilde{\mathbf{h}}_t = \gamma \tilde{\mathbf{h}}_{t-1} + (1 - \gamma)\mathbf{h}_{t-1}`.
+    the background. Step 0 exchanges exactly, forward and backward, so step 1
+    has no late gradients to apply. With ``smoothing`` :math:`\gamma`, stale
+    values and gradients are smoothed exponentially (PipeGCN-GF):
+    :math:`\tilde{\mathbf{h}}_t = \gamma \tilde{\mathbf{h}}_{t-1} + (1 - \gamma)\mathbf{h}_{t-1}`,
+    starting from :math:`\tilde{\mathbf{h}}_1 = \mathbf{h}_0`.
 
     Args:
         smoothing (float, optional): :math:`\gamma \in [0, 1)`; :obj:`None` for
@@ -36,6 +60,7 @@ class Pipelined(HaloPolicy):
     """
 
     name = "pipelined"
+    primary = "smoothing"
 
     def __init__(self, smoothing: float | None = None, compress: str | None = None,
                  cache_inputs: bool = True) -> None:
@@ -44,38 +69,34 @@ class Pipelined(HaloPolicy):
             raise ValueError(f"'Pipelined' needs 0 <= smoothing < 1 (got {smoothing})")
         self.smoothing = smoothing
 
+    def init_state(self) -> PipelinedState:
+        return PipelinedState()
+
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
-        state = ctx.state
-        self._land_rows(state)
-        if state.get("halo") is None or state["halo"].shape[1:] != x.shape[1:]:
-            rows = exchange_halo(x, ctx.channel, ctx.layer, self.codec, ctx.direction)
-            state["halo"] = rows.detach()
+        state: PipelinedState = ctx.state
+        state.land("rows", self.smooth)
+        if not state.halo.matches(x):
+            rows = ctx.exchange(x, self.codec)
+            state.halo.push(rows, ctx.step)
             return HaloRows(rows)
         ctx.used(staleness=1)
-        return HaloRows(_Pipelined.apply(x, state["halo"], self, ctx))
+        return HaloRows(_Pipelined.apply(x, state.halo.pull(), self, ctx))
 
-    def smooth(self, old: Tensor | None, new: Tensor) -> Tensor:
-        if self.smoothing is None or old is None or old.shape != new.shape:
+    def smooth(self, old: HaloCache, new: Tensor) -> Tensor:
+        """``new`` smoothed with what ``old`` holds (``new`` itself without smoothing)."""
+        if self.smoothing is None or old.rows is None or old.rows.shape != new.shape:
             return new
-        return self.smoothing * old + (1.0 - self.smoothing) * new
+        return self.smoothing * old.rows + (1.0 - self.smoothing) * new
 
-    def _land_rows(self, state: dict[str, Any]) -> None:
-        pending: Transfer | None = state.pop("pending_rows", None)
-        if pending is not None:
-            state["halo"] = self.smooth(state.get("halo"), pending.wait())
+    def flush(self, state: PolicyState) -> None:
+        """Lands the rows and gradients in flight in the caches."""
+        assert isinstance(state, PipelinedState), "Pipelined keeps a PipelinedState"
+        state.land("rows", self.smooth)
+        state.land("grads", self.smooth)
 
-    def _land_grads(self, state: dict[str, Any]) -> None:
-        pending: Transfer | None = state.pop("pending_grads", None)
-        if pending is not None:
-            state["grads"] = self.smooth(state.get("grads"), pending.wait())
-
-    def flush(self, state: dict[str, Any]) -> None:
-        self._land_rows(state)
-        self._land_grads(state)
-
-    def arguments(self) -> list[str]:
-        smoothing = [] if self.smoothing is None else [f"smoothing={self.smoothing}"]
-        return [*smoothing, *super().arguments()]
+    def options(self) -> dict[str, Any]:
+        smoothing = {} if self.smoothing is None else {"smoothing": self.smoothing}
+        return {**smoothing, **super().options()}
 
 
 class _Pipelined(torch.autograd.Function):
@@ -87,7 +108,8 @@ class _Pipelined(torch.autograd.Function):
                 fetch: FetchContext) -> Tensor:
         channel, plan = fetch.channel, fetch.channel.plan
         rows = as_rows(x.detach().index_select(0, plan.send_idx))
-        fetch.state["pending_rows"] = channel.move(
+        fetch.state.pending_step = fetch.step
+        fetch.state.pending_rows = channel.move(
             rows, plan.send_counts, plan.recv_counts, fetch.layer, fetch.direction,
             policy.codec, async_op=True,
         )
@@ -98,9 +120,9 @@ class _Pipelined(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         fetch: FetchContext = ctx.fetch
         channel, plan, state = fetch.channel, fetch.channel.plan, fetch.state
-        ctx.policy._land_grads(state)
-        stale = state.get("grads")
-        state["pending_grads"] = channel.move(
+        state.land("grads", ctx.policy.smooth)
+        stale = state.grads.rows
+        state.pending_grads = channel.move(
             as_rows(grad.contiguous()), plan.recv_counts, plan.send_counts,
             fetch.layer, "bwd", ctx.policy.codec, async_op=True,
         )

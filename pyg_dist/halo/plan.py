@@ -44,15 +44,6 @@ class HaloPlan:
         return sum(self.send_counts)
 
     @property
-    def peers(self) -> list[int]:
-        """Ranks this rank exchanges anything with."""
-        return [
-            q
-            for q in range(self.world_size)
-            if self.send_counts[q] > 0 or self.recv_counts[q] > 0
-        ]
-
-    @property
     def send_peer(self) -> Tensor:
         """``[S]`` the peer each sent row goes to."""
         return self._peer_of("send", self.send_counts)

@@ -1,24 +1,24 @@
-"""What every halo policy shares: the interface, per-layer state, and caching
-the halo of static inputs.
+"""What every halo policy shares: the interface, the state it keeps per layer,
+and fetching the halo of static inputs.
 
-A policy is a small, stateless description (``Stale(every=4)``); the state it
-keeps for one layer on one graph (cached rows, ages, exchanges in flight) lives
-in a dict the caller hands it, so one policy object can serve every layer and
-the state can be checkpointed.
+A policy is a small, stateless description (``Stale(every=4)``); what it keeps
+for one layer on one graph (cached rows, ages, exchanges in flight) is a
+:class:`PolicyState` dataclass it creates with :meth:`HaloPolicy.init_state`,
+so one policy object can serve every layer and the state can be checkpointed.
 """
 from __future__ import annotations
 
-import weakref
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor
 
+from pyg_dist.halo.cache import HaloCache
 from pyg_dist.halo.compress import Codec, get_codec
 from pyg_dist.halo.exchange import HaloChannel, exchange_halo
 
-__all__ = ["HaloPolicy", "HaloRows", "FetchContext", "InputTracker", "fingerprint"]
+__all__ = ["HaloPolicy", "HaloRows", "FetchContext", "PolicyState", "transient"]
 
 
 @dataclass
@@ -38,16 +38,52 @@ class HaloRows:
     remote: bool = True
 
 
+def transient(default: Any = None) -> Any:
+    """A :class:`PolicyState` field that is not checkpointed (exchanges in flight)."""
+    return dataclasses.field(default=default, metadata={"transient": True})
+
+
+@dataclass
+class PolicyState:
+    """What a policy keeps for one layer between steps. Subclasses add fields:
+    :class:`HaloCache` and tensors are checkpointed, :func:`transient` ones are not."""
+
+    def state_dict(self) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.metadata.get("transient"):
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = value.state_dict() if isinstance(value, HaloCache) else value
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for f in dataclasses.fields(self):
+            if f.metadata.get("transient") or f.name not in state:
+                continue
+            value = getattr(self, f.name)
+            if isinstance(value, HaloCache):
+                value.load_state_dict(state[f.name])
+            else:
+                setattr(self, f.name, state[f.name])
+
+
 @dataclass
 class FetchContext:
     """One call of a policy: the channel, the layer's ledger name, the
-    layer's state on this graph, the training step and whether gradients are wanted."""
+    policy's state for the layer, the cache of the layer's static input, the
+    training step and the ledger direction (``"fwd"`` or ``"eval"``)."""
 
     channel: HaloChannel
     layer: str
-    state: dict[str, Any]
+    state: Any
+    static: HaloCache
     step: int
     direction: str = "fwd"
+
+    def exchange(self, x: Tensor, codec: Codec | None) -> Tensor:
+        """Every halo row of ``x``, exchanged exactly and differentiably."""
+        return exchange_halo(x, self.channel, self.layer, codec, self.direction)
 
     def skip(self, staleness: int = 0) -> None:
         """Books an exchange the policy did not do."""
@@ -73,10 +109,16 @@ class HaloPolicy:
 
     #: Name in specs (``"stale"`` in ``"stale:4"``).
     name = ""
+    #: The argument a spec gives after the colon (``every`` in ``"stale:4"``).
+    primary: str | None = None
 
     def __init__(self, compress: str | Codec | None = None, cache_inputs: bool = True) -> None:
         self.codec = get_codec(compress)
         self.cache_inputs = cache_inputs
+
+    def init_state(self) -> PolicyState:
+        """A new, empty state for one layer on one graph."""
+        return PolicyState()
 
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         """The halo rows of ``x`` (``[num_owned, F]``) for this step."""
@@ -84,34 +126,40 @@ class HaloPolicy:
 
     def fetch_static(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         """The halo of an input that has not changed since the previous call:
-        exchanged once (exactly), then served from the cache."""
-        cached = ctx.state.get("static_halo")
-        if cached is not None and cached.shape[1:] == x.shape[1:]:
+        exchanged once (exactly), then served from ``ctx.static``."""
+        if ctx.static.matches(x):
             ctx.skip()
-            return HaloRows(cached)
-        rows = exchange_halo(x.detach(), ctx.channel, ctx.layer, self.codec, ctx.direction)
-        ctx.state["static_halo"] = rows
-        ctx.state["static_fingerprint"] = fingerprint(x)
+            return HaloRows(ctx.static.pull())
+        rows = ctx.exchange(x.detach(), self.codec)
+        ctx.static.push(rows, ctx.step)
         return HaloRows(rows)
 
-    def flush(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+    def flush(self, state: PolicyState) -> None:  # noqa: B027 - optional hook
         """Completes exchanges still in flight (before checkpoints and at the end)."""
 
-    def arguments(self) -> list[str]:
-        """The constructor arguments that differ from their defaults, for repr."""
-        args = []
+    def options(self) -> dict[str, Any]:
+        """The constructor arguments that differ from their defaults, in
+        constructor order (what :meth:`__repr__` and :meth:`spec` show)."""
+        out: dict[str, Any] = {}
         if self.codec is not None:
-            args.append(f"compress='{self.codec.name}'")
+            out["compress"] = self.codec.name
         if not self.cache_inputs:
-            args.append("cache_inputs=False")
-        return args
+            out["cache_inputs"] = False
+        return out
 
     def spec(self) -> str:
-        """The CLI spelling of this policy (``--halo`` value)."""
-        return self.name
+        """The spelling :func:`~pyg_dist.halo.parse_policy` (and the CLI's
+        ``--halo``) reads back into an equal policy, every argument included:
+        ``name[:primary][,key=value...]``, e.g. ``"adaptive:0.05,max_staleness=4"``."""
+        options = self.options()
+        head = self.name
+        if self.primary is not None and self.primary in options:
+            head += f":{_spell(options.pop(self.primary))}"
+        return ",".join([head, *(f"{k}={_spell(v)}" for k, v in options.items())])
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(self.arguments())})"
+        args = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
+        return f"{type(self).__name__}({args})"
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and repr(self) == repr(other)
@@ -120,29 +168,8 @@ class HaloPolicy:
         return hash(repr(self))
 
 
-class InputTracker:
-    """Tells whether a layer's input is the same unchanged tensor as at the
-    layer's previous call (held by weak reference; never checkpointed)."""
-
-    def __init__(self) -> None:
-        self._last: dict[Any, tuple[weakref.ref, int]] = {}
-
-    def is_static(self, key: Any, x: Tensor) -> bool | None:
-        """True/False for a seen key, :obj:`None` the first time a key is seen."""
-        if x.requires_grad:
-            self._last.pop(key, None)
-            return False
-        last = self._last.get(key)
-        self._last[key] = (weakref.ref(x), x._version)
-        if last is None:
-            return None
-        return last[0]() is x and last[1] == x._version
-
-
-def fingerprint(x: Tensor) -> list[float]:
-    """A content fingerprint of ``x`` (shape, dtype and two weighted sums):
-    recognises a static input again after a restart, where identity cannot."""
-    flat = x.detach().reshape(-1).double()
-    weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64)
-    return [float(flat.numel()), float(x.dim()), float(flat.sum()),
-            float((flat * weights.remainder(9973)).sum()), float(hash(str(x.dtype)) % 9973)]
+def _spell(value: Any) -> str:
+    """A spec value: ``none``, ``true``/``false``, numbers and bare words."""
+    if value is None or isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

@@ -1,6 +1,8 @@
 """``Sampled(p)``: exchange a random fraction of boundary nodes (BNS-GCN)."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -34,6 +36,7 @@ class Sampled(HaloPolicy):
     """
 
     name = "sampled"
+    primary = "p"
 
     def __init__(self, p: float, seed: int = 0, compress: str | None = None,
                  cache_inputs: bool = True) -> None:
@@ -67,12 +70,9 @@ class Sampled(HaloPolicy):
         _, keep_halo = self.sample(ctx)
         return HaloRows(full.rows * keep_halo.view(-1, *[1] * (x.dim() - 1)), keep_halo)
 
-    def arguments(self) -> list[str]:
-        seed = [f"seed={self.seed}"] if self.seed else []
-        return [f"p={self.p}", *seed, *super().arguments()]
-
-    def spec(self) -> str:
-        return f"sampled:{self.p}"
+    def options(self) -> dict[str, Any]:
+        seed = {"seed": self.seed} if self.seed else {}
+        return {"p": self.p, **seed, **super().options()}
 
 
 def _per_peer(peer: Tensor, world_size: int) -> list[int]:

@@ -1,6 +1,13 @@
-"""Policies from their CLI spelling: ``exact``, ``cached``, ``stale:K``,
-``pipelined``, ``adaptive:TOL``, ``sampled:P``, ``isolated``."""
+"""Policies from their spelling (the CLI's ``--halo``, the JSON line's ``halo``):
+``NAME[:PRIMARY][,KEY=VALUE...]``, e.g. ``exact``, ``cached``, ``stale:4``,
+``stale:4,stale_grads=drop``, ``pipelined:0.5``, ``adaptive:0.05,max_staleness=4``,
+``sampled:0.1,seed=3``, ``isolated``, ``exact,compress=int8``.
+:meth:`HaloPolicy.spec` writes this spelling; :func:`parse_policy` reads it back
+into an equal policy."""
 from __future__ import annotations
+
+import inspect
+from typing import Any
 
 from pyg_dist.halo.adaptive import Adaptive
 from pyg_dist.halo.cached import Cached
@@ -11,33 +18,59 @@ from pyg_dist.halo.policy import HaloPolicy
 from pyg_dist.halo.sampled import Sampled
 from pyg_dist.halo.stale import Stale
 
-__all__ = ["parse_policy", "SPECS"]
+__all__ = ["parse_policy", "SPECS", "POLICIES"]
 
-SPECS = ("exact", "cached", "stale:K", "pipelined", "adaptive:TOL", "sampled:P", "isolated")
+#: Policy classes by spec name.
+POLICIES: dict[str, type[HaloPolicy]] = {
+    cls.name: cls for cls in (Exact, Cached, Stale, Pipelined, Adaptive, Sampled, Isolated)
+}
+SPECS = ("exact", "cached", "stale:K", "pipelined[:SMOOTHING]", "adaptive:TOL", "sampled:P",
+         "isolated")
 
 
 def parse_policy(spec: str, compress: str | None = None, cache_inputs: bool = True) -> HaloPolicy:
-    """``parse_policy("stale:4", compress="int8")`` is ``Stale(every=4, compress="int8")``."""
-    name, _, arg = spec.partition(":")
-    fix = f"use one of {', '.join(SPECS)}"
+    """The policy ``spec`` spells; ``compress`` and ``cache_inputs`` apply unless
+    the spec sets them itself. ``parse_policy("stale:4", compress="int8")`` is
+    ``Stale(every=4, compress="int8")``, and ``parse_policy(p.spec()) == p``."""
+    head, *pairs = spec.strip().split(",")
+    name, _, primary = head.partition(":")
+    cls = POLICIES.get(name)
+    if cls is None:
+        raise ValueError(f"unknown halo policy '{spec}'; use one of {', '.join(SPECS)}")
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    kwargs: dict[str, Any] = {}
+    if "compress" in accepted:
+        kwargs["compress"] = compress
+    if "cache_inputs" in accepted:
+        kwargs["cache_inputs"] = cache_inputs
+    elif compress is not None:
+        raise ValueError(f"bad halo policy '{spec}': '{name}' sends no halo, so it takes no "
+                         f"compression")
+    if primary:
+        if cls.primary is None:
+            raise ValueError(f"bad halo policy '{spec}': '{name}' takes no ':' argument")
+        kwargs[cls.primary] = _value(primary)
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key not in accepted:
+            raise ValueError(f"bad halo policy '{spec}': '{pair}' is not KEY=VALUE with KEY one "
+                             f"of {', '.join(accepted) or '(none)'}")
+        kwargs[key] = _value(value)
     try:
-        if name == "exact" and not arg:
-            return Exact(compress=compress, cache_inputs=cache_inputs)
-        if name == "cached" and not arg:
-            return Cached(compress=compress, cache_inputs=cache_inputs)
-        if name == "stale" and arg:
-            return Stale(every=int(arg), compress=compress, cache_inputs=cache_inputs)
-        if name == "pipelined":
-            smoothing = float(arg) if arg else None
-            return Pipelined(smoothing, compress=compress, cache_inputs=cache_inputs)
-        if name == "adaptive" and arg:
-            return Adaptive(tol=float(arg), compress=compress, cache_inputs=cache_inputs)
-        if name == "sampled" and arg:
-            return Sampled(p=float(arg), compress=compress, cache_inputs=cache_inputs)
-        if name == "isolated" and not arg:
-            if compress is not None:
-                raise ValueError("'isolated' sends no halo, so it takes no compression")
-            return Isolated()
-    except ValueError as exc:
-        raise ValueError(f"bad halo policy '{spec}': {exc}") from exc
-    raise ValueError(f"unknown halo policy '{spec}'; {fix}")
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"bad halo policy '{spec}': {exc}; use one of {', '.join(SPECS)}") \
+            from exc
+
+
+def _value(text: str) -> Any:
+    """``none``, ``true``/``false``, an int, a float, or the word itself."""
+    lowered = text.strip().lower()
+    if lowered in ("none", "true", "false"):
+        return {"none": None, "true": True, "false": False}[lowered]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip()

@@ -1,17 +1,18 @@
 """``Stale(every=k)``: bounded staleness (Sancus, DistGNN cd-r)."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from pyg_dist.halo.exchange import exchange_halo
-from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows
-from pyg_dist.halo.reuse import assemble, check_stale_grads, stale_grads_arguments
+from pyg_dist.halo.policy import FetchContext, HaloRows
+from pyg_dist.halo.reuse import ReusePolicy, ReuseState
 
 __all__ = ["Stale"]
 
 
-class Stale(HaloPolicy):
+class Stale(ReusePolicy):
     r"""Refreshes the halo every ``every`` steps and reuses it in between, so
     halo rows are at most ``every - 1`` steps old.
 
@@ -33,34 +34,27 @@ class Stale(HaloPolicy):
     """
 
     name = "stale"
+    primary = "every"
 
     def __init__(self, every: int, stale_grads: str = "accumulate", compress: str | None = None,
                  cache_inputs: bool = True) -> None:
-        super().__init__(compress, cache_inputs)
+        super().__init__(stale_grads, compress, cache_inputs)
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"'Stale' needs every >= 1 (got {every!r}); every=1 is Exact()")
-        self.every, self.stale_grads = every, check_stale_grads("Stale", stale_grads)
+        self.every = every
 
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
-        state = ctx.state
-        cached: Tensor | None = state.get("halo")
-        if cached is not None and cached.shape[1:] != x.shape[1:]:
-            cached = None
+        state: ReuseState = ctx.state
         num_halo = ctx.channel.plan.num_halo
-        age = ctx.step - state["refreshed_at"] if cached is not None else self.every
-        if age < self.every:
+        age = state.halo.age(ctx.step) if state.halo.matches(x) else self.every
+        refresh = age >= self.every
+        if refresh:
+            received = ctx.exchange(x, self.codec)
+        else:
             ctx.skip(staleness=age)
             received = x.new_zeros(0, *x.shape[1:])
-            fresh = torch.zeros(num_halo, dtype=torch.bool, device=x.device)
-        else:
-            received = exchange_halo(x, ctx.channel, ctx.layer, self.codec, ctx.direction)
-            fresh = torch.ones(num_halo, dtype=torch.bool, device=x.device)
-            state.update(halo=received.detach(), refreshed_at=ctx.step)
-        return HaloRows(assemble(x, received, cached, fresh, state, self.stale_grads))
+        fresh = torch.full((num_halo,), refresh, dtype=torch.bool, device=x.device)
+        return HaloRows(self.assemble(x, received, fresh, state, ctx.step))
 
-    def arguments(self) -> list[str]:
-        return [f"every={self.every}", *stale_grads_arguments(self.stale_grads),
-                *super().arguments()]
-
-    def spec(self) -> str:
-        return f"stale:{self.every}"
+    def options(self) -> dict[str, Any]:
+        return {"every": self.every, **super().options()}

@@ -87,12 +87,12 @@ class DistGCNConv(GCNConv):
     ) -> Tensor:
         if not isinstance(edge_index, DistEdgeIndex):
             return super().forward(x, edge_index, edge_weight)
-        halo = LayerHalo(edge_index, self)
+        halo = LayerHalo(edge_index, edge_index.registry.name(self), self.halo, self.training)
         static = halo.is_static(x)
 
         def aggregate(h: Tensor, static: bool) -> Tensor:
             fetched = halo.fetch(h, static)
-            rowptr, col, value = self._adjacency(x.dtype, edge_index, edge_weight, fetched)
+            rowptr, col, value = self._adjacency(x.dtype, edge_index, edge_weight, fetched, halo)
             return spmm(rowptr, col, h, value, "sum", x_halo=fetched.rows)
 
         # A static input's halo is cached: aggregate it before transforming.
@@ -106,26 +106,25 @@ class DistGCNConv(GCNConv):
 
     def _adjacency(
         self, dtype: torch.dtype, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
-        fetched: HaloRows,
+        fetched: HaloRows, halo: LayerHalo,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """The normalised local adjacency; over the present halo rows only when
         the policy left some out (cached per graph otherwise, and with ``cached``)."""
         if fetched.mask is None and self._dist_cache is not None:
             return self._dist_cache
         graph, weight, deg_halo = edge_index, edge_weight, None
-        name = edge_index.ledger.layer_name(self)
+        loops = bool(self.add_self_loops)
+        if self.normalize and fetched.remote:  # halo sources keep their whole-graph degree
+            deg_halo = halo_degree(edge_index, edge_weight, self.improved, loops, dtype, halo)
+        elif self.normalize:  # no halo edges are left: their degrees are never read
+            deg_halo = torch.zeros(edge_index.num_halo, dtype=dtype, device=edge_index.device)
         if fetched.mask is not None:
             graph, keep = edge_index.restrict(fetched.mask)
             weight = None if edge_weight is None else edge_weight[keep]
-            if self.normalize and fetched.remote:  # sources keep their whole-graph degree
-                deg_halo = halo_degree(edge_index, edge_weight, self.improved,
-                                       bool(self.add_self_loops), dtype, name)
-            elif self.normalize:  # no halo edges are left: their degrees are never read
-                deg_halo = torch.zeros(edge_index.num_halo, dtype=dtype, device=graph.device)
         adjacency: tuple[Tensor, Tensor, Tensor | None]
         if self.normalize:
-            adjacency = dist_gcn_norm(graph, weight, self.improved, bool(self.add_self_loops),
-                                      dtype, name, deg_halo)
+            assert deg_halo is not None, "normalisation needs the halo degrees"
+            adjacency = dist_gcn_norm(graph, weight, self.improved, loops, dtype, deg_halo)
         else:
             adjacency = (graph.rowptr, graph.col, weight)
         if self.cached and fetched.mask is None:

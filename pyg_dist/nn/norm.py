@@ -5,8 +5,8 @@ PyG normalises edge ``j -> i`` by :math:`\\hat{d}_j^{-1/2} e_{j,i} \\hat{d}_i^{-
 where :math:`\\hat{d}` is the in-degree after self-loops were replaced by one
 loop per node (``add_remaining_self_loops``). Every in-edge of an owned node is
 local, so owned degrees are computed here; a halo node's degree comes from the
-partition (unweighted graphs) or from its owner through one exchange (weighted
-graphs, differentiable in the weights).
+partition (unweighted graphs) or from its owner: through one exchange per graph
+for fixed edge weights, every call (differentiably) for weights that require grad.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.halo import exchange_halo
+from pyg_dist.halo import LayerHalo, exchange_halo
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
 
 __all__ = ["dist_gcn_norm", "owned_degree", "halo_degree", "self_loop_structure"]
@@ -53,17 +53,13 @@ def dist_gcn_norm(
     improved: bool,
     add_self_loops: bool,
     dtype: torch.dtype,
-    layer: str,
-    deg_halo: Tensor | None = None,
+    deg_halo: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(rowptr, col, value)`` of the normalised local adjacency :math:`\\hat{D}^{-1/2}
-    \\hat{A} \\hat{D}^{-1/2}` restricted to this rank's rows. ``deg_halo``
-    overrides the degrees of the halo nodes (default: :func:`halo_degree`)."""
+    \\hat{A} \\hat{D}^{-1/2}` restricted to this rank's rows, given the degrees
+    of the halo nodes ``deg_halo`` (``[num_halo]``, see :func:`halo_degree`)."""
     rowptr, col, weight, deg_owned = owned_degree(edge_index, edge_weight, improved,
                                                   add_self_loops, dtype)
-    if deg_halo is None:
-        deg_halo = halo_degree(edge_index, edge_weight, improved, add_self_loops, dtype, layer,
-                               deg_owned)
     deg_inv_sqrt = torch.cat([deg_owned, deg_halo.to(deg_owned.dtype)]).pow(-0.5)
     deg_inv_sqrt = deg_inv_sqrt.masked_fill(torch.isinf(deg_inv_sqrt), 0.0)
     value = deg_inv_sqrt[csr_row(rowptr, col)] * weight * deg_inv_sqrt[col]
@@ -107,17 +103,28 @@ def halo_degree(
     improved: bool,
     add_self_loops: bool,
     dtype: torch.dtype,
-    layer: str,
-    deg_owned: Tensor | None = None,
+    halo: LayerHalo,
 ) -> Tensor:
-    """Whole-graph degrees of the halo nodes: from the partition for unweighted
-    graphs, from their owners (one exchange, differentiable in the weights)
-    otherwise. ``deg_owned`` saves recomputing the owned degrees."""
+    """Whole-graph degrees of the halo nodes (``[num_halo]``): from the
+    partition for unweighted graphs; for weighted ones from their owners, in
+    one exchange per graph booked as ``degree`` in the ledger (weights that
+    require grad: every call, differentiably, as ``<layer>/degree``)."""
     if edge_weight is None:
         deg = edge_index.halo_in_degree.to(dtype)
         if add_self_loops:
             deg = deg - edge_index.halo_self_loops.to(dtype) + (2.0 if improved else 1.0)
         return deg
-    if deg_owned is None:
+
+    def exchange(name: str) -> Tensor:
         deg_owned = owned_degree(edge_index, edge_weight, improved, add_self_loops, dtype)[3]
-    return exchange_halo(deg_owned.view(-1, 1), edge_index.channel, f"{layer}/degree").view(-1)
+        return exchange_halo(deg_owned.view(-1, 1), edge_index.channel, name,
+                             direction=halo.direction).view(-1)
+
+    if edge_weight.requires_grad:
+        return exchange(f"{halo.name}/degree")
+    # Fixed weights: degrees are static; recomputed only if the weights change.
+    cache = edge_index.cached(("halo_degree", improved, add_self_loops, dtype), dict)
+    known = cache.get("weights")
+    if known is None or known.shape != edge_weight.shape or not torch.equal(known, edge_weight):
+        cache["degree"], cache["weights"] = exchange("degree"), edge_weight.detach().clone()
+    return cache["degree"]

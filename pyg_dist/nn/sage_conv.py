@@ -84,7 +84,7 @@ class DistSAGEConv(SAGEConv):
             )
         x_src = self.lin(x).relu() if self.project else x
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
-        halo = LayerHalo(edge_index, self)
+        halo = LayerHalo(edge_index, edge_index.registry.name(self), self.halo, self.training)
         static = halo.is_static(x_src)
 
         def aggregate(h: Tensor, static: bool) -> Tensor:

@@ -4,7 +4,7 @@ import torch
 from graphs import awkward_graph
 
 import pyg_dist
-from pyg_dist.halo.dropout import DROPOUT_STATE, _keep, dropped_input
+from pyg_dist.halo.dropout import _keep, dropped_input
 from pyg_dist.nn import dropout
 
 
@@ -31,12 +31,12 @@ def test_dropout_on_a_part_scales_kept_entries_and_counts_calls(part):
     x = part.x
     torch.manual_seed(0)
     y = dropout(x, 0.5, True, part.edge_index)
-    state = part.edge_index.halo_states[DROPOUT_STATE]
-    keep = _keep(part.global_id, x.size(1), state["seed"], 0, 0.5)
+    state = part.edge_index.registry.dropout
+    keep = _keep(part.global_id, x.size(1), state.seed, 0, 0.5)
     assert torch.equal(y, x * keep * 2.0)
     assert dropped_input(y, part.edge_index).source is x
     dropout(x, 0.5, True, part.edge_index)
-    assert state["calls"] == 2
+    assert state.calls == 2
     # evaluation, p = 0 and plain edge_index tensors are torch's dropout
     assert dropout(x, 0.5, False, part.edge_index) is x
     assert dropped_input(dropout(x, 0.5, True, None), part.edge_index) is None

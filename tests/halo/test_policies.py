@@ -116,8 +116,8 @@ def check_stale(dirs):
                         pending = pending + remote
                     fwd_err = max(fwd_err, (outs[t] - ref).abs().max().item())
                     bwd_err = max(bwd_err, (x_grads[t] - expected).abs().max().item())
-                rows = ledger_rows(data, data.ledger.layer_name(layer))
-                bwd = ledger_rows(data, data.ledger.layer_name(layer), "bwd")
+                rows = ledger_rows(data, data.edge_index.registry.name(layer))
+                bwd = ledger_rows(data, data.edge_index.registry.name(layer), "bwd")
                 out[(kind, every, grads)] = {
                     "fwd_err": fwd_err, "bwd_err": bwd_err,
                     "exchanged": [rows[t]["exchanges"] if t in rows else 0 for t in range(STEPS)],
@@ -149,8 +149,8 @@ def check_pipelined(dirs):
             if t >= 2:  # step t applies the halo gradients of step t-1
                 expected = local_grad + remote[t - 1]
                 bwd_err = max(bwd_err, (grads[t] - expected).abs().max().item())
-        layer.halo.flush(data.edge_index.halo_states[(data.ledger.layer_name(layer), "train")])
-        rows = ledger_rows(data, data.ledger.layer_name(layer))
+        data.edge_index.flush()
+        rows = ledger_rows(data, data.edge_index.registry.name(layer))
         out[kind] = {"fwd_err": fwd_err, "bwd_err": bwd_err,
                      "overlapped": sum(r["overlapped"] for r in rows.values())}
     return out
@@ -164,7 +164,7 @@ def check_adaptive(dirs):
     n = data.meta.num_nodes
     layer = make_layer("gcn", Adaptive(tol=1e-3, max_staleness=None))
     run_steps(data, layer, 5, xs=lambda t: inputs(n, 0))
-    rows = ledger_rows(data, data.ledger.layer_name(layer))
+    rows = ledger_rows(data, data.edge_index.registry.name(layer))
     out["constant_bytes"] = [rows[t]["bytes_sent"] if t in rows else 0 for t in range(5)]
     # Slowly drifting inputs: never older than max_staleness.
     data = fresh(dirs)
@@ -175,7 +175,7 @@ def check_adaptive(dirs):
         return x0 * (1 + 0.01 * t), up
 
     run_steps(data, layer, 9, xs=drifting)
-    rows = ledger_rows(data, data.ledger.layer_name(layer))
+    rows = ledger_rows(data, data.edge_index.registry.name(layer))
     out["staleness"] = [rows[t]["staleness"] for t in sorted(rows)]
     out["skipped"] = sum(r["skipped"] for r in rows.values())
     # tol=0 with inputs that change every step is Exact.
@@ -198,7 +198,7 @@ def check_sampled(dirs):
         data = fresh(dirs)
         layer = make_layer(kind, Sampled(0.5, seed=3))
         run_steps(data, layer, 4)
-        sent = sum(r["bytes_sent"] for r in ledger_rows(data, data.ledger.layer_name(layer))
+        sent = sum(r["bytes_sent"] for r in ledger_rows(data, data.edge_index.registry.name(layer))
                    .values())
         full = 4 * data.edge_index.plan.num_send * F_IN * 4
         out[(kind, "fraction")] = sent / max(full, 1)
@@ -266,7 +266,6 @@ def wide_inputs(num_nodes):
 def check_shared_dropout(dirs):
     """A two-layer GCN with dropout 0.5 trained for a few steps on static
     features: per step, outputs, parameter gradients and layer 0's bytes."""
-    from pyg_dist.halo.dropout import DROPOUT_STATE
     from pyg_dist.models import GNN
     from pyg_dist.train import all_reduce_gradients
 
@@ -289,7 +288,7 @@ def check_shared_dropout(dirs):
             "steps": steps,
             "layer0": [sum(r["bytes_sent"] for r in data.ledger.rows()
                            if r["layer"] == "convs.0" and r["step"] == t) for t in range(4)],
-            "seed": data.edge_index.halo_states[DROPOUT_STATE]["seed"],
+            "seed": data.edge_index.registry.dropout.seed,
             "state": model.state_dict(),
             "global_id": data.global_id,
         }
@@ -306,7 +305,7 @@ def check_compression(dirs):
         data = fresh(dirs)
         layer = make_layer("sage", Exact(compress=codec))
         y = layer(x, data.edge_index)
-        rows = ledger_rows(data, data.ledger.layer_name(layer))
+        rows = ledger_rows(data, data.edge_index.registry.name(layer))
         res[codec] = {"err": (y - exact).abs().max().item(),
                       "bytes": rows[0]["bytes_sent"] if rows else 0,
                       "num_send": data.edge_index.plan.num_send}

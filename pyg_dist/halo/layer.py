@@ -1,0 +1,210 @@
+"""The halo of a layer call (:class:`LayerHalo`) and the per-graph registry of
+every layer's halo state (:class:`HaloRegistry`)."""
+from __future__ import annotations
+
+import hashlib
+import weakref
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pyg_dist.halo.cache import HaloCache
+from pyg_dist.halo.dropout import DropoutState, DroppedInput, dropped_input
+from pyg_dist.halo.exact import Exact
+from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState
+
+__all__ = ["LayerHalo", "HaloRegistry", "LayerState", "InputTracker", "fingerprint"]
+
+MODES = ("train", "eval")
+
+
+@dataclass
+class LayerState:
+    """One layer's halo state on one graph in one mode: its policy, the
+    policy's state, the halo of its static input and that input's
+    :func:`fingerprint` (to recognise it after a restart)."""
+
+    policy: HaloPolicy
+    state: PolicyState
+    static: HaloCache = field(default_factory=HaloCache)
+    fingerprint: list[float] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.state.state_dict(), "static": self.static.state_dict(),
+                "fingerprint": self.fingerprint}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state.load_state_dict(state["policy"])
+        self.static.load_state_dict(state["static"])
+        self.fingerprint = state["fingerprint"]
+
+
+class HaloRegistry:
+    """Everything halo-related one graph keeps on one rank: the default
+    policy, every layer's :class:`LayerState` per mode, the tracker of static
+    inputs, layer names, and the shared dropout seed. It flushes exchanges in
+    flight and is what checkpoints save (:meth:`state_dict`).
+
+    Args:
+        default (HaloPolicy, optional): Policy of the layers that set none;
+            :obj:`None` is :class:`Exact`. (default: :obj:`None`)
+    """
+
+    def __init__(self, default: HaloPolicy | None = None) -> None:
+        self.default = default
+        self.layers: dict[tuple[str, str], LayerState] = {}
+        self.tracker = InputTracker()
+        self.dropout = DropoutState()
+        self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._restored: dict[str, dict[str, Any]] = {}
+
+    def name(self, layer: Any) -> str:
+        """A stable name for ``layer``: its ``halo_name`` if set (module paths
+        under :func:`~pyg_dist.nn.to_distributed`), else ``layer<k>`` in order
+        of first use (the same on every rank, which runs the same layers in
+        the same order). Names label the ledger and derive message tags."""
+        name = getattr(layer, "halo_name", None)
+        if name:
+            return str(name)
+        if layer not in self._names:
+            self._names[layer] = f"layer{len(self._names)}"
+        return str(self._names[layer])
+
+    def layer(self, name: str, mode: str, policy: HaloPolicy) -> LayerState:
+        """The state of layer ``name`` in ``mode`` under ``policy``; a new one
+        when the policy changed (the old one's exchanges are completed first)."""
+        assert mode in MODES, f"mode must be one of {MODES}"
+        key = (name, mode)
+        layer = self.layers.get(key)
+        if layer is None or layer.policy != policy:
+            if layer is not None:
+                layer.policy.flush(layer.state)
+            layer = self.layers[key] = LayerState(policy, policy.init_state())
+            restored = self._restored.pop(_key(name, mode), None)
+            if restored is not None:
+                layer.load_state_dict(restored)
+        return layer
+
+    def flush(self) -> None:
+        """Completes halo exchanges still in flight (pipelined policies)."""
+        for layer in self.layers.values():
+            layer.policy.flush(layer.state)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every layer's halo state (cached rows, ages, pending gradients) and
+        the dropout state, for checkpoints; flushes first."""
+        self.flush()
+        layers = dict(self._restored)
+        layers.update({_key(*key): layer.state_dict() for key, layer in self.layers.items()})
+        return {"layers": layers, "dropout": asdict(self.dropout)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict`; a layer not called yet gets its state
+        at its first call."""
+        self.dropout = DropoutState(**state["dropout"])
+        for key, layer_state in state["layers"].items():
+            name, mode = key.rsplit("|", 1)
+            if (name, mode) in self.layers:
+                self.layers[name, mode].load_state_dict(layer_state)
+            else:
+                self._restored[key] = layer_state
+
+
+def _key(name: str, mode: str) -> str:
+    return f"{name}|{mode}"
+
+
+class LayerHalo:
+    r"""The halo of one layer call: the layer's policy (its own, else the
+    graph's default, else :class:`Exact`; exact in evaluation, whatever
+    trained the weights), its state on this graph, and whether its input is
+    static.
+
+    Layers use it in two steps: :meth:`is_static` on the raw input (to decide
+    whether to aggregate before transforming), then :meth:`fetch`. An input
+    made by :func:`~pyg_dist.halo.dropout` from a static tensor counts as
+    static: the halo of the source is cached and the shared mask applied to it.
+
+    Args:
+        edge_index (DistEdgeIndex): The graph.
+        name (str): The layer's name (:meth:`HaloRegistry.name`).
+        policy (HaloPolicy, optional): The layer's own policy.
+        training (bool): Whether the layer is in training mode.
+    """
+
+    def __init__(self, edge_index: Any, name: str, policy: HaloPolicy | None,
+                 training: bool) -> None:
+        registry: HaloRegistry = edge_index.registry
+        policy = policy or registry.default or Exact()
+        if not training:
+            policy = Exact(compress=None, cache_inputs=policy.cache_inputs)
+        self.policy, self.name, self.edge_index = policy, name, edge_index
+        self.mode = "train" if training else "eval"
+        self.direction = "fwd" if training else "eval"
+        self.layer = registry.layer(name, self.mode, policy)
+        self.tracker = registry.tracker
+        channel = edge_index.channel
+        self.ctx = FetchContext(channel, name, self.layer.state, self.layer.static,
+                                channel.ledger.step, self.direction)
+        self.dropped: DroppedInput | None = None
+
+    def is_static(self, x: Tensor) -> bool:
+        """Whether ``x`` is the unchanged, grad-free input of this layer's
+        previous call (or, right after a restart, has the content of the input
+        whose halo the restored state caches) and the policy caches such inputs."""
+        dropped = dropped_input(x, self.edge_index)
+        source = x if dropped is None else dropped.source
+        seen = self.tracker.is_static((self.name, self.mode), source)
+        if seen is None and self.layer.fingerprint is not None:
+            seen = self.layer.fingerprint == fingerprint(source)
+        static = bool(seen) and self.policy.cache_inputs
+        if not static:
+            self.layer.static.reset()
+            self.layer.fingerprint = None
+        self.dropped = dropped if static else None
+        return static
+
+    def fetch(self, x: Tensor, static: bool = False) -> HaloRows:
+        """The halo rows of ``x`` (``[num_owned, F]``) under the policy."""
+        if not static:
+            return self.policy.fetch(x, self.ctx)
+        source = x if self.dropped is None else self.dropped.source
+        filling = not self.layer.static.matches(source)
+        fetched = self.policy.fetch_static(source, self.ctx)
+        if filling:
+            self.layer.fingerprint = fingerprint(source)
+        if self.dropped is not None:
+            fetched = replace(fetched, rows=self.dropped.halo(fetched.rows))
+        return fetched
+
+
+class InputTracker:
+    """Tells whether a layer's input is the same unchanged tensor as at the
+    layer's previous call (held by weak reference; never checkpointed)."""
+
+    def __init__(self) -> None:
+        self._last: dict[Any, tuple[weakref.ref, int]] = {}
+
+    def is_static(self, key: Any, x: Tensor) -> bool | None:
+        """True/False for a seen key, :obj:`None` the first time a key is seen."""
+        if x.requires_grad:
+            self._last.pop(key, None)
+            return False
+        last = self._last.get(key)
+        self._last[key] = (weakref.ref(x), x._version)
+        if last is None:
+            return None
+        return last[0]() is x and last[1] == x._version
+
+
+def fingerprint(x: Tensor) -> list[float]:
+    """A content fingerprint of ``x`` (size, rank, dtype and two weighted sums)
+    that is the same in every process: recognises a static input again after
+    a restart, where identity cannot."""
+    flat = x.detach().reshape(-1).double()
+    weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64)
+    dtype = int.from_bytes(hashlib.sha256(str(x.dtype).encode()).digest()[:4], "little")
+    return [float(flat.numel()), float(x.dim()), float(dtype), float(flat.sum()),
+            float((flat * weights.remainder(9973)).sum())]
