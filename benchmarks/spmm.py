@@ -43,11 +43,7 @@ from torch_geometric import EdgeIndex
 from torch_geometric.nn import MessagePassing
 
 from pyg_dist.ops import available_backends, spmm, to_csr
-
-try:
-    import torch_sparse
-except ImportError:  # optional
-    torch_sparse = None
+from pyg_dist.typing import WITH_TORCH_SPARSE, torch_sparse
 
 BASELINE = "torch.sparse.mm"
 
@@ -136,7 +132,7 @@ def methods(graph: Graph) -> dict[str, Callable[[Tensor], Tensor]]:
         "pyg edge_index": lambda x: conv(x, graph.edge_index, graph.weight),
         "pyg EdgeIndex": lambda x: conv(x, edge_index, graph.weight),
     }
-    if torch_sparse is not None:
+    if WITH_TORCH_SPARSE:
         adj = torch_sparse.SparseTensor(rowptr=graph.rowptr, col=graph.col, value=graph.weight,
                                         sparse_sizes=(n, n))
         out["torch_sparse"] = lambda x: torch_sparse.matmul(adj, x)

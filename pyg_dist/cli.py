@@ -118,13 +118,14 @@ def _meta_summary(meta: Any) -> dict[str, Any]:
 
 def _train_command(args: argparse.Namespace) -> int:
     import pyg_dist
+    from pyg_dist import env
     from pyg_dist.halo import parse_policy
 
     parse_policy(args.halo, args.compress)  # a bad spec fails here, before any rank starts
     if (args.resume or args.checkpoint_every) and not args.checkpoint:
         raise SystemExit("--resume and --checkpoint-every need --checkpoint DIR")
     start = time.perf_counter()
-    under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    under_torchrun = env.under_torchrun()
     config = vars(args).copy()
     if under_torchrun:
         pyg_dist.init()

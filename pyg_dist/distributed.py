@@ -62,7 +62,7 @@ def init(backend: str | None = None, timeout: float | timedelta | None = None) -
             backend, store=store, rank=int(environ["RANK"]),
             world_size=int(environ["WORLD_SIZE"]), timeout=timeout,
         )
-    elif "RANK" in environ and "WORLD_SIZE" in environ:
+    elif env.under_torchrun():
         dist.init_process_group(backend, init_method="env://", timeout=timeout)
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,

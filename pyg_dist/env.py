@@ -20,7 +20,7 @@ __all__ = [
     "TIMEOUT", "TRANSPORT", "SPMM_BACKEND", "DISABLE_CPU_EXT", "VERBOSE_BUILD",
     "TRITON_AUTOTUNE", "LAUNCH_STORE", "TRANSPORTS", "DEFAULT_TIMEOUT",
     "timeout", "transport", "spmm_backend", "cpu_ext_disabled", "verbose_build",
-    "triton_autotune", "launch_store",
+    "triton_autotune", "launch_store", "under_torchrun",
 ]
 
 TIMEOUT = "PYG_DIST_TIMEOUT"
@@ -82,6 +82,11 @@ def verbose_build() -> bool:
 
 def triton_autotune() -> bool:
     return _get(TRITON_AUTOTUNE) != "0"
+
+
+def under_torchrun() -> bool:
+    """Whether ``torchrun`` (or another launcher) set ``RANK`` and ``WORLD_SIZE``."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
 def launch_store() -> str | None:

@@ -18,8 +18,6 @@ __all__ = [
     "WITH_METIS",
     "WITH_TRITON",
     "WITH_TORCH_SPARSE",
-    "WITH_PYG_LIB",
-    "WITH_PYG_LIB_METIS",
     "WITH_CPU_EXT",
     "TRITON_INTERPRET",
     "require",
@@ -50,10 +48,6 @@ TRITON_INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
 torch_sparse = _try_import("torch_sparse")
 WITH_TORCH_SPARSE: bool = torch_sparse is not None and hasattr(torch_sparse, "SparseTensor")
 
-pyg_lib = _try_import("pyg_lib")
-WITH_PYG_LIB: bool = pyg_lib is not None
-WITH_PYG_LIB_METIS: bool = WITH_PYG_LIB and hasattr(pyg_lib, "partition")
-
 #: Whether pyg_dist's C++ CPU kernels are built and loaded (resolved lazily).
 WITH_CPU_EXT: bool
 
@@ -70,7 +64,6 @@ _INSTALL_HINT = {
     "pymetis": "pip install pymetis",
     "triton": "pip install triton (kernels run on CUDA, or on the CPU with TRITON_INTERPRET=1)",
     "torch_sparse": "pip install --no-build-isolation torch_scatter torch_sparse",
-    "pyg_lib": "install pyg-lib from the PyG wheel index",
     "matplotlib": "pip install matplotlib",
 }
 
