@@ -1,8 +1,22 @@
-"""Codecs: round trips within their documented bounds, payload sizes, bad names."""
+"""Codecs: round trips within their documented bounds, payload sizes, bad
+names; compressed exchanges on 4 ranks (policy_cases.py) within those bounds,
+forward and backward; policy specs that round-trip."""
 import pytest
 import torch
+from policy_cases import F_IN
 
-from pyg_dist.halo import CODECS, get_codec, parse_policy
+from pyg_dist.halo import (
+    CODECS,
+    Adaptive,
+    Cached,
+    Exact,
+    Isolated,
+    Pipelined,
+    Sampled,
+    Stale,
+    get_codec,
+    parse_policy,
+)
 
 
 def rows(seed):
@@ -53,9 +67,54 @@ def test_bad_names():
         parse_policy("sampled:1.5")
 
 
+@pytest.mark.parametrize("codec", sorted(CODECS))
+@pytest.mark.parametrize("kind", ["gcn", "sage"])
+def test_compressed_exchange_within_bounds(policy_results, kind, codec):
+    """Backward: each rank's input gradient differs from the exact one by at
+    most the codec's bound on the halo gradients sent back to it (summed over
+    the ranks that hold its rows). Both directions are booked at the
+    compressed size: rows sent forward, halo gradients sent back."""
+    row_bytes = CODECS[codec].row_bytes(F_IN)
+    fwd_limit = {"fp16": 5e-3, "bf16": 4e-2, "int8": 5e-2}[codec]
+    for res in policy_results:
+        r = res["compression"][(kind, codec)]
+        assert r["bwd_excess"] <= 1e-6 * max(r["bwd_scale"], 1.0), r["bwd_excess"]
+        assert r["fwd_err"] < fwd_limit
+        assert r["fwd_bytes"] == r["num_send"] * row_bytes
+        assert r["bwd_bytes"] == r["num_halo"] * row_bytes
+
+
+def test_compression_is_not_free_of_error(policy_results):
+    """The bounds above are met by a lossy wire, not by an exact one."""
+    errors = [res["compression"][("gcn", "int8")]["fwd_err"] for res in policy_results]
+    assert max(errors) > 0
+
+
+POLICIES = [
+    Exact(), Exact(compress="int8"), Exact(cache_inputs=False), Cached(compress="fp16"),
+    Stale(every=4), Stale(every=2, stale_grads="drop", compress="bf16"),
+    Pipelined(), Pipelined(smoothing=0.5, cache_inputs=False),
+    Adaptive(tol=0.05), Adaptive(tol=0.1, max_staleness=3, stale_grads="drop"),
+    Adaptive(tol=0.2, max_staleness=None), Sampled(0.1), Sampled(0.5, seed=3, compress="int8"),
+    Isolated(),
+]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=repr)
+def test_spec_round_trips_every_argument(policy):
+    assert parse_policy(policy.spec()) == policy
+    assert repr(parse_policy(policy.spec())) == repr(policy)
+
+
 def test_specs_round_trip():
     for spec in ("exact", "cached", "stale:4", "pipelined", "adaptive:0.1", "sampled:0.5",
-                 "isolated"):
+                 "isolated", "adaptive:0.05,max_staleness=4", "sampled:0.1,seed=3",
+                 "pipelined:0.5", "stale:2,stale_grads=drop,compress=int8"):
         assert parse_policy(spec).spec() == spec
     assert repr(parse_policy("stale:4", "int8")) == "Stale(every=4, compress='int8')"
     assert repr(parse_policy("exact", cache_inputs=False)) == "Exact(cache_inputs=False)"
+    assert parse_policy("adaptive:0.1,max_staleness=none") == Adaptive(0.1, max_staleness=None)
+    with pytest.raises(ValueError, match="'seeds=3' is not KEY=VALUE"):
+        parse_policy("sampled:0.1,seeds=3")
+    with pytest.raises(ValueError, match="takes no ':' argument"):
+        parse_policy("cached:3")
