@@ -16,8 +16,8 @@ MODELS = {"gcn2": GCN, "sage2": GraphSAGE}
 
 def layer_cases(graph, feats_from_data):
     """Cases on one graph. ``feats_from_data``: use the graph's own ``x`` (Cora)
-    instead of seeded random features (then no input-gradient check: binary
-    features make max aggregation's subgradient ambiguous)."""
+    instead of seeded random features (then no input-gradient check for max
+    aggregation: binary features make its subgradient ambiguous)."""
     cases = []
     gcn_options = [
         ({}, False),
@@ -25,6 +25,8 @@ def layer_cases(graph, feats_from_data):
         ({"add_self_loops": False}, True),
         ({"normalize": False, "add_self_loops": False}, True),
         ({"bias": False}, False),
+        ({"cached": True}, False),  # called twice: the second call reads the cache
+        ({"cached": True, "improved": True}, True),
     ]
     sage_options = [
         {"aggr": "mean"},
@@ -46,8 +48,10 @@ def layer_cases(graph, feats_from_data):
                                                 "aggr": "max"},
                           f_in=f_in, f_out=f_out, weights=False))
     for i, case in enumerate(cases):
+        has_max = case["kwargs"].get("aggr") == "max"
         case.update(graph=graph, seed=1000 + i, x_from_data=feats_from_data,
-                    x_grad=not feats_from_data)
+                    x_grad=not (feats_from_data and has_max),
+                    calls=2 if case["kwargs"].get("cached") else 1)
         case["name"] = f"{graph}-{case['kind']}-{case['f_in']}x{case['f_out']}-{case['kwargs']}"
     return cases
 
@@ -74,9 +78,14 @@ def inputs(case, data):
 
 
 def call(module, case, x, edge_index, edge_weight):
-    if case["weights"]:
-        return module(x, edge_index, edge_weight=edge_weight)
-    return module(x, edge_index)
+    """The module's output; cases with ``calls=2`` call it twice and return
+    the second (cached) output."""
+    for _ in range(case["calls"]):
+        if case["weights"]:
+            out = module(x, edge_index, edge_weight=edge_weight)
+        else:
+            out = module(x, edge_index)
+    return out
 
 
 def reference(case, data):
