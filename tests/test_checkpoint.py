@@ -1,5 +1,10 @@
-"""Checkpoint and resume: a run interrupted after a checkpoint and resumed ends
-with the weights of the uninterrupted run, for every deterministic policy."""
+"""Checkpoint and resume: a run interrupted after a checkpoint and resumed, in
+new processes, ends with the weights, losses and traffic of the uninterrupted
+run, for every deterministic policy."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from graphs import awkward_graph
@@ -33,38 +38,65 @@ def one_run(parts_dir, spec, ckpt=None, fail_at=None, resume=False, init_seed=0)
     return {k: v.clone() for k, v in model.state_dict().items()}, result
 
 
-def body(parts_dir, ckpt_root):
+def checkpoint_dir(ckpt_root, spec):
+    return f"{ckpt_root}/{spec.replace(':', '_')}"
+
+
+def straight_and_interrupted(parts_dir, ckpt_root):
+    """Every policy: the uninterrupted run, then a run stopped after a checkpoint."""
     out = {}
     for spec in POLICIES:
-        ckpt = f"{ckpt_root}/{spec.replace(':', '_')}"
-        straight, straight_result = one_run(parts_dir, spec)
+        straight, result = one_run(parts_dir, spec)
         try:
-            one_run(parts_dir, spec, ckpt, fail_at=FAIL_AT)
+            one_run(parts_dir, spec, checkpoint_dir(ckpt_root, spec), fail_at=FAIL_AT)
             raise AssertionError("the run was not interrupted")
         except Interrupted:
             pass
-        resumed, resumed_result = one_run(parts_dir, spec, ckpt, resume=True, init_seed=99)
-        out[spec] = {
-            "straight": straight, "resumed": resumed,
-            "losses": ([e.loss for e in straight_result.history],
-                       [e.loss for e in resumed_result.history]),
-            "bytes": (straight_result.halo_bytes, resumed_result.halo_bytes),
-            "epochs": resumed_result.epochs,
-        }
+        out[spec] = {"state": straight, "losses": [e.loss for e in result.history],
+                     "bytes": result.halo_bytes}
+    return out
+
+
+def resumed(parts_dir, ckpt_root):
+    """Every policy: the interrupted run resumed from its last checkpoint."""
+    out = {}
+    for spec in POLICIES:
+        state, result = one_run(parts_dir, spec, checkpoint_dir(ckpt_root, spec), resume=True,
+                                init_seed=99)
+        out[spec] = {"state": state, "losses": [e.loss for e in result.history],
+                     "bytes": result.halo_bytes, "epochs": result.epochs}
     return out
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
+    """Two launches, so the resumed run lives in new processes; each with its
+    own hash seed, as after a real restart."""
     root = tmp_path_factory.mktemp("ckpt")
     pyg_dist.partition(awkward_graph(num_nodes=240, num_edges=1400, num_features=6),
                        2, root / "parts", method="metis")
-    return pyg_dist.launch(body, 2, args=(str(root / "parts"), str(root / "ckpt")),
-                           timeout=900)
+    args = (str(root / "parts"), str(root / "ckpt"))
+    out = []
+    saved = os.environ.get("PYTHONHASHSEED")
+    try:
+        for seed, fn in (("1", straight_and_interrupted), ("2", resumed)):
+            os.environ["PYTHONHASHSEED"] = seed
+            out.append(pyg_dist.launch(fn, 2, args=args, timeout=900))
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONHASHSEED", None)
+        else:
+            os.environ["PYTHONHASHSEED"] = saved
+    return [{spec: {"straight": a[spec]["state"], "resumed": b[spec]["state"],
+                    "losses": (a[spec]["losses"], b[spec]["losses"]),
+                    "bytes": (a[spec]["bytes"], b[spec]["bytes"]), "epochs": b[spec]["epochs"]}
+             for spec in POLICIES} for a, b in zip(*out)]
 
 
 @pytest.mark.parametrize("spec", POLICIES)
 def test_resume_equals_uninterrupted(results, spec):
+    """Weights, losses and halo bytes: a restart that did not recognise layer
+    0's static input (whose halo the checkpoint caches) would fetch it again."""
     for rank, res in enumerate(results):
         r = res[spec]
         for name, value in r["straight"].items():
@@ -90,3 +122,20 @@ def test_checkpoint_files_are_complete(tmp_path):
         train(model, data, epochs=1, progress=False, resume=True)
     with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
         train(model, data, epochs=1, progress=False, checkpoint=tmp_path / "none", resume=True)
+
+
+FINGERPRINT = ("import torch; from pyg_dist.halo.layer import fingerprint; "
+               "print(fingerprint(torch.arange(12.0).view(3, 4)))")
+
+
+def test_fingerprint_is_the_same_in_every_process():
+    """What recognises a static input after a restart may not depend on the
+    process (Python's str hash is salted per process)."""
+    outputs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", FINGERPRINT], capture_output=True,
+                              text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1]
