@@ -17,8 +17,9 @@ from pyg_dist import env
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "world_size", "is_distributed", "default_device",
-    "collective_device", "all_reduce", "all_reduce_values", "broadcast", "barrier",
-    "differing_ranks", "sync_tensors", "all_reduce_gradients", "host_store", "DEFAULT_TIMEOUT",
+    "collective_device", "all_reduce", "all_reduce_with_grad", "all_reduce_values", "broadcast",
+    "barrier", "differing_ranks", "sync_tensors", "all_reduce_gradients", "host_store",
+    "DEFAULT_TIMEOUT",
 ]
 
 #: Collectives that wait longer than this raise instead of hanging (seconds).
@@ -117,6 +118,26 @@ def all_reduce(tensor: Tensor, op: str = "sum", group: Group = None) -> Tensor:
     buffer = tensor.to(collective_device(group))
     dist.all_reduce(buffer, op=ops[op], group=group)
     return buffer.to(tensor.device)
+
+
+def all_reduce_with_grad(tensor: Tensor, group: Group = None) -> Tensor:
+    """``tensor`` summed over the ranks, differentiably: the gradient of each
+    rank's input is the sum of the gradients of every rank's output. Every
+    rank must call it, in the same order."""
+    if not is_distributed(group):
+        return tensor
+    return _AllReduceSum.apply(tensor, group)
+
+
+class _AllReduceSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: Tensor, group: Group) -> Tensor:  # type: ignore[override]
+        ctx.group = group
+        return all_reduce(tensor.clone(), group=group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        return all_reduce(grad.contiguous().clone(), group=ctx.group), None
 
 
 def all_reduce_values(values: Sequence[float], op: str = "sum",

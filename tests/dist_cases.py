@@ -3,15 +3,50 @@ builds the PyG reference on the whole graph) and the ranks (which run the Dist
 layers on their parts). Everything a rank needs travels in the case dicts."""
 import torch
 import torch.distributed as dist
-from torch_geometric.nn import GCNConv, SAGEConv
-from torch_geometric.nn.models import GCN, GraphSAGE
+from torch_geometric.nn import (
+    MLP,
+    GATConv,
+    GATv2Conv,
+    GCNConv,
+    GINConv,
+    GINEConv,
+    GraphConv,
+    ResGatedGraphConv,
+    SAGEConv,
+    TransformerConv,
+)
+from torch_geometric.nn.models import GCN, GIN, GraphSAGE
 
 import pyg_dist
 from pyg_dist.nn import DistGCNConv, DistSAGEConv, to_distributed
 from pyg_dist.ops import default_backend
 
 SINGLE = {"gcn": (GCNConv, DistGCNConv), "sage": (SAGEConv, DistSAGEConv)}
-MODELS = {"gcn2": GCN, "sage2": GraphSAGE}
+MODELS = {  # converted with to_distributed
+    "gcn2": GCN, "sage2": GraphSAGE,
+    # (no bias right before a norm that subtracts the feature mean: its
+    # gradient is zero, float noise alone)
+    "gcn2-batchnorm": lambda *a, **k: GCN(*a, norm="batch_norm", bias=False, **k),
+    "sage2-graphnorm": lambda *a, **k: GraphSAGE(*a, norm="graph_norm", bias=False, **k),
+    "gin2-layernorm": lambda *a, **k: GIN(*a, norm="layer_norm", **k),
+}
+# Layers of the generic path (to_distributed): (factory of a layer with o
+# output features, per-edge argument).
+GENERIC = {
+    "gat": (lambda i, o: GATConv(i, o // 2, heads=2), None),
+    "gat-mean-edges": (lambda i, o: GATConv(i, o, heads=3, concat=False, edge_dim=1,
+                                            residual=True), "edge_attr"),
+    "gatv2": (lambda i, o: GATv2Conv(i, o // 2, heads=2, edge_dim=1), "edge_attr"),
+    "gin": (lambda i, o: GINConv(MLP([i, 8, o], norm=None), train_eps=True), None),
+    "gine": (lambda i, o: GINEConv(MLP([i, 8, o], norm=None), edge_dim=1), "edge_attr"),
+    "graph": (lambda i, o: GraphConv(i, o, aggr="mean"), "edge_weight"),
+    "transformer": (lambda i, o: TransformerConv(i, o // 2, heads=2, beta=True, edge_dim=1),
+                    "edge_attr"),
+    "resgated": (lambda i, o: ResGatedGraphConv(i, o), None),
+    "sage-multi": (lambda i, o: SAGEConv(i, o, aggr=["mean", "max", "std"]), None),
+    "sage-softmax": (lambda i, o: SAGEConv(i, o, aggr="softmax",
+                                           aggr_kwargs={"learn": True}), None),
+}
 
 
 def layer_cases(graph, feats_from_data):
@@ -47,11 +82,19 @@ def layer_cases(graph, feats_from_data):
         cases.append(dict(kind="sage2", kwargs={"hidden_channels": 6, "num_layers": 2,
                                                 "aggr": "max"},
                           f_in=f_in, f_out=f_out, weights=False))
+    f_in, f_out = widths[0]
+    for model in ("gcn2-batchnorm", "sage2-graphnorm", "gin2-layernorm"):
+        cases.append(dict(kind=model, kwargs={"hidden_channels": 6, "num_layers": 2},
+                          f_in=f_in, f_out=f_out, weights=False))
+    for layer, (_, edge) in GENERIC.items():  # an even output width: two concatenated heads
+        cases.append(dict(kind="generic", kwargs={"layer": layer}, f_in=f_in,
+                          f_out=2 * (f_out // 2 + 1), weights=False, edge=edge))
     for i, case in enumerate(cases):
-        has_max = case["kwargs"].get("aggr") == "max"
+        has_max = "max" in str(case["kwargs"].get("aggr")) or "multi" in str(case["kwargs"])
         case.update(graph=graph, seed=1000 + i, x_from_data=feats_from_data,
                     x_grad=not (feats_from_data and has_max),
                     calls=2 if case["kwargs"].get("cached") else 1)
+        case.setdefault("edge", "edge_weight" if case["weights"] else None)
         case["name"] = f"{graph}-{case['kind']}-{case['f_in']}x{case['f_out']}-{case['kwargs']}"
     return cases
 
@@ -62,6 +105,8 @@ def build_reference(case, num_features):
     f_in = case["f_in"] or num_features
     if case["kind"] in SINGLE:
         return SINGLE[case["kind"]][0](f_in, case["f_out"], **case["kwargs"])
+    if case["kind"] == "generic":
+        return GENERIC[case["kwargs"]["layer"]][0](f_in, case["f_out"])
     return MODELS[case["kind"]](f_in, out_channels=case["f_out"], **case["kwargs"])
 
 
@@ -81,11 +126,23 @@ def call(module, case, x, edge_index, edge_weight):
     """The module's output; cases with ``calls=2`` call it twice and return
     the second (cached) output."""
     for _ in range(case["calls"]):
-        if case["weights"]:
+        if case["edge"] == "edge_attr":
+            out = module(x, edge_index, edge_attr=edge_weight.view(-1, 1))
+        elif case["edge"] == "edge_weight":
             out = module(x, edge_index, edge_weight=edge_weight)
         else:
             out = module(x, edge_index)
     return out
+
+
+def parameter_grads(module):
+    """Every parameter's gradient (zeros for one the output did not use)."""
+    return {n: p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+            for n, p in module.named_parameters()}
+
+
+def buffers(module):
+    return {n: b.detach().clone() for n, b in module.named_buffers()}
 
 
 def reference(case, data):
@@ -93,13 +150,15 @@ def reference(case, data):
     module = build_reference(case, data.num_features if data.x is not None else 0)
     x, upstream = inputs(case, data)
     x = (data.x if x is None else x).clone().requires_grad_(case["x_grad"])
-    out = call(module, case, x, data.edge_index, data.edge_weight if case["weights"] else None)
+    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    out = call(module, case, x, data.edge_index, data.edge_weight if case["edge"] else None)
     (out * upstream).sum().backward()
     return {
-        "state": {k: v.detach().clone() for k, v in module.state_dict().items()},
+        "state": state,
         "out": out.detach(),
         "x_grad": x.grad,
-        "grads": {n: p.grad.clone() for n, p in module.named_parameters()},
+        "grads": parameter_grads(module),
+        "buffers": buffers(module),
     }
 
 
@@ -119,20 +178,19 @@ def run_cases(dirs, cases):
         module.load_state_dict(case["state"])
         x, upstream = inputs(case, data)
         x = (data.x if x is None else x[data.global_id]).clone().requires_grad_(case["x_grad"])
-        weight = data.edge_weight if case["weights"] else None
+        weight = data.edge_weight if case["edge"] else None
         with default_backend(case.get("backend")):
             out = call(module, case, x, data.edge_index, weight)
             (out * upstream[data.global_id]).sum().backward()
-        grads = {}
-        for name, p in module.named_parameters():
-            grad = p.grad.clone()
+        grads = parameter_grads(module)
+        for grad in grads.values():
             dist.all_reduce(grad)
-            grads[name] = grad
         results.append({
             "global_id": data.global_id.clone(),
             "out": out.detach(),
             "x_grad": x.grad,
             "grads": grads,
+            "buffers": buffers(module),
             "ledger": data.ledger.totals(),
         })
     return results

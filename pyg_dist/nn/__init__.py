@@ -1,7 +1,23 @@
 """Drop-in distributed layers."""
 from pyg_dist.halo.dropout import dropout
-from pyg_dist.nn.convert import to_distributed
+from pyg_dist.nn.convert import TWINS, to_distributed
 from pyg_dist.nn.gcn_conv import DistGCNConv
+from pyg_dist.nn.generic import EXACT, DistMessagePassing, register_exact
+from pyg_dist.nn.norm import DistBatchNorm, DistGraphNorm, DistLayerNorm
 from pyg_dist.nn.sage_conv import DistSAGEConv
+from pyg_dist.nn.twin import DistLayer
 
-__all__ = ["DistGCNConv", "DistSAGEConv", "to_distributed", "dropout"]
+__all__ = [
+    "DistGCNConv",
+    "DistSAGEConv",
+    "DistMessagePassing",
+    "DistLayer",
+    "DistBatchNorm",
+    "DistLayerNorm",
+    "DistGraphNorm",
+    "to_distributed",
+    "register_exact",
+    "EXACT",
+    "TWINS",
+    "dropout",
+]

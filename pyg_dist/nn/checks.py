@@ -1,35 +1,44 @@
-"""Argument checks shared by the Dist layers: what the distributed path supports."""
+"""What the distributed path of a layer can run, checked when a
+:class:`~pyg_dist.DistEdgeIndex` arrives (with a plain ``edge_index`` the Dist
+layers are PyG's and take every option PyG takes)."""
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["check_message_passing_kwargs", "halo_repr"]
+from torch import Tensor
+
+__all__ = ["check_distributed", "halo_repr"]
 
 
-def check_message_passing_kwargs(
-    layer: str, kwargs: dict[str, Any], aggrs: tuple[str, ...]
-) -> None:
-    """Raises for MessagePassing options the distributed path cannot honour."""
-    flow = kwargs.get("flow", "source_to_target")
-    if flow != "source_to_target":
+def check_distributed(layer: Any, x: Any, reductions: tuple[str, ...] | None = None) -> None:
+    """Raises for options of ``layer`` (a MessagePassing layer) that its
+    distributed path cannot honour; ``reductions``: the aggregations it runs
+    (:obj:`None`: any)."""
+    name = type(layer).__name__
+    if not isinstance(x, Tensor):
         raise ValueError(
-            f"'{layer}' supports flow='source_to_target' only (got flow='{flow}'); reverse "
-            f"the edges (edge_index.flip(0)) before partitioning instead"
+            f"'{name}' takes one feature tensor on a DistEdgeIndex (got {type(x).__name__}); "
+            f"bipartite message passing is not distributed"
         )
-    aggr = kwargs.get("aggr", aggrs[0])
-    if not isinstance(aggr, str) or aggr not in aggrs:
+    if layer.flow != "source_to_target":
         raise ValueError(
-            f"'{layer}' supports aggr in {', '.join(repr(a) for a in aggrs)} (got {aggr!r}); "
-            f"use torch_geometric.nn's layer on a single process for other aggregations"
+            f"'{name}' runs distributed with flow='source_to_target' only (got "
+            f"flow='{layer.flow}'); reverse the edges (edge_index.flip(0)) before partitioning "
+            f"instead"
         )
-    node_dim = kwargs.get("node_dim", -2)
-    if node_dim not in (-2, 0):
+    if layer.node_dim not in (-2, 0) or x.dim() != 2:
         raise ValueError(
-            f"'{layer}' supports node_dim=-2 (or 0) only (got node_dim={node_dim}); put nodes "
-            f"in the first dimension of x"
+            f"'{name}' runs distributed on [num_nodes, features] inputs with node_dim=-2 (or 0) "
+            f"(got node_dim={layer.node_dim} and x of shape {tuple(x.shape)}); put nodes in the "
+            f"first dimension of x"
         )
-    if kwargs.get("decomposed_layers", 1) != 1:
-        raise ValueError(f"'{layer}' supports decomposed_layers=1 only")
+    if reductions is not None and (not isinstance(layer.aggr, str)
+                                   or layer.aggr not in reductions):
+        raise ValueError(
+            f"'{name}' runs distributed with aggr in {', '.join(repr(a) for a in reductions)} "
+            f"(got {layer.aggr!r}); use one of those on a DistEdgeIndex, or the layer on a plain "
+            f"edge_index in one process"
+        )
 
 
 def halo_repr(policy: Any) -> str:

@@ -1,62 +1,54 @@
-"""``to_distributed``: swap PyG's GCNConv/SAGEConv for their Dist twins."""
+"""``to_distributed``: any PyG model, made distributed in place."""
 from __future__ import annotations
 
 from typing import Any
 
 from torch import nn
-from torch_geometric.nn import GCNConv, SAGEConv
+from torch_geometric.nn import GCNConv, MessagePassing, SAGEConv
 
 from pyg_dist.nn.gcn_conv import DistGCNConv
+from pyg_dist.nn.generic import DistMessagePassing, exactness
+from pyg_dist.nn.norm import NORMS
 from pyg_dist.nn.sage_conv import DistSAGEConv
+from pyg_dist.nn.twin import DistLayer
 
-__all__ = ["to_distributed"]
+__all__ = ["to_distributed", "TWINS"]
+
+#: PyG layers with a specialised Dist twin (a subclass with a faster exact path).
+TWINS: dict[type, type] = {GCNConv: DistGCNConv, SAGEConv: DistSAGEConv}
 
 
 def to_distributed(model: nn.Module, halo: Any = None) -> nn.Module:
-    """Returns ``model`` with every :class:`~torch_geometric.nn.GCNConv` and
-    :class:`~torch_geometric.nn.SAGEConv` replaced (in place) by
-    :class:`DistGCNConv` / :class:`DistSAGEConv` with the same arguments and
-    weights. Each Dist layer is named by its module path in the ledger.
+    """Returns ``model`` with every layer made distributed, in place: each
+    message-passing layer becomes its specialised twin (:class:`DistGCNConv`,
+    :class:`DistSAGEConv`, ...) or runs through the generic path
+    (:class:`DistMessagePassing`), each norm of :data:`~pyg_dist.nn.norm.NORMS`
+    takes its statistics over all ranks. Layers keep their parameters,
+    buffers, state-dict keys and training mode (their class becomes a
+    subclass of their own); each message-passing layer is named by its module
+    path in the ledger. A layer that cannot run distributed exactly raises,
+    naming the alternatives, and leaves ``model`` unchanged.
 
     Args:
         model (torch.nn.Module): A model, or a single layer.
         halo (optional): Halo policy for every converted layer; :obj:`None`
             keeps the graph's default. (default: :obj:`None`)
     """
-    if isinstance(model, (GCNConv, SAGEConv)):
-        return _convert(model, halo, "conv")
-    for name, module in list(model.named_modules()):
-        for child_name, child in list(module.named_children()):
-            if isinstance(child, (GCNConv, SAGEConv)):
-                path = f"{name}.{child_name}" if name else child_name
-                setattr(module, child_name, _convert(child, halo, path))
-    return model
-
-
-def _convert(conv: Any, halo: Any, path: str) -> nn.Module:
-    if isinstance(conv, (DistGCNConv, DistSAGEConv)):
+    modules = list(model.named_modules())
+    convs = [(name or "conv", m) for name, m in modules if isinstance(m, MessagePassing)]
+    for _, conv in convs:  # check every layer before changing any
+        if not isinstance(conv, DistLayer) and type(conv) not in TWINS:
+            exactness(type(conv))
+    for path, conv in convs:
+        if not isinstance(conv, DistLayer):
+            if type(conv) in TWINS:
+                conv.__class__ = TWINS[type(conv)]
+            else:
+                DistMessagePassing(conv)
         if halo is not None:
             conv.halo = halo
-        conv.halo_name = getattr(conv, "halo_name", None) or path
-        return conv
-    twin: nn.Module
-    mp_kwargs = {"flow": conv.flow, "node_dim": conv.node_dim}
-    if isinstance(conv, GCNConv):
-        twin = DistGCNConv(
-            conv.in_channels, conv.out_channels, improved=conv.improved, cached=conv.cached,
-            add_self_loops=conv.add_self_loops, normalize=conv.normalize,
-            bias=conv.bias is not None, halo=halo, **mp_kwargs,
-        )
-    else:
-        twin = DistSAGEConv(
-            conv.in_channels, conv.out_channels, aggr=conv.aggr, normalize=conv.normalize,
-            root_weight=conv.root_weight, project=conv.project,
-            bias=conv.lin_l.bias is not None, halo=halo, **mp_kwargs,
-        )
-    twin.load_state_dict(conv.state_dict())
-    param = next(conv.parameters(), None)
-    if param is not None and not isinstance(param, nn.parameter.UninitializedParameter):
-        twin.to(param.device)
-    twin.train(conv.training)
-    twin.halo_name = path
-    return twin
+        conv.halo_name = conv.halo_name or path
+    for _, norm in modules:
+        if type(norm) in NORMS:
+            norm.__class__ = NORMS[type(norm)]
+    return model

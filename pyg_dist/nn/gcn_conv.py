@@ -9,14 +9,18 @@ from torch_geometric.nn import GCNConv
 
 from pyg_dist.data import DistEdgeIndex
 from pyg_dist.halo import HaloRows, LayerHalo
-from pyg_dist.nn.checks import check_message_passing_kwargs, halo_repr
-from pyg_dist.nn.norm import dist_gcn_norm, halo_degree
+from pyg_dist.nn.checks import check_distributed
+from pyg_dist.nn.gcn_norm import dist_gcn_norm, halo_degree
+from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import spmm
 
 __all__ = ["DistGCNConv"]
 
+#: Aggregations the distributed path runs (those of spmm over the normalised adjacency).
+REDUCTIONS = ("add", "sum", "mean", "max")
 
-class DistGCNConv(GCNConv):
+
+class DistGCNConv(DistLayer, GCNConv):
     r"""The graph convolutional operator from the `"Semi-supervised
     Classification with Graph Convolutional Networks"
     <https://arxiv.org/abs/1609.02907>`_ paper, distributed.
@@ -50,9 +54,10 @@ class DistGCNConv(GCNConv):
         halo (optional): Halo policy of this layer; :obj:`None` uses the graph's
             default (exact unless set on :class:`~pyg_dist.DistData`).
             (default: :obj:`None`)
-        **kwargs (optional): Arguments of :class:`~torch_geometric.nn.conv.MessagePassing`
-            (only ``flow="source_to_target"``, ``aggr="add"`` and ``node_dim``
-            :obj:`-2`/:obj:`0` are supported).
+        **kwargs (optional): Arguments of :class:`~torch_geometric.nn.conv.MessagePassing`,
+            all of them on a plain ``edge_index``; on a
+            :class:`~pyg_dist.DistEdgeIndex`, ``flow="source_to_target"``,
+            ``aggr`` in add/sum/mean/max and ``node_dim`` :obj:`-2`/:obj:`0`.
 
     Shapes:
         - **input:** node features :math:`(|\mathcal{V}_{owned}|, F_{in})`, edge
@@ -60,6 +65,9 @@ class DistGCNConv(GCNConv):
           edge weights :math:`(|\mathcal{E}_{local}|)` *(optional)*
         - **output:** node features :math:`(|\mathcal{V}_{owned}|, F_{out})`
     """
+
+    pyg_class = GCNConv
+    _dist_cache: tuple[Tensor, Tensor, Tensor | None] | None = None
 
     def __init__(
         self,
@@ -73,36 +81,42 @@ class DistGCNConv(GCNConv):
         halo: Any = None,
         **kwargs: Any,
     ) -> None:
-        check_message_passing_kwargs(type(self).__name__, kwargs, aggrs=("add", "sum"))
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
         self.halo = halo
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
-        self._dist_cache: tuple[Tensor, Tensor, Tensor | None] | None = None
+        self._dist_cache = None
 
     def forward(  # type: ignore[override]
         self, x: Tensor, edge_index: Any, edge_weight: Tensor | None = None
     ) -> Tensor:
-        if not isinstance(edge_index, DistEdgeIndex):
-            return super().forward(x, edge_index, edge_weight)
+        if isinstance(edge_index, DistEdgeIndex):
+            return self.dist_forward(x, edge_index, edge_weight)
+        return super().forward(x, edge_index, edge_weight)
+
+    def dist_forward(self, x: Tensor, edge_index: DistEdgeIndex,
+                     edge_weight: Tensor | None = None) -> Tensor:
+        """The owned rows of the layer on a partitioned graph."""
+        check_distributed(self, x, REDUCTIONS)
         halo = LayerHalo(edge_index, edge_index.registry.name(self), self.halo, self.training)
         static = halo.is_static(x)
-
-        def aggregate(h: Tensor, static: bool) -> Tensor:
-            fetched = halo.fetch(h, static)
-            rowptr, col, value = self._adjacency(x.dtype, edge_index, edge_weight, fetched, halo)
-            return spmm(rowptr, col, h, value, "sum", x_halo=fetched.rows)
-
         # A static input's halo is cached: aggregate it before transforming.
         if not static and x.size(-1) > self.out_channels:
-            out = aggregate(self.lin(x), False)
+            out = self._aggregate(self.lin(x), edge_index, edge_weight, halo, False)
         else:
-            out = self.lin(aggregate(x, static))
+            out = self.lin(self._aggregate(x, edge_index, edge_weight, halo, static))
         if self.bias is not None:
             out = out + self.bias
         return out
+
+    def _aggregate(self, h: Tensor, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
+                   halo: LayerHalo, static: bool) -> Tensor:
+        fetched = halo.fetch(h, static)
+        rowptr, col, value = self._adjacency(h.dtype, edge_index, edge_weight, fetched, halo)
+        reduce = "sum" if self.aggr == "add" else str(self.aggr)
+        return spmm(rowptr, col, h, value, reduce, x_halo=fetched.rows)
 
     def _adjacency(
         self, dtype: torch.dtype, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
@@ -130,6 +144,3 @@ class DistGCNConv(GCNConv):
         if self.cached and fetched.mask is None:
             self._dist_cache = adjacency
         return adjacency
-
-    def __repr__(self) -> str:
-        return super().__repr__()[:-1] + halo_repr(self.halo) + ")"

@@ -1,130 +1,123 @@
-"""GCN normalisation on a rank's local graph, equal to PyG's ``gcn_norm`` on the
-whole graph.
+r"""Normalisation layers whose statistics run over the nodes of every rank.
 
-PyG normalises edge ``j -> i`` by :math:`\\hat{d}_j^{-1/2} e_{j,i} \\hat{d}_i^{-1/2}`
-where :math:`\\hat{d}` is the in-degree after self-loops were replaced by one
-loop per node (``add_remaining_self_loops``). Every in-edge of an owned node is
-local, so owned degrees are computed here; a halo node's degree comes from the
-partition (unweighted graphs) or from its owner: through one exchange per graph
-for fixed edge weights, every call (differentiably) for weights that require grad.
+A norm between graph layers (``BatchNorm``, ``LayerNorm(mode="graph")``,
+``GraphNorm``) takes statistics over all nodes of the graph; on a partitioned
+graph each rank holds only its own. These subclasses reduce the sums behind
+the statistics over all ranks (differentiably, so gradients see every rank's
+nodes), which makes a distributed model with norms equal the single-process
+one: outputs, gradients and running statistics. Without a process group of
+more than one rank they are their parents. Every rank must call them, in
+the same order. :func:`~pyg_dist.nn.to_distributed` converts a model's norms
+in place (their parameters, buffers and state dicts stay as they are).
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
+from torch_geometric.nn import GraphNorm, LayerNorm
 
-from pyg_dist.halo import LayerHalo, exchange_halo
-from pyg_dist.ops.csr import csr_row, ptr_from_sorted
+from pyg_dist import distributed
 
-__all__ = ["dist_gcn_norm", "owned_degree", "halo_degree", "self_loop_structure"]
-
-
-def self_loop_structure(edge_index: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The local CSR with existing self-loops removed and one loop appended to
-    every row, cached per graph.
-
-    Returns ``(rowptr, col, source, last_loop)``: ``source[e]`` is the original
-    local edge of entry ``e`` or ``-1`` for an added loop; ``last_loop[i]`` is the
-    last original self-loop edge of row ``i`` or ``-1``.
-    """
-
-    def build() -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        row, col = edge_index.row(), edge_index.col
-        num_owned, device = edge_index.num_owned, col.device
-        loop = col == row
-        position = torch.arange(col.numel(), device=device)
-        last_loop = torch.full((num_owned,), -1, dtype=torch.long, device=device)
-        last_loop.scatter_reduce_(0, row[loop], position[loop], reduce="amax")
-        nodes = torch.arange(num_owned, device=device)
-        new_row = torch.cat([row[~loop], nodes])
-        new_col = torch.cat([col[~loop], nodes])
-        source = torch.cat([position[~loop], torch.full_like(nodes, -1)])
-        order = torch.sort(new_row, stable=True).indices  # loop last in its row
-        return ptr_from_sorted(new_row[order], num_owned), new_col[order], source[order], last_loop
-
-    return edge_index.cached("self_loops", build)
+__all__ = ["DistBatchNorm", "DistLayerNorm", "DistGraphNorm", "NORMS"]
 
 
-def dist_gcn_norm(
-    edge_index: Any,
-    edge_weight: Tensor | None,
-    improved: bool,
-    add_self_loops: bool,
-    dtype: torch.dtype,
-    deg_halo: Tensor,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """``(rowptr, col, value)`` of the normalised local adjacency :math:`\\hat{D}^{-1/2}
-    \\hat{A} \\hat{D}^{-1/2}` restricted to this rank's rows, given the degrees
-    of the halo nodes ``deg_halo`` (``[num_halo]``, see :func:`halo_degree`)."""
-    rowptr, col, weight, deg_owned = owned_degree(edge_index, edge_weight, improved,
-                                                  add_self_loops, dtype)
-    deg_inv_sqrt = torch.cat([deg_owned, deg_halo.to(deg_owned.dtype)]).pow(-0.5)
-    deg_inv_sqrt = deg_inv_sqrt.masked_fill(torch.isinf(deg_inv_sqrt), 0.0)
-    value = deg_inv_sqrt[csr_row(rowptr, col)] * weight * deg_inv_sqrt[col]
-    return rowptr, col, value
+def _global_mean(x: Tensor, num_nodes: float, dim: int | None = 0) -> Tensor:
+    """Mean over the nodes of all ranks (``dim=0``: per feature; ``None``: of
+    every entry), differentiable."""
+    if dim is None:
+        return distributed.all_reduce_with_grad(x.sum().view(1)) / (num_nodes * x.size(-1))
+    return distributed.all_reduce_with_grad(x.sum(dim)) / num_nodes
 
 
-def owned_degree(
-    edge_index: Any,
-    edge_weight: Tensor | None,
-    improved: bool,
-    add_self_loops: bool,
-    dtype: torch.dtype,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The adjacency GCN aggregates over (with self-loops replaced, if asked)
-    and the degree of every owned node: ``(rowptr, col, weight, deg_owned)``."""
-    fill = 2.0 if improved else 1.0
-    device = edge_index.col.device
-    if add_self_loops:
-        rowptr, col, source, last_loop = self_loop_structure(edge_index)
-        weight = torch.full((col.numel(),), fill, dtype=dtype, device=device)
-        if edge_weight is not None:
-            # Original weights, with the fill value appended for "no edge" (-1).
-            padded = torch.cat([edge_weight, edge_weight.new_full((1,), fill)])
-            loop_weight = padded[last_loop]  # existing loop's weight, else fill
-            weight = torch.where(source >= 0, padded[source], loop_weight[csr_row(rowptr, col)])
-    else:
-        rowptr, col = edge_index.rowptr, edge_index.col
-        weight = (
-            edge_weight
-            if edge_weight is not None
-            else torch.ones(col.numel(), dtype=dtype, device=device)
-        )
-    deg_owned = torch.zeros(edge_index.num_owned, dtype=weight.dtype, device=device)
-    deg_owned = deg_owned.index_add(0, csr_row(rowptr, col), weight)
-    return rowptr, col, weight, deg_owned
+def _num_nodes(x: Tensor) -> float:
+    return distributed.all_reduce_values([x.size(0)])[0]
 
 
-def halo_degree(
-    edge_index: Any,
-    edge_weight: Tensor | None,
-    improved: bool,
-    add_self_loops: bool,
-    dtype: torch.dtype,
-    halo: LayerHalo,
-) -> Tensor:
-    """Whole-graph degrees of the halo nodes (``[num_halo]``): from the
-    partition for unweighted graphs; for weighted ones from their owners, in
-    one exchange per graph booked as ``degree`` in the ledger (weights that
-    require grad: every call, differentiably, as ``<layer>/degree``)."""
-    if edge_weight is None:
-        deg = edge_index.halo_in_degree.to(dtype)
-        if add_self_loops:
-            deg = deg - edge_index.halo_self_loops.to(dtype) + (2.0 if improved else 1.0)
-        return deg
+class DistBatchNorm(torch.nn.BatchNorm1d):
+    r""":class:`torch.nn.BatchNorm1d` over the nodes of all ranks (node
+    features ``[num_nodes, C]``): in training, the mean and biased variance
+    of each feature over every rank's nodes normalise, and the running
+    statistics are updated as :class:`~torch.nn.BatchNorm1d` would on the
+    whole graph (unbiased variance, ``momentum``, or a cumulative average for
+    ``momentum=None``). Evaluation with running statistics needs no
+    communication. Takes the arguments of :class:`~torch.nn.BatchNorm1d`."""
 
-    def exchange(name: str) -> Tensor:
-        deg_owned = owned_degree(edge_index, edge_weight, improved, add_self_loops, dtype)[3]
-        return exchange_halo(deg_owned.view(-1, 1), edge_index.channel, name,
-                             direction=halo.direction).view(-1)
+    def forward(self, x: Tensor) -> Tensor:
+        batch_stats = self.training or not self.track_running_stats
+        if not batch_stats or not distributed.is_distributed():
+            return super().forward(x)
+        if x.dim() != 2:
+            raise ValueError(f"'{type(self).__name__}' normalises node features of shape "
+                             f"[num_nodes, C] across ranks (got {tuple(x.shape)})")
+        num_nodes = _num_nodes(x)
+        mean = _global_mean(x, num_nodes)
+        var = _global_mean((x - mean) ** 2, num_nodes)
+        if self.training and self.track_running_stats:
+            self._update_running_stats(mean.detach(), var.detach(), num_nodes)
+        out = (x - mean) * torch.rsqrt(var + self.eps)
+        if self.affine:
+            out = out * self.weight + self.bias
+        return out
 
-    if edge_weight.requires_grad:
-        return exchange(f"{halo.name}/degree")
-    # Fixed weights: degrees are static; recomputed only if the weights change.
-    cache = edge_index.cached(("halo_degree", improved, add_self_loops, dtype), dict)
-    known = cache.get("weights")
-    if known is None or known.shape != edge_weight.shape or not torch.equal(known, edge_weight):
-        cache["degree"], cache["weights"] = exchange("degree"), edge_weight.detach().clone()
-    return cache["degree"]
+    @torch.no_grad()
+    def _update_running_stats(self, mean: Tensor, var: Tensor, num_nodes: float) -> None:
+        assert self.num_batches_tracked is not None, "tracking running statistics"
+        self.num_batches_tracked.add_(1)
+        if self.momentum is None:  # a cumulative moving average
+            factor = 1.0 / float(self.num_batches_tracked)
+        else:
+            factor = self.momentum
+        unbiased = var * num_nodes / max(num_nodes - 1, 1)
+        self.running_mean.mul_(1 - factor).add_(mean, alpha=factor)  # type: ignore[union-attr]
+        self.running_var.mul_(1 - factor).add_(unbiased, alpha=factor)  # type: ignore[union-attr]
+
+
+class DistLayerNorm(LayerNorm):
+    r""":class:`torch_geometric.nn.LayerNorm` whose ``mode="graph"``
+    statistics (mean and standard deviation of every entry of the graph) run
+    over the nodes of all ranks; ``mode="node"`` needs no communication.
+    Takes the arguments of :class:`~torch_geometric.nn.LayerNorm`."""
+
+    def forward(self, x: Tensor, batch: Tensor | None = None,  # type: ignore[override]
+                batch_size: int | None = None) -> Tensor:
+        if self.mode != "graph" or not distributed.is_distributed():
+            return super().forward(x, batch, batch_size)
+        _one_graph(self, batch)
+        num_nodes = _num_nodes(x)
+        x = x - _global_mean(x, num_nodes, dim=None)
+        std = _global_mean(x * x, num_nodes, dim=None).sqrt()
+        out = x / (std + self.eps)
+        if self.weight is not None and self.bias is not None:
+            out = out * self.weight + self.bias
+        return out
+
+
+class DistGraphNorm(GraphNorm):
+    r""":class:`torch_geometric.nn.GraphNorm` whose per-feature mean and
+    variance run over the nodes of all ranks. Takes the arguments of
+    :class:`~torch_geometric.nn.GraphNorm`."""
+
+    def forward(self, x: Tensor, batch: Tensor | None = None,  # type: ignore[override]
+                batch_size: int | None = None) -> Tensor:
+        if not distributed.is_distributed():
+            return super().forward(x, batch, batch_size)
+        _one_graph(self, batch)
+        num_nodes = _num_nodes(x)
+        out = x - _global_mean(x, num_nodes) * self.mean_scale
+        std = (_global_mean(out * out, num_nodes) + self.eps).sqrt()
+        return self.weight * out / std + self.bias
+
+
+def _one_graph(norm: torch.nn.Module, batch: Tensor | None) -> None:
+    if batch is not None:
+        raise ValueError(f"'{type(norm).__name__}' normalises one graph partitioned over the "
+                         f"ranks; a batch vector of several graphs is not distributed "
+                         f"(pass batch=None)")
+
+
+#: The norm classes :func:`~pyg_dist.nn.to_distributed` replaces, and their twins.
+NORMS: dict[type, type] = {
+    torch.nn.BatchNorm1d: DistBatchNorm,
+    LayerNorm: DistLayerNorm,
+    GraphNorm: DistGraphNorm,
+}

@@ -10,15 +10,18 @@ from torch_geometric.nn import SAGEConv
 
 from pyg_dist.data import DistEdgeIndex
 from pyg_dist.halo import LayerHalo
-from pyg_dist.nn.checks import check_message_passing_kwargs, halo_repr
+from pyg_dist.nn.checks import check_distributed
+from pyg_dist.nn.generic import propagate_with_halo
+from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import spmm
 
 __all__ = ["DistSAGEConv"]
 
-AGGRS = ("mean", "sum", "add", "max")
+#: Aggregations of the fast path (one spmm); every other runs the generic path.
+FAST_AGGRS = ("mean", "sum", "add", "max")
 
 
-class DistSAGEConv(SAGEConv):
+class DistSAGEConv(DistLayer, SAGEConv):
     r"""The GraphSAGE operator from the `"Inductive Representation Learning on
     Large Graphs" <https://arxiv.org/abs/1706.02216>`_ paper, distributed.
 
@@ -33,13 +36,17 @@ class DistSAGEConv(SAGEConv):
     rank owns, fetching remote neighbours through the halo policy; with the exact
     policy the rows gathered from all ranks equal ``SAGEConv`` on the whole graph.
     For ``"mean"``/``"sum"`` the narrower of :math:`\mathbf{x}_j` and
-    :math:`\mathbf{W}_2 \mathbf{x}_j` crosses the network.
+    :math:`\mathbf{W}_2 \mathbf{x}_j` crosses the network; mean, sum and max
+    aggregate in one :func:`~pyg_dist.ops.spmm`, every other aggregation
+    (``"lstm"``, ``"softmax"``, :class:`~torch_geometric.nn.aggr.MLPAggregation`,
+    lists of several) runs through the generic path
+    (:class:`~pyg_dist.nn.DistMessagePassing`).
 
     Args:
         in_channels (int or tuple): Size of each input sample, or :obj:`-1`.
         out_channels (int): Size of each output sample.
-        aggr (str, optional): :obj:`"mean"`, :obj:`"sum"` or :obj:`"max"`.
-            (default: :obj:`"mean"`)
+        aggr (str or list or Aggregation, optional): Any aggregation of
+            :class:`~torch_geometric.nn.SAGEConv`. (default: :obj:`"mean"`)
         normalize (bool, optional): :math:`\ell_2`-normalise the output.
             (default: :obj:`False`)
         root_weight (bool, optional): Add the transformed root node features.
@@ -57,11 +64,13 @@ class DistSAGEConv(SAGEConv):
         - **output:** node features :math:`(|\mathcal{V}_{owned}|, F_{out})`
     """
 
+    pyg_class = SAGEConv
+
     def __init__(
         self,
         in_channels: int | tuple[int, int],
         out_channels: int,
-        aggr: str = "mean",
+        aggr: Any = "mean",
         normalize: bool = False,
         root_weight: bool = True,
         project: bool = False,
@@ -69,7 +78,6 @@ class DistSAGEConv(SAGEConv):
         halo: Any = None,
         **kwargs: Any,
     ) -> None:
-        check_message_passing_kwargs(type(self).__name__, {**kwargs, "aggr": aggr}, AGGRS)
         super().__init__(in_channels, out_channels, aggr=aggr, normalize=normalize,
                          root_weight=root_weight, project=project, bias=bias, **kwargs)
         self.halo = halo
@@ -77,36 +85,37 @@ class DistSAGEConv(SAGEConv):
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> Tensor:  # type: ignore[override]
         if not isinstance(edge_index, DistEdgeIndex):
             return super().forward(x, edge_index, size)
-        if not isinstance(x, Tensor):
-            raise ValueError(
-                f"'{type(self).__name__}' takes one feature tensor on a DistEdgeIndex (got "
-                f"{type(x).__name__}); bipartite message passing is not distributed"
-            )
+        if isinstance(self.aggr, str) and self.aggr in FAST_AGGRS:
+            return self.dist_forward(x, edge_index)
+        return propagate_with_halo(self, super().forward, x, edge_index, size=size)
+
+    def dist_forward(self, x: Tensor, edge_index: DistEdgeIndex) -> Tensor:
+        """The owned rows of the layer on a partitioned graph, for the
+        aggregations of one spmm (:data:`FAST_AGGRS`)."""
+        check_distributed(self, x, FAST_AGGRS)
         x_src = self.lin(x).relu() if self.project else x
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
         halo = LayerHalo(edge_index, edge_index.registry.name(self), self.halo, self.training)
         static = halo.is_static(x_src)
-
-        def aggregate(h: Tensor, static: bool) -> Tensor:
-            fetched = halo.fetch(h, static)
-            graph = edge_index if fetched.mask is None else edge_index.restrict(fetched.mask)[0]
-            return spmm(graph.rowptr, graph.col, h, None, reduce, x_halo=fetched.rows)
-
         # mean/sum commute with the transform: the narrower side travels, unless
         # the input is static (its halo is cached).
         weight = self.lin_l.weight
         if (reduce != "max" and not static and not isinstance(weight, UninitializedParameter)
                 and x_src.size(-1) > self.out_channels):
-            out = aggregate(F.linear(x_src, weight), False)
+            out = _aggregate(F.linear(x_src, weight), edge_index, halo, reduce, False)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
-            out = self.lin_l(aggregate(x_src, static))
+            out = self.lin_l(_aggregate(x_src, edge_index, halo, reduce, static))
         if self.root_weight:
             out = out + self.lin_r(x)
         if self.normalize:
             out = F.normalize(out, p=2.0, dim=-1)
         return out
 
-    def __repr__(self) -> str:
-        return super().__repr__()[:-1] + halo_repr(self.halo) + ")"
+
+def _aggregate(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo, reduce: str,
+               static: bool) -> Tensor:
+    fetched = halo.fetch(h, static)
+    graph = edge_index if fetched.mask is None else edge_index.restrict(fetched.mask)[0]
+    return spmm(graph.rowptr, graph.col, h, None, reduce, x_halo=fetched.rows)

@@ -1,0 +1,218 @@
+r"""The generic distributed path: any one-hop PyG layer, run on ``[owned ; halo]``.
+
+Every in-edge of a node lives on the node's owner, so a message-passing layer
+whose messages depend only on the source row, the target row and the edge's
+attributes computes its owned rows exactly once the halo rows of its input are
+there: :class:`DistMessagePassing` fetches them through the graph's halo
+policy (so every policy, compression and the ledger apply) and calls the PyG
+layer on the bipartite local graph (sources ``[owned ; halo]``, targets the
+owned nodes). Layers that need something global (source degrees as in GCN's
+normalisation, several hops per call) cannot run so; they are refused with
+the alternatives named.
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.nn import (
+    APPNP,
+    ARMAConv,
+    ChebConv,
+    ClusterGCNConv,
+    EdgeConv,
+    FAConv,
+    GATConv,
+    GATv2Conv,
+    GCN2Conv,
+    GCNConv,
+    GINConv,
+    GINEConv,
+    GraphConv,
+    LEConv,
+    LGConv,
+    MessagePassing,
+    ResGatedGraphConv,
+    SAGEConv,
+    SGConv,
+    SSGConv,
+    TAGConv,
+    TransformerConv,
+)
+
+from pyg_dist.data import DistEdgeIndex
+from pyg_dist.halo import LayerHalo
+from pyg_dist.nn.checks import check_distributed
+from pyg_dist.nn.twin import DistLayer
+
+__all__ = ["DistMessagePassing", "register_exact", "EXACT", "propagate_with_halo"]
+
+
+@dataclass(frozen=True)
+class Exact:
+    """How a layer runs on ``[owned ; halo]``: which of its ``forward``
+    arguments hold one row per edge (restricted with the edges when a policy
+    drops halo rows)."""
+
+    edge_args: tuple[str, ...] = ()
+
+
+#: Layers the generic path runs exactly (outputs and gradients equal the
+#: single-process layer on the whole graph, up to float rounding; layers that
+#: draw random numbers, e.g. attention dropout, only in evaluation).
+EXACT: dict[type, Exact] = {
+    GATConv: Exact(("edge_attr",)),
+    GATv2Conv: Exact(("edge_attr",)),
+    GINConv: Exact(),
+    GINEConv: Exact(("edge_attr",)),
+    GraphConv: Exact(("edge_weight",)),
+    TransformerConv: Exact(("edge_attr",)),
+    ResGatedGraphConv: Exact(("edge_attr",)),
+    SAGEConv: Exact(),
+    EdgeConv: Exact(),
+    LEConv: Exact(("edge_weight",)),
+}
+
+#: Layers it cannot run exactly, and what to use instead.
+REFUSED: dict[type, str] = {
+    GCNConv: "normalises by source degrees: use pyg_dist.nn.DistGCNConv",
+    GCN2Conv: "normalises by source degrees like GCNConv",
+    ChebConv: "normalises by source degrees and runs K hops per call",
+    ClusterGCNConv: "normalises by source degrees",
+    LGConv: "normalises by source degrees",
+    FAConv: "normalises by source degrees",
+    SGConv: "runs K hops per call: stack K DistGCNConv layers instead",
+    SSGConv: "runs K hops per call: stack K DistGCNConv layers instead",
+    TAGConv: "runs K hops per call: stack K one-hop layers instead",
+    APPNP: "runs K propagation steps per call: stack K one-hop layers instead",
+    ARMAConv: "runs several hops per call",
+}
+
+
+def register_exact(cls: type, edge_args: tuple[str, ...] = ()) -> None:
+    """Declares that the generic path runs ``cls`` exactly: its output at a
+    node depends only on the node's in-edges (their source rows, the target
+    row, their attributes) and its ``forward(x, edge_index, ...)`` takes a
+    pair ``(x_src, x_dst)`` for bipartite graphs. ``edge_args`` names the
+    ``forward`` arguments with one row per edge."""
+    if not (isinstance(cls, type) and issubclass(cls, MessagePassing)):
+        raise TypeError(f"'register_exact' needs a MessagePassing subclass (got {cls!r})")
+    REFUSED.pop(cls, None)
+    EXACT[cls] = Exact(tuple(edge_args))
+
+
+def exactness(cls: type) -> Exact:
+    """How the generic path runs ``cls``, or an error naming what runs."""
+    if cls in EXACT:
+        return EXACT[cls]
+    supported = ", ".join(sorted(c.__name__ for c in EXACT))
+    reason = REFUSED.get(cls)
+    if reason is not None:
+        raise ValueError(f"'{cls.__name__}' cannot run distributed exactly: it {reason}; the "
+                         f"generic path runs {supported}")
+    raise ValueError(
+        f"'{cls.__name__}' is not known to run distributed exactly; the generic path runs "
+        f"{supported}. If its output at a node depends only on the node's in-edges and it "
+        f"takes (x_src, x_dst) pairs, declare it with pyg_dist.nn.register_exact("
+        f"{cls.__name__})"
+    )
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def dist_class(cls: type) -> type:
+    """The generic Dist class of PyG class ``cls`` (``DistGINConv`` for ``GINConv``)."""
+    if cls not in _CLASSES:
+        _CLASSES[cls] = type(f"Dist{cls.__name__}", (DistMessagePassing, cls),
+                             {"pyg_class": cls, "__module__": __name__})
+    return _CLASSES[cls]
+
+
+def _rebuild(cls: type, state: dict[str, Any]) -> Any:
+    """Unpickles a generic Dist layer of PyG class ``cls``."""
+    layer = DistMessagePassing.__new__(dist_class(cls))
+    layer.__setstate__(state)
+    return layer
+
+
+class DistMessagePassing(DistLayer, MessagePassing):
+    r"""Runs a PyG message-passing layer on a partitioned graph.
+
+    ``DistMessagePassing(conv)`` turns ``conv`` itself into a Dist layer (its
+    class becomes ``Dist<Class>``, a subclass of its own class), so parameter
+    names, state dicts and ``isinstance`` checks stay as they were. On a plain
+    ``edge_index`` it is ``conv``; on a :class:`~pyg_dist.DistEdgeIndex` it
+    fetches the halo rows of its input through the halo policy and calls
+    ``conv`` on the local bipartite graph: sources ``[owned ; halo]``, targets
+    the owned nodes. Exact for the layers of :data:`EXACT` (and any declared
+    with :func:`register_exact`); others are refused, naming the alternatives.
+
+    What crosses the network is the layer's input: the specialised twins
+    (:class:`DistGCNConv`, :class:`DistSAGEConv`, :class:`DistGATConv`) send
+    the narrower transformed rows where that is exact.
+
+    Args:
+        conv (MessagePassing): The layer.
+        halo (HaloPolicy, optional): Its halo policy; :obj:`None` uses the
+            graph's default. (default: :obj:`None`)
+        halo_name (str, optional): Its name in the ledger. (default: :obj:`None`)
+    """
+
+    pyg_class = MessagePassing
+
+    def __new__(cls, conv: MessagePassing | None = None, halo: Any = None,
+                halo_name: str | None = None) -> Any:
+        if conv is None:  # unpickling and copying make an empty instance first
+            return super().__new__(cls)
+        if not isinstance(conv, MessagePassing):
+            raise TypeError(f"'DistMessagePassing' wraps a MessagePassing layer (got "
+                            f"{type(conv).__name__})")
+        base = conv.pyg_class if isinstance(conv, DistLayer) else type(conv)
+        exactness(base)
+        conv.__class__ = dist_class(base)
+        conv.halo = halo if halo is not None else getattr(conv, "halo", None)
+        conv.halo_name = halo_name or getattr(conv, "halo_name", None)
+        return conv
+
+    def __init__(self, conv: MessagePassing | None = None, halo: Any = None,
+                 halo_name: str | None = None) -> None:
+        """Nothing to do: :meth:`__new__` adopted the initialised layer."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return _rebuild, (self.pyg_class, self.__dict__.copy())
+
+    def forward(self, x: Any, edge_index: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(edge_index, DistEdgeIndex):
+            return propagate_with_halo(self, super().forward, x, edge_index, *args, **kwargs)
+        return super().forward(x, edge_index, *args, **kwargs)
+
+
+def propagate_with_halo(layer: Any, forward: Callable[..., Any], x: Any,
+                        edge_index: DistEdgeIndex, *args: Any, **kwargs: Any) -> Any:
+    """Calls ``forward`` (the PyG layer's, bound) on ``([x ; halo rows of x],
+    x)`` and the local bipartite graph: the owned rows of the layer's output.
+    Per-edge arguments follow the edges when the policy leaves halo rows out."""
+    check_distributed(layer, x)
+    spec = exactness(layer.pyg_class)
+    signature = inspect.signature(forward)
+    bound = signature.bind(x, edge_index, *args, **kwargs)
+    if bound.arguments.get("size") is not None:
+        raise ValueError(f"'{type(layer).__name__}' takes its size from the DistEdgeIndex; "
+                         f"leave size=None")
+    halo = LayerHalo(edge_index, edge_index.registry.name(layer), layer.halo, layer.training)
+    fetched = halo.fetch(x, halo.is_static(x))
+    graph, keep = edge_index, None
+    if fetched.mask is not None:
+        graph, keep = edge_index.restrict(fetched.mask)
+        for name in spec.edge_args:
+            if isinstance(bound.arguments.get(name), Tensor):
+                bound.arguments[name] = bound.arguments[name][keep]
+    x_name, edge_name = list(signature.parameters)[:2]
+    bound.arguments[x_name] = (torch.cat([x, fetched.rows]), x)
+    bound.arguments[edge_name] = torch.stack([graph.col, graph.row()])
+    return forward(*bound.args, **bound.kwargs)
