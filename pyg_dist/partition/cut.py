@@ -24,8 +24,10 @@ METHODS = ("metis", "random", "metis-coarse")
 #: Clusters hold at most N / (COARSEN_FACTOR * num_parts) nodes, so that METIS
 #: can balance the parts to within a few percent.
 COARSEN_FACTOR = 8
-#: Label-propagation rounds (each moves a random half of the nodes).
-COARSEN_ROUNDS = 12
+#: Label-propagation rounds (each looks at a random half of the unsettled nodes):
+#: on a 10M-edge products-shaped graph, 6 rounds keep 70% of the edges inside
+#: clusters, 10 rounds 78%, 24 rounds 79%.
+COARSEN_ROUNDS = 10
 
 
 def random_cut(num_nodes: int, num_parts: int, seed: int, balance: Tensor | None = None) -> Tensor:
