@@ -1,0 +1,148 @@
+"""Peak memory of a rank: loading one part and training a 2-layer GCN on it,
+against single-process PyG on the whole graph and our own code on one rank.
+
+    python benchmarks/memory.py [--dataset synthetic-arxiv] [--num-nodes N]
+                                [--parts 4] [--hidden 128] [--epochs 3]
+
+Every run is a fresh process (so each peak includes importing torch, PyG and
+pyg_dist) measured in the same invocation: PyG (``GCNConv`` on the whole
+graph's ``edge_index``), our code on 1 rank (a 1-part folder), our code on
+``--parts`` ranks. Each process reports its resident size after the imports,
+after loading its data, and its peak (VmHWM) after ``--epochs`` training steps
+and evaluations.
+"""
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import rss
+
+BENCH_DIR = str(Path(__file__).resolve().parent)
+
+
+def _imports() -> None:
+    import torch  # noqa: F401
+    import torch_geometric.nn  # noqa: F401
+
+    import pyg_dist.nn  # noqa: F401
+
+
+def pyg_process(graph_file: str, hidden: int, epochs: int, threads: int) -> dict:
+    """Single-process PyG on the whole graph (the same GNN on a plain edge_index)."""
+    _imports()
+    import torch
+    from torch_geometric.data import Data
+
+    from pyg_dist.models import GNN
+    from pyg_dist.train import evaluate, train_step
+
+    torch.set_num_threads(threads)
+    after_import = rss.current()
+    data = Data.from_dict(torch.load(graph_file, weights_only=True))
+    after_load = rss.current()
+    torch.manual_seed(0)
+    model = GNN("gcn", data.num_features, hidden, int(data.y.max()) + 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    start = time.perf_counter()
+    for _ in range(epochs):
+        train_step(model, data, optimizer)
+        evaluate(model, data)
+    return {"after_import": after_import, "after_load": after_load, "peak": rss.peak(),
+            "seconds": time.perf_counter() - start}
+
+
+def rank_process(parts_dir: str, hidden: int, epochs: int) -> dict:
+    """One rank of ours: its part only (memory-mapped), the same GNN."""
+    sys.path.insert(0, BENCH_DIR)
+    import rss as rank_rss  # the benchmark's helper, in the spawned rank
+
+    _imports()
+    import torch
+
+    import pyg_dist
+    from pyg_dist.models import GNN
+    from pyg_dist.train import evaluate, sync_parameters, train_step
+
+    after_import = rank_rss.current()
+    data = pyg_dist.DistData.load(parts_dir)
+    after_load = rank_rss.current()
+    torch.manual_seed(0)
+    model = GNN("gcn", data.x.size(1), hidden, data.meta.num_classes)
+    sync_parameters(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    start = time.perf_counter()
+    for _ in range(epochs):
+        train_step(model, data, optimizer)
+        evaluate(model, data)
+    return {"after_import": after_import, "after_load": after_load, "peak": rank_rss.peak(),
+            "seconds": time.perf_counter() - start, "owned": data.num_nodes,
+            "halo": data.edge_index.num_halo, "edges": data.edge_index.num_edges}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="synthetic-arxiv")
+    parser.add_argument("--num-nodes", type=int, default=None)
+    parser.add_argument("--avg-degree", type=float, default=None)
+    parser.add_argument("--parts", type=int, default=4)
+    parser.add_argument("--method", default="metis")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    import torch
+
+    import pyg_dist
+    from pyg_dist.datasets import load_dataset
+
+    data = load_dataset(args.dataset, seed=args.seed, num_nodes=args.num_nodes,
+                        avg_degree=args.avg_degree)
+    threads = os.cpu_count() or 1
+    print(f"graph: {data.num_nodes} nodes, {data.num_edges} edges, {data.num_features} "
+          f"features, {rss.tensor_bytes(data) / 2**20:.0f} MiB of tensors; 2-layer GCN, hidden "
+          f"{args.hidden}, {args.epochs} epochs (train step + evaluation)", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        graph_file = str(Path(tmp) / "graph.pt")
+        torch.save(data.to_dict(), graph_file)
+        for parts in (1, args.parts):
+            pyg_dist.partition(data, parts, Path(tmp) / f"p{parts}", method=args.method,
+                               seed=args.seed)
+        del data
+        with mp.get_context("spawn").Pool(1) as pool:
+            pyg = pool.apply(pyg_process, (graph_file, args.hidden, args.epochs, threads))
+        ours = {parts: pyg_dist.launch(rank_process, parts,
+                                       args=(str(Path(tmp) / f"p{parts}"), args.hidden,
+                                             args.epochs))
+                for parts in (1, args.parts)}
+    report(pyg, ours, args.parts)
+
+
+def report(pyg: dict, ours: dict, parts: int) -> None:
+    mib = 2**20
+    print(f"{'run':>22} {'import MiB':>10} {'loaded MiB':>10} {'peak MiB':>9} "
+          f"{'peak-import':>11} {'vs PyG':>7} {'vs 1 rank':>9}")
+    rows = [("PyG, 1 process", pyg)] + [("ours 1 rank", r) for r in ours[1]] + [
+        (f"ours rank {k}/{parts}", r) for k, r in enumerate(ours[parts])]
+    one = ours[1][0]["peak"]
+    for name, r in rows:
+        print(f"{name:>22} {r['after_import'] / mib:>10.0f} {r['after_load'] / mib:>10.0f} "
+              f"{r['peak'] / mib:>9.0f} {(r['peak'] - r['after_import']) / mib:>11.0f} "
+              f"{r['peak'] / pyg['peak']:>6.2f}x {r['peak'] / one:>8.2f}x")
+    largest = max(r["peak"] for r in ours[parts])
+    largest_data = max(r["peak"] - r["after_import"] for r in ours[parts])
+    print(f"largest of {parts} ranks: {largest / pyg['peak']:.2f}x of PyG, "
+          f"{largest / one:.2f}x of our 1 rank (peak RSS); above the imports: "
+          f"{largest_data / (pyg['peak'] - pyg['after_import']):.2f}x of PyG, "
+          f"{largest_data / (one - ours[1][0]['after_import']):.2f}x of our 1 rank")
+    for k, r in enumerate(ours[parts]):
+        print(f"  rank {k}: {r['owned']} owned, {r['halo']} halo, {r['edges']} edges, "
+              f"{r['seconds']:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
