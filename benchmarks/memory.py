@@ -3,6 +3,7 @@ against single-process PyG on the whole graph and our own code on one rank.
 
     python benchmarks/memory.py [--dataset synthetic-arxiv] [--num-nodes N]
                                 [--parts 4] [--hidden 128] [--epochs 3]
+    python benchmarks/memory.py --probe PARTS_DIR [--rank 0] [--hidden 128]
 
 Every run is a fresh process (so each peak includes importing torch, PyG and
 pyg_dist) measured in the same invocation: PyG (``GCNConv`` on the whole
@@ -10,6 +11,11 @@ graph's ``edge_index``), our code on 1 rank (a 1-part folder), our code on
 ``--parts`` ranks. Each process reports its resident size after the imports,
 after loading its data, and its peak (VmHWM) after ``--epochs`` training steps
 and evaluations.
+
+``--probe`` runs one rank of an existing partition folder alone, its halo
+exchanges answered with zeros (no peers, no network): what that rank would
+hold in a real run, and its compute time per epoch without communication,
+for folders whose ranks do not fit on this machine together.
 """
 import argparse
 import multiprocessing as mp
@@ -83,6 +89,51 @@ def rank_process(parts_dir: str, hidden: int, epochs: int) -> dict:
             "halo": data.edge_index.num_halo, "edges": data.edge_index.num_edges}
 
 
+def probe_process(parts_dir: str, rank: int, hidden: int, epochs: int) -> dict:
+    """One rank of ``parts_dir`` alone; exchanges answered with zeros."""
+    _imports()
+    import torch
+
+    import pyg_dist
+    from pyg_dist.halo import exchange
+    from pyg_dist.halo.comm import PendingRows
+    from pyg_dist.models import GNN
+    from pyg_dist.train import evaluate, train_step
+
+    def zeros(send, send_counts, recv_counts, group=None, transport=None, async_op=False,
+              tag=0):
+        recv = send.new_zeros((sum(recv_counts), *send.shape[1:]))
+        return PendingRows(recv, []) if async_op else recv
+
+    exchange.exchange_rows = zeros
+    after_import = rss.current()
+    data = pyg_dist.DistData.load(parts_dir, rank=rank)
+    after_load = rss.current()
+    torch.manual_seed(0)
+    model = GNN("gcn", data.x.size(1), hidden, data.meta.num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    times = []
+    for _ in range(epochs):
+        start = time.perf_counter()
+        train_step(model, data, optimizer)
+        times.append(time.perf_counter() - start)
+        evaluate(model, data)
+    return {"after_import": after_import, "after_load": after_load, "peak": rss.peak(),
+            "epoch_seconds": times, "owned": data.num_nodes, "halo": data.edge_index.num_halo,
+            "edges": data.edge_index.num_edges}
+
+
+def probe(args: argparse.Namespace) -> None:
+    with mp.get_context("spawn").Pool(1) as pool:
+        r = pool.apply(probe_process, (args.probe, args.rank, args.hidden, args.epochs))
+    mib = 2**20
+    print(f"rank {args.rank} of '{args.probe}' alone: {r['owned']} owned, {r['halo']} halo, "
+          f"{r['edges']} edges; RSS after imports {r['after_import'] / mib:.0f} MiB, after "
+          f"loading {r['after_load'] / mib:.0f} MiB, peak {r['peak'] / mib:.0f} MiB; "
+          f"training steps {', '.join(f'{t:.1f}' for t in r['epoch_seconds'])} s "
+          f"(no communication)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default="synthetic-arxiv")
@@ -93,7 +144,13 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--probe", default=None, metavar="PARTS_DIR",
+                        help="run one rank of this partition folder alone (see above)")
+    parser.add_argument("--rank", type=int, default=0, help="the rank --probe runs")
     args = parser.parse_args()
+    if args.probe:
+        probe(args)
+        return
 
     import torch
 
