@@ -43,22 +43,34 @@ def pyg_process(graph_file: str, hidden: int, epochs: int, threads: int) -> dict
     import torch
     from torch_geometric.data import Data
 
-    from pyg_dist.models import GNN
-    from pyg_dist.train import evaluate, train_step
-
     torch.set_num_threads(threads)
     after_import = rss.current()
     data = Data.from_dict(torch.load(graph_file, weights_only=True))
     after_load = rss.current()
-    torch.manual_seed(0)
-    model = GNN("gcn", data.num_features, hidden, int(data.y.max()) + 1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    start = time.perf_counter()
-    for _ in range(epochs):
-        train_step(model, data, optimizer)
-        evaluate(model, data)
+    times = _train(data, int(data.y.max()) + 1, hidden, epochs)
     return {"after_import": after_import, "after_load": after_load, "peak": rss.peak(),
-            "seconds": time.perf_counter() - start}
+            "seconds": sum(times)}
+
+
+def _train(data, classes: int, hidden: int, epochs: int) -> list[float]:
+    """``epochs`` training steps of a 2-layer GCN, each followed by an
+    evaluation; the seconds of each training step."""
+    import torch
+
+    from pyg_dist.models import GNN
+    from pyg_dist.train import evaluate, sync_parameters, train_step
+
+    torch.manual_seed(0)
+    model = GNN("gcn", data.x.size(1), hidden, classes)
+    sync_parameters(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    times = []
+    for _ in range(epochs):
+        start = time.perf_counter()
+        train_step(model, data, optimizer)
+        times.append(time.perf_counter() - start)
+        evaluate(model, data)
+    return times
 
 
 def rank_process(parts_dir: str, hidden: int, epochs: int) -> dict:
@@ -67,38 +79,25 @@ def rank_process(parts_dir: str, hidden: int, epochs: int) -> dict:
     import rss as rank_rss  # the benchmark's helper, in the spawned rank
 
     _imports()
-    import torch
 
     import pyg_dist
-    from pyg_dist.models import GNN
-    from pyg_dist.train import evaluate, sync_parameters, train_step
 
     after_import = rank_rss.current()
     data = pyg_dist.DistData.load(parts_dir)
     after_load = rank_rss.current()
-    torch.manual_seed(0)
-    model = GNN("gcn", data.x.size(1), hidden, data.meta.num_classes)
-    sync_parameters(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    start = time.perf_counter()
-    for _ in range(epochs):
-        train_step(model, data, optimizer)
-        evaluate(model, data)
+    times = _train(data, data.meta.num_classes, hidden, epochs)
     return {"after_import": after_import, "after_load": after_load, "peak": rank_rss.peak(),
-            "seconds": time.perf_counter() - start, "owned": data.num_nodes,
+            "seconds": sum(times), "owned": data.num_nodes,
             "halo": data.edge_index.num_halo, "edges": data.edge_index.num_edges}
 
 
 def probe_process(parts_dir: str, rank: int, hidden: int, epochs: int) -> dict:
     """One rank of ``parts_dir`` alone; exchanges answered with zeros."""
     _imports()
-    import torch
 
     import pyg_dist
     from pyg_dist.halo import exchange
     from pyg_dist.halo.comm import PendingRows
-    from pyg_dist.models import GNN
-    from pyg_dist.train import evaluate, train_step
 
     def zeros(send, send_counts, recv_counts, group=None, transport=None, async_op=False,
               tag=0):
@@ -109,15 +108,7 @@ def probe_process(parts_dir: str, rank: int, hidden: int, epochs: int) -> dict:
     after_import = rss.current()
     data = pyg_dist.DistData.load(parts_dir, rank=rank)
     after_load = rss.current()
-    torch.manual_seed(0)
-    model = GNN("gcn", data.x.size(1), hidden, data.meta.num_classes)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    times = []
-    for _ in range(epochs):
-        start = time.perf_counter()
-        train_step(model, data, optimizer)
-        times.append(time.perf_counter() - start)
-        evaluate(model, data)
+    times = _train(data, data.meta.num_classes, hidden, epochs)
     return {"after_import": after_import, "after_load": after_load, "peak": rss.peak(),
             "epoch_seconds": times, "owned": data.num_nodes, "halo": data.edge_index.num_halo,
             "edges": data.edge_index.num_edges}

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from exchange import single_process_epoch
+
 BENCH_DIR = str(Path(__file__).resolve().parent)
 
 #: Profiler op names by category (the rest of the ops are "other ops").
@@ -123,28 +125,6 @@ def _timed(fn, total):
     return wrapper
 
 
-def pyg_epoch(data, hidden: int, epochs: int, warmup: int, threads: int) -> float:
-    """Median training-step time of the same model with PyG's GCNConv, one process."""
-    import torch
-    from torch_geometric.nn import GCNConv
-
-    from pyg_dist.models import GNN
-    from pyg_dist.train import train_step
-
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    model = GNN("gcn", data.num_features, hidden, int(data.y.max()) + 1)
-    for conv in model.convs:  # plain PyG layers, same weights
-        conv.__class__ = GCNConv
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    times = []
-    for _ in range(warmup + epochs):
-        start = time.perf_counter()
-        train_step(model, data, optimizer)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[warmup:])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default="synthetic-arxiv")
@@ -172,7 +152,8 @@ def main() -> None:
           f"{args.epochs} epochs after {args.warmup}", flush=True)
     base = None
     if not args.no_pyg:
-        base = pyg_epoch(data, args.hidden, args.epochs, args.warmup, threads)
+        base = single_process_epoch(data, args.hidden, int(data.y.max()) + 1, args.epochs,
+                                    args.warmup, threads, dropout=0.5)
         print(f"single-process PyG epoch: {base:.3f} s ({threads} threads)", flush=True)
     with tempfile.TemporaryDirectory(dir=args.parts_dir_root) as tmp:
         folders = {}

@@ -60,13 +60,7 @@ def metis_cut(
     graph without edges, which has nothing to cut and falls back to
     :func:`random_cut`.
     """
-    pymetis = pyg_dist_typing.require("pymetis", "partition(method='metis')")
-    if num_parts == 1:
-        return torch.zeros(num_nodes, dtype=torch.long)
-    xadj, adjncy = _symmetric_csr(edge_index, num_nodes)
-    if adjncy.size == 0:
-        return random_cut(num_nodes, num_parts, seed, balance)
-    return torch.from_numpy(_part_graph(pymetis, num_parts, xadj, adjncy, None, None, seed))
+    return _metis(edge_index, num_nodes, num_parts, seed, balance, coarsen=False)
 
 
 def coarse_metis_cut(
@@ -79,12 +73,20 @@ def coarse_metis_cut(
     METIS then sees a graph many times smaller: less time and far less memory
     for graphs of tens of millions of edges, for a slightly larger cut.
     """
-    pymetis = pyg_dist_typing.require("pymetis", "partition(method='metis-coarse')")
+    return _metis(edge_index, num_nodes, num_parts, seed, balance, coarsen=True)
+
+
+def _metis(edge_index: Tensor, num_nodes: int, num_parts: int, seed: int,
+           balance: Tensor | None, coarsen: bool) -> Tensor:
+    method = "metis-coarse" if coarsen else "metis"
+    pymetis = pyg_dist_typing.require("pymetis", f"partition(method='{method}')")
     if num_parts == 1:
         return torch.zeros(num_nodes, dtype=torch.long)
     xadj, adjncy = _symmetric_csr(edge_index, num_nodes)
     if adjncy.size == 0:
         return random_cut(num_nodes, num_parts, seed, balance)
+    if not coarsen:
+        return torch.from_numpy(_part_graph(pymetis, num_parts, xadj, adjncy, None, None, seed))
     max_size = max(1, num_nodes // (COARSEN_FACTOR * num_parts))
     cluster = label_propagation(xadj, adjncy, max_size, COARSEN_ROUNDS, seed)
     cxadj, cadjncy, eweights = contract(xadj, adjncy, cluster)
