@@ -7,14 +7,17 @@ benchmarks): node :math:`v` gets a community and a propensity
 :math:`\theta_v` from a power law; each undirected edge picks its first end
 with probability :math:`\propto \theta`, and its second end
 :math:`\propto \theta` inside the first end's community with probability
-:math:`1 - \mu`, anywhere with probability :math:`\mu` (``mixing``). So degrees
-are heavy-tailed, a fraction of about :math:`\mu` of the edges leaves its
-community, and a partitioner that keeps communities together cuts about
-:math:`\mu (1 - 1/P)` of the edges into :math:`P` parts.
+:math:`1 - \mu`, anywhere with probability :math:`\mu` (``mixing``); a node
+whose expected degree would fill its own community mixes more (hubs link
+across communities instead of drawing duplicates). So degrees are
+heavy-tailed, a fraction of a little more than :math:`\mu` of the edges
+leaves its community, and a partitioner that keeps communities together cuts
+about that fraction times :math:`1 - 1/P` into :math:`P` parts.
 
 Edges are drawn in chunks, then deduplicated and symmetrised with in-place
 sorts of one int64 key per edge: memory stays a small multiple of the output's
-``edge_index``, time is one pass over the edges plus two sorts.
+``edge_index``, time is a pass over the edges plus a few sorts (a first draw,
+top-ups for the duplicates it dropped, the symmetrisation).
 """
 from __future__ import annotations
 
@@ -141,8 +144,9 @@ def community_graph(config: CommunityGraphConfig | None = None, seed: int = 0,
 
     Shapes:
         - **x:** :math:`(N, F)`, **y**, **community**, masks: :math:`(N)`
-        - **edge_index:** :math:`(2, E)` with :math:`E \approx N \cdot`
-          ``avg_degree`` (duplicates drawn are dropped, so slightly fewer)
+        - **edge_index:** :math:`(2, E)`, :math:`E = 2 \cdot
+          \mathrm{round}(N \cdot` ``avg_degree`` :math:`/ 2)` (fewer only if
+          duplicates still fall short after :data:`MAX_ROUNDS` top-ups)
     """
     from torch_geometric.data import Data
 
