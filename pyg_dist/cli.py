@@ -3,6 +3,7 @@
 ::
 
     pyg-dist partition --dataset cora --root data --parts 4 --out parts/
+    pyg-dist partition --dataset synthetic-products --parts 4 --method metis-coarse --out parts/
     pyg-dist train --dataset cora --root data --parts 4 --model gcn
     torchrun --nproc-per-node 4 -m pyg_dist.cli train --dataset synthetic --parts 4
 
@@ -20,6 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pyg_dist.datasets.load import DATASETS
+from pyg_dist.partition.cut import METHODS
+
 __all__ = ["main", "build_parser"]
 
 
@@ -28,16 +32,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def graph_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--dataset", default="synthetic",
-                       choices=["synthetic", "cora", "citeseer", "pubmed"],
-                       help="graph to use (default: the embedded seeded synthetic graph)")
+        p.add_argument("--dataset", default="synthetic", choices=list(DATASETS),
+                       help="graph to use (default: the embedded seeded synthetic graph); "
+                            "synthetic-arxiv and synthetic-products are seeded graphs shaped "
+                            "like ogbn-arxiv and ogbn-products")
         p.add_argument("--root", default=None,
                        help="folder holding Planetoid data as <root>/Cora/raw/...")
         p.add_argument("--parts", type=int, default=4, help="number of parts = ranks")
-        p.add_argument("--method", default="metis", choices=["metis", "random"])
+        p.add_argument("--method", default="metis", choices=list(METHODS),
+                       help="how to cut: metis, random, or metis-coarse (METIS on a graph "
+                            "contracted by label propagation: far less memory on large graphs)")
         p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--num-nodes", type=int, default=10_000,
-                       help="nodes of the synthetic graph")
+        p.add_argument("--num-nodes", type=int, default=None,
+                       help="nodes of a synthetic graph (default: 10,000 for synthetic, the "
+                            "preset's for synthetic-arxiv / synthetic-products)")
+        p.add_argument("--avg-degree", type=float, default=None,
+                       help="directed edges per node of a synthetic graph (default: its own)")
 
     part = sub.add_parser("partition", help="cut a graph into a partition folder")
     graph_args(part)
@@ -90,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
 def _load_graph(args: argparse.Namespace) -> Any:
     from pyg_dist.datasets import load_dataset
 
-    if args.dataset == "synthetic":
-        return load_dataset("synthetic", seed=args.seed, num_nodes=args.num_nodes)
+    if args.dataset.startswith("synthetic"):
+        return load_dataset(args.dataset, seed=args.seed, num_nodes=args.num_nodes,
+                            avg_degree=args.avg_degree)
     return load_dataset(args.dataset, args.root)
 
 

@@ -34,6 +34,15 @@ def test_partition_command(tmp_path):
     assert (tmp_path / "p" / "meta.json").is_file()
 
 
+def test_partition_a_large_graph_preset_with_overrides(tmp_path):
+    out = run(CLI + ["partition", "--dataset", "synthetic-arxiv", "--num-nodes", "3000",
+                     "--avg-degree", "8", "--parts", "2", "--method", "metis-coarse",
+                     "--out", str(tmp_path / "p")])
+    summary = last_json(out.stdout)
+    assert summary["num_nodes"] == 3000 and summary["num_edges"] == 3000 * 8
+    assert summary["method"] == "metis-coarse" and summary["edge_cut"] < 0.3 * 3000 * 8
+
+
 @pytest.mark.parametrize("model", ["gcn", "sage"])
 def test_train_command_books_a_hand_count_and_ends_with_json(tmp_path, model):
     """2 ranks, 2 layers (64 -> 16 -> 8 features), exact with input caching,

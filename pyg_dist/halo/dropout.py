@@ -25,6 +25,8 @@ from pyg_dist.distributed import broadcast
 __all__ = ["dropout", "DroppedInput", "dropped_input", "DropoutState"]
 
 _M32 = 0xFFFFFFFF
+#: Mask entries hashed at a time (a few 4 MB int32 temporaries).
+MASK_BLOCK = 1 << 20
 _ATTR = "_pyg_dist_dropped"
 
 
@@ -48,9 +50,16 @@ class DroppedInput:
     edge_index: Any
 
     def scale(self, global_id: Tensor, width: int) -> Tensor:
-        """``[len(global_id), width]``: 0 for dropped entries, ``1 / (1 - p)`` for kept ones."""
-        keep = _keep(global_id, width, self.seed, self.call, self.p)
-        return keep.to(self.source.dtype) / (1.0 - self.p)
+        """``[len(global_id), width]``: 0 for dropped entries, ``1 / (1 - p)`` for
+        kept ones; the hashes are drawn a block of rows at a time, so the
+        temporaries stay small whatever the number of rows."""
+        out = torch.empty(global_id.numel(), width, dtype=self.source.dtype,
+                          device=global_id.device)
+        rows = max(1, MASK_BLOCK // max(width, 1))
+        for start in range(0, global_id.numel(), rows):
+            keep = _keep(global_id[start : start + rows], width, self.seed, self.call, self.p)
+            torch.mul(keep, 1.0 / (1.0 - self.p), out=out[start : start + rows])
+        return out
 
     def halo(self, rows: Tensor) -> Tensor:
         """The halo rows of the dropped input, from the halo rows of its source."""

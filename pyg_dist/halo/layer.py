@@ -18,6 +18,8 @@ from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState
 __all__ = ["LayerHalo", "HaloRegistry", "LayerState", "InputTracker", "fingerprint"]
 
 MODES = ("train", "eval")
+#: Entries of an input fingerprinted at a time (8 MB float64 temporaries).
+FINGERPRINT_BLOCK = 1 << 20
 
 
 @dataclass
@@ -202,9 +204,15 @@ class InputTracker:
 def fingerprint(x: Tensor) -> list[float]:
     """A content fingerprint of ``x`` (size, rank, dtype and two weighted sums)
     that is the same in every process: recognises a static input again after
-    a restart, where identity cannot."""
-    flat = x.detach().reshape(-1).double()
-    weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64)
+    a restart, where identity cannot. Summed in float64 a block at a time, so
+    it never holds a float64 copy of ``x``."""
+    flat = x.detach().reshape(-1)
     dtype = int.from_bytes(hashlib.sha256(str(x.dtype).encode()).digest()[:4], "little")
-    return [float(flat.numel()), float(x.dim()), float(dtype), float(flat.sum()),
-            float((flat * weights.remainder(9973)).sum())]
+    total = weighted = 0.0
+    for start in range(0, flat.numel(), FINGERPRINT_BLOCK):
+        block = flat[start : start + FINGERPRINT_BLOCK].double()
+        weights = torch.arange(start + 1, start + block.numel() + 1, device=flat.device,
+                               dtype=torch.float64).remainder_(9973)
+        total += float(block.sum())
+        weighted += float((block * weights).sum())
+    return [float(flat.numel()), float(x.dim()), float(dtype), total, weighted]

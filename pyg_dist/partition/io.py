@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,18 +84,22 @@ def part_file(p: int) -> str:
     return f"part_{p}.pt"
 
 
-def write_folder(out_dir: Path, meta: PartitionMeta, parts: list[dict[str, Any]], overwrite: bool):
-    """Writes ``parts`` and ``meta`` into a temporary sibling folder, then renames
-    it to ``out_dir``: a failure at any point leaves no half-written folder."""
+def write_folder(out_dir: Path, meta: PartitionMeta, parts: Iterable[dict[str, Any]],
+                 overwrite: bool) -> None:
+    """Writes ``parts`` (one at a time, as the iterable makes them: a part is
+    freed before the next is made) and ``meta`` into a temporary sibling
+    folder, then renames it to ``out_dir``: a failure at any point leaves no
+    half-written folder."""
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         tmp.mkdir()
         meta.part_sha256 = []
-        for p, content in enumerate(parts):
-            path = tmp / part_file(p)
+        for content in parts:  # no enumerate: its reused tuple would keep the last part alive
+            path = tmp / part_file(len(meta.part_sha256))
             torch.save(content, path)
+            del content  # before the next part is made
             meta.part_sha256.append(_sha256(path))
         (tmp / META_FILE).write_text(meta.to_json())
         _replace(tmp, out_dir, overwrite)

@@ -10,9 +10,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.partition.cut import METHODS, metis_cut, random_cut
+from pyg_dist.partition.arrays import CHUNK, chunks
+from pyg_dist.partition.cut import METHODS, coarse_metis_cut, metis_cut, random_cut
 from pyg_dist.partition.io import FORMAT_VERSION, PartitionMeta, write_folder
-from pyg_dist.partition.plan import LocalPart, build_parts
+from pyg_dist.partition.plan import LocalPart, PartPlan
 
 __all__ = ["partition"]
 
@@ -35,6 +36,12 @@ def partition(
     and which halo rows come from whom (contiguous per peer), plus the in-degrees
     of its halo nodes for GCN normalisation. The folder is written atomically.
 
+    Parts are built and written one after the other from chunked passes over
+    the edges, so that besides METIS's own needs (about 8 bytes per directed
+    edge for the symmetric graph it takes, and several times that inside
+    METIS) memory grows by the largest part, not by the whole graph again;
+    ``benchmarks/partition.py`` measures time and memory.
+
     Args:
         data (torch_geometric.data.Data): The graph. Needs ``edge_index``; may be
             directed and have self-loops, duplicate edges, isolated nodes, and no
@@ -43,8 +50,13 @@ def partition(
             number of nodes.
         out_dir (str or os.PathLike): Folder to create.
         method (str, optional): :obj:`"metis"` (minimum edge cut, through
-            pymetis) or :obj:`"random"`. Both balance node counts and, if
-            ``data.train_mask`` exists, training-node counts. (default: :obj:`"metis"`)
+            pymetis), :obj:`"metis-coarse"` (METIS on the graph contracted by
+            label propagation: for graphs of tens of millions of edges, a
+            fraction of METIS's time and memory for a slightly larger cut) or
+            :obj:`"random"`. All balance node counts; the random cut, if
+            ``data.train_mask`` exists, training-node counts too (METIS through
+            pymetis takes one balance constraint only: training nodes follow
+            their nodes). (default: :obj:`"metis"`)
         seed (int, optional): Seed of the cut. (default: :obj:`0`)
         overwrite (bool, optional): Replace an existing ``out_dir``.
             (default: :obj:`False`)
@@ -61,20 +73,21 @@ def partition(
 
     train = node_attrs.get("train_mask")
     balance = train.bool() if train is not None and train.dtype == torch.bool else None
-    if method == "metis":
-        part = metis_cut(edge_index, num_nodes, num_parts, seed, balance)
+    cut = {"metis": metis_cut, "metis-coarse": coarse_metis_cut}.get(method)
+    if cut is not None:
+        part = cut(edge_index, num_nodes, num_parts, seed, balance)
     else:
         part = random_cut(num_nodes, num_parts, seed, balance)
 
-    locals_ = build_parts(edge_index, part, num_parts)
+    plan = PartPlan.create(edge_index, part, num_parts)
     meta = PartitionMeta(
         num_parts=num_parts,
         num_nodes=num_nodes,
         num_edges=edge_index.size(1),
-        edge_cut=int((part[edge_index[0]] != part[edge_index[1]]).sum()),
-        part_sizes=[lp.global_id.numel() for lp in locals_],
-        halo_sizes=[lp.halo_global_id.numel() for lp in locals_],
-        train_sizes=[] if balance is None else [int(balance[lp.global_id].sum()) for lp in locals_],
+        edge_cut=plan.edge_cut,
+        part_sizes=plan.part_sizes,
+        halo_sizes=plan.halo_sizes,
+        train_sizes=[] if balance is None else _train_sizes(balance, part, num_parts),
         method=method,
         seed=seed,
         fingerprint=_fingerprint(edge_index, num_nodes, node_attrs, edge_attrs),
@@ -82,9 +95,9 @@ def partition(
         node_attrs=sorted(node_attrs),
         edge_attrs=sorted(edge_attrs),
     )
-    contents = [
-        _part_content(p, lp, meta, node_attrs, edge_attrs) for p, lp in enumerate(locals_)
-    ]
+    contents = (
+        _part_content(p, plan.build(p), meta, node_attrs, edge_attrs) for p in range(num_parts)
+    )
     write_folder(Path(out_dir), meta, contents, overwrite)
     return meta
 
@@ -108,6 +121,10 @@ def _part_content(
     }
 
 
+def _train_sizes(balance: Tensor, part: Tensor, num_parts: int) -> list[int]:
+    return torch.bincount(part[balance], minlength=num_parts).tolist()
+
+
 def _num_classes(y: Tensor | None) -> int | None:
     """``max(y) + 1`` for integer labels of one class per node, else :obj:`None`."""
     if y is None or y.dim() != 1 or y.is_floating_point() or y.dtype == torch.bool:
@@ -126,7 +143,7 @@ def _check_graph(data: Any) -> tuple[Tensor, int]:
         )
     if edge_index.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"'partition' needs an integer 'edge_index' (got {edge_index.dtype})")
-    edge_index = edge_index.detach().to("cpu", torch.long)
+    edge_index = edge_index.detach().to("cpu", torch.long).contiguous()
     num_nodes = getattr(data, "num_nodes", None)
     if num_nodes is None:
         num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
@@ -176,7 +193,7 @@ def _attributes(
 def _check_finite(node_attrs: dict[str, Tensor], edge_attrs: dict[str, Tensor]) -> None:
     for kind, attrs in (("node", node_attrs), ("edge", edge_attrs)):
         for key, value in attrs.items():
-            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            if value.is_floating_point() and not _all_finite(value):
                 bad = (~torch.isfinite(value)).reshape(value.size(0), -1).any(dim=1)
                 rows = bad.nonzero().view(-1)
                 raise ValueError(
@@ -184,6 +201,15 @@ def _check_finite(node_attrs: dict[str, Tensor], edge_attrs: dict[str, Tensor]) 
                     f"({rows.numel()} rows, first {rows[:5].tolist()}); clean or impute them "
                     f"(e.g. torch.nan_to_num) before partitioning"
                 )
+
+
+def _all_finite(value: Tensor) -> bool:
+    """Whether every entry is finite: a float64 sum is finite exactly then (no
+    float32 or narrower sum overflows it); otherwise checked a block at a time."""
+    if bool(torch.isfinite(value.sum(dtype=torch.float64))):
+        return True
+    rows = max(1, CHUNK // max(value[0].numel(), 1)) if value.size(0) else 1
+    return all(bool(torch.isfinite(block).all()) for block in value.split(rows))
 
 
 def _fingerprint(
@@ -194,7 +220,9 @@ def _fingerprint(
 ) -> str:
     digest = hashlib.sha256()
     digest.update(f"{num_nodes}:{edge_index.size(1)}".encode())
-    digest.update(edge_index.contiguous().numpy().tobytes())
+    for row in edge_index.numpy():  # the bytes of the int64 [2, E] tensor, in chunks
+        for sl in chunks(row.size):
+            digest.update(row[sl])
     for key, value in sorted({**node_attrs, **edge_attrs}.items()):
         digest.update(f"{key}:{tuple(value.shape)}:{value.dtype}".encode())
     return digest.hexdigest()

@@ -11,17 +11,24 @@ Conventions (the facts that exact distributed aggregation rests on):
   order) and in ascending global id within a peer;
 * what part ``q`` sends to ``p`` is exactly ``p``'s halo block from ``q``, in the
   same order, so one message per peer needs no index on the wire.
+
+Memory: :class:`PartPlan` keeps what is proportional to the nodes (owner and
+local row of each node, degrees, every part's halo ids) and one byte or two per
+edge (the part that owns it); :meth:`PartPlan.build` then makes one part at a
+time from chunked passes over the edges, so the whole graph is never copied.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.ops.csr import ptr_from_sorted
+from pyg_dist.partition.arrays import bincount_chunked, chunks, small_int_dtype
 
-__all__ = ["LocalPart", "build_parts"]
+__all__ = ["LocalPart", "PartPlan", "build_parts"]
 
 
 @dataclass
@@ -54,88 +61,156 @@ class LocalPart:
     halo_self_loops: Tensor
 
 
-def build_parts(edge_index: Tensor, part: Tensor, num_parts: int) -> list[LocalPart]:
-    """Builds every part's :class:`LocalPart` from ``part`` (``[N]``, the owner
-    of each node), vectorised over edges; loops only over parts."""
-    num_nodes = part.numel()
-    src, dst = edge_index[0], edge_index[1]
-    # Owned order: by part, then global id. local[v] = v's row in its part.
-    node_order = torch.sort(part * num_nodes + torch.arange(num_nodes)).indices
-    node_ptr = ptr_from_sorted(part[node_order], num_parts)
-    local = torch.empty(num_nodes, dtype=torch.long)
-    local[node_order] = torch.arange(num_nodes) - node_ptr[part[node_order]]
+@dataclass
+class PartPlan:
+    """What every part's build needs to know about the whole graph.
 
-    halo = _halo_lists(src, dst, part, num_parts)
-    in_degree = torch.bincount(dst, minlength=num_nodes)
-    self_loops = torch.bincount(dst[src == dst], minlength=num_nodes)
+    Attributes:
+        src, dst: ``[E]`` int64 views of the input ``edge_index``'s rows.
+        part: ``[N]`` owner of each node (narrowest integer dtype).
+        local: ``[N]`` int64 row of each node in its owner.
+        edge_owner: ``[E]`` part owning each edge (its target's owner).
+        in_degree, self_loops: ``[N]`` int64 in-edges and self-loops per node.
+        halos: per part, ``[h]`` int64 halo ids sorted by (owner, id).
+        edge_cut: Edges whose ends lie in different parts.
+    """
 
-    # Edges by (owning part, local target row), stable in input order.
-    edge_part = part[dst]
-    edge_order = torch.sort(edge_part * num_nodes + local[dst], stable=True).indices
-    edge_ptr = ptr_from_sorted(edge_part[edge_order], num_parts)
+    src: np.ndarray
+    dst: np.ndarray
+    part: np.ndarray
+    local: np.ndarray
+    edge_owner: np.ndarray
+    in_degree: np.ndarray
+    self_loops: np.ndarray
+    halos: list[np.ndarray]
+    edge_cut: int
 
-    parts = []
-    for p in range(num_parts):
-        owned = node_order[node_ptr[p] : node_ptr[p + 1]]
-        edges = edge_order[edge_ptr[p] : edge_ptr[p + 1]]
-        halo_ids, halo_ptr, send_idx, send_ptr = halo(p, local)
-        col = _local_columns(src[edges], part, p, local, halo_ids, owned.numel())
-        parts.append(
-            LocalPart(
-                global_id=owned,
-                rowptr=ptr_from_sorted(local[dst[edges]], owned.numel()),
-                col=col,
-                edge_id=edges,
-                halo_global_id=halo_ids,
-                halo_ptr=halo_ptr,
-                send_idx=send_idx,
-                send_ptr=send_ptr,
-                halo_in_degree=in_degree[halo_ids],
-                halo_self_loops=self_loops[halo_ids],
-            )
+    @property
+    def num_parts(self) -> int:
+        return len(self.halos)
+
+    @property
+    def part_sizes(self) -> list[int]:
+        return np.bincount(self.part, minlength=self.num_parts).tolist()
+
+    @property
+    def halo_sizes(self) -> list[int]:
+        return [h.size for h in self.halos]
+
+    @staticmethod
+    def create(edge_index: Tensor, part: Tensor, num_parts: int) -> PartPlan:
+        """Plans the parts of ``edge_index`` (``[2, E]``, int64, contiguous)
+        under the assignment ``part`` (``[N]``)."""
+        src, dst = edge_index[0].numpy(), edge_index[1].numpy()
+        owner = part.numpy().astype(small_int_dtype(num_parts), copy=False)
+        num_nodes = owner.size
+        edge_owner = np.empty(src.size, dtype=owner.dtype)
+        in_degree = np.zeros(num_nodes, dtype=np.int64)
+        self_loops = np.zeros(num_nodes, dtype=np.int64)
+        for sl in chunks(src.size):
+            s, d = src[sl], dst[sl]
+            np.take(owner, d, out=edge_owner[sl])
+            in_degree += np.bincount(d, minlength=num_nodes)
+            self_loops += np.bincount(d[s == d], minlength=num_nodes)
+        local = np.empty(num_nodes, dtype=np.int64)
+        for p in range(num_parts):
+            owned = np.flatnonzero(owner == p)
+            local[owned] = np.arange(owned.size)
+        halos, edge_cut = [], 0
+        for p in range(num_parts):
+            halo, cut = _halo(p, src, edge_owner, owner)
+            halos.append(halo)
+            edge_cut += cut
+        return PartPlan(src, dst, owner, local, edge_owner, in_degree, self_loops, halos,
+                        edge_cut)
+
+    def build(self, p: int) -> LocalPart:
+        """Part ``p``'s :class:`LocalPart`; temporaries are this part's edges."""
+        num_parts, num_nodes = self.num_parts, self.part.size
+        owned = np.flatnonzero(self.part == p)
+        edge_id, rowptr = self._in_edges(p, owned.size)
+        halo = self.halos[p]
+        slot = np.empty(num_nodes, dtype=np.int64)  # column of each halo node
+        slot[halo] = np.arange(owned.size, owned.size + halo.size)
+        col = np.empty(edge_id.size, dtype=np.int64)
+        for sl in chunks(edge_id.size):
+            sources = self.src[edge_id[sl]]
+            remote = self.part[sources] != p
+            col[sl] = np.where(remote, slot[sources], self.local[sources])
+        del slot
+        send_node, send_ptr = self._send_list(p)
+        return LocalPart(
+            global_id=torch.from_numpy(owned),
+            rowptr=torch.from_numpy(rowptr),
+            col=torch.from_numpy(col),
+            edge_id=torch.from_numpy(edge_id),
+            halo_global_id=torch.from_numpy(halo),
+            halo_ptr=_ptr(np.bincount(self.part[halo], minlength=num_parts)),
+            send_idx=torch.from_numpy(self.local[send_node]),
+            send_ptr=send_ptr,
+            halo_in_degree=torch.from_numpy(self.in_degree[halo]),
+            halo_self_loops=torch.from_numpy(self.self_loops[halo]),
         )
-    return parts
+
+    def _in_edges(self, p: int, num_owned: int) -> tuple[np.ndarray, np.ndarray]:
+        """Part ``p``'s edges by (local target row, input position), and its row
+        pointers: one int64 key ``row * E + position`` per edge, sorted in place."""
+        num_edges = self.src.size
+        edges = np.flatnonzero(self.edge_owner == p)
+        if num_owned * num_edges >= 2**63:  # keys would overflow: sort indirectly
+            rows = self.local[self.dst[edges]]
+            order = np.argsort(rows, kind="stable")
+            return edges[order], _ptr(np.bincount(rows, minlength=num_owned)).numpy()
+        key = np.empty(edges.size, dtype=np.int64)
+        for sl in chunks(edges.size):
+            key[sl] = self.local[self.dst[edges[sl]]] * num_edges + edges[sl]
+        del edges
+        key.sort()
+        rowptr = _ptr(bincount_chunked(key, num_owned, divisor=num_edges)).numpy()
+        for sl in chunks(key.size):
+            np.remainder(key[sl], num_edges, out=key[sl])
+        return key, rowptr
+
+    def _send_list(self, q: int) -> tuple[np.ndarray, Tensor]:
+        """The nodes part ``q`` sends, peer after peer (each peer's halo block
+        from ``q``), and the pointers per peer."""
+        blocks, counts = [], []
+        for halo in self.halos:
+            owners = self.part[halo]
+            lo, hi = np.searchsorted(owners, [q, q + 1])  # halos are sorted by owner
+            blocks.append(halo[lo:hi])
+            counts.append(hi - lo)
+        nodes = np.concatenate(blocks) if blocks else np.empty(0, dtype=np.int64)
+        return nodes, _ptr(np.asarray(counts, dtype=np.int64))
 
 
-def _halo_lists(src: Tensor, dst: Tensor, part: Tensor, num_parts: int):  # noqa: ANN202
-    """Returns ``halo(p, local)`` giving part ``p``'s halo ids and pointers and
-    its send lists, from the unique (receiver, sender, node) triples of cut edges."""
-    num_nodes = part.numel()
-    cut = part[src] != part[dst]
-    receiver, node = part[dst[cut]], src[cut]
-    sender = part[node]
-    # Receiver side: sorted by (receiver, sender, node).
-    key = torch.unique((receiver * num_parts + sender) * num_nodes + node)
-    recv_rs, recv_node = key // num_nodes, key % num_nodes
-    recv_p, recv_q = recv_rs // num_parts, recv_rs % num_parts
-    recv_ptr = ptr_from_sorted(recv_p, num_parts)
-    # Sender side: the same triples sorted by (sender, receiver, node).
-    send_key = torch.sort((recv_q * num_parts + recv_p) * num_nodes + recv_node).values
-    send_qp, send_node = send_key // num_nodes, send_key % num_nodes
-    send_q, send_p = send_qp // num_parts, send_qp % num_parts
-    send_part_ptr = ptr_from_sorted(send_q, num_parts)
-
-    def halo(p: int, local: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        lo, hi = int(recv_ptr[p]), int(recv_ptr[p + 1])
-        halo_ids = recv_node[lo:hi]
-        halo_ptr = ptr_from_sorted(recv_q[lo:hi], num_parts)
-        lo, hi = int(send_part_ptr[p]), int(send_part_ptr[p + 1])
-        send_idx = local[send_node[lo:hi]]
-        send_ptr = ptr_from_sorted(send_p[lo:hi], num_parts)
-        return halo_ids, halo_ptr, send_idx, send_ptr
-
-    return halo
+def build_parts(edge_index: Tensor, part: Tensor, num_parts: int) -> Iterator[LocalPart]:
+    """Every part's :class:`LocalPart` from ``part`` (``[N]``, the owner of each
+    node), one at a time: a part's arrays can be written and freed before the
+    next one is built."""
+    plan = PartPlan.create(edge_index, part, num_parts)
+    for p in range(num_parts):
+        yield plan.build(p)
 
 
-def _local_columns(
-    sources: Tensor, part: Tensor, p: int, local: Tensor, halo_ids: Tensor, num_owned: int
-) -> Tensor:
-    """Local column of each source: its row if owned, else ``num_owned`` + its halo slot."""
-    col = local[sources].clone()
-    remote = part[sources] != p
-    if bool(remote.any()):
-        # halo_ids is sorted by (owner, id); search within that order.
-        owner_key = part[halo_ids] * part.numel() + halo_ids
-        slot = torch.searchsorted(owner_key, part[sources[remote]] * part.numel() + sources[remote])
-        col[remote] = num_owned + slot
-    return col
+def _halo(p: int, src: np.ndarray, edge_owner: np.ndarray,
+          owner: np.ndarray) -> tuple[np.ndarray, int]:
+    """Part ``p``'s halo ids sorted by (owner, id), and how many of its
+    in-edges come from other parts."""
+    seen = np.zeros(owner.size, dtype=bool)
+    cut = 0
+    for sl in chunks(edge_owner.size):
+        sources = src[sl][edge_owner[sl] == p]
+        remote = sources[owner[sources] != p]
+        seen[remote] = True
+        cut += remote.size
+    halo = np.flatnonzero(seen)
+    order = np.argsort(owner[halo], kind="stable")  # by owner, ascending id within
+    return halo[order], cut
+
+
+def _ptr(counts: np.ndarray) -> Tensor:
+    """``[len(counts) + 1]`` int64 pointers from counts."""
+    ptr = torch.zeros(len(counts) + 1, dtype=torch.long)
+    torch.cumsum(torch.from_numpy(np.asarray(counts, dtype=np.int64)), 0, out=ptr[1:])
+    return ptr

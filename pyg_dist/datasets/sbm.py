@@ -1,18 +1,11 @@
-"""Graphs to train on: a seeded synthetic graph (the default) and Planetoid."""
+"""The small embedded demo graph: a seeded stochastic block model."""
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["synthetic", "planetoid", "load_dataset", "DATASETS"]
-
-PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
-DATASETS = ("synthetic", *PLANETOID)
+__all__ = ["synthetic"]
 
 
 def synthetic(
@@ -66,46 +59,3 @@ def synthetic(
     masks[2][order[n_train + n_val :]] = True
     return Data(x=x, y=y, edge_index=edge_index, train_mask=masks[0], val_mask=masks[1],
                 test_mask=masks[2])
-
-
-def planetoid(name: str, root: str | os.PathLike) -> Any:
-    """Loads Cora, CiteSeer or PubMed with PyG's own loader from ``root``
-    (``root/Cora/raw/ind.cora.*``, ...) with row-normalised features, the
-    public split. If the raw files are present nothing is downloaded; a
-    read-only ``root`` is copied to a temporary folder first."""
-    import torch_geometric.transforms as T
-    from torch_geometric.datasets import Planetoid
-
-    folder = PLANETOID.get(name.lower())
-    if folder is None:
-        raise ValueError(f"unknown Planetoid dataset '{name}'; use one of {', '.join(PLANETOID)}")
-    root = Path(root)
-    raw = root / folder / "raw"
-    if raw.is_dir() and not os.access(root / folder, os.W_OK):
-        root = _writable_copy(raw, folder)
-    try:
-        return Planetoid(str(root), folder, transform=T.NormalizeFeatures())[0]
-    except PermissionError:  # e.g. a read-only mount that os.access did not reveal
-        return Planetoid(str(_writable_copy(raw, folder)), folder,
-                         transform=T.NormalizeFeatures())[0]
-
-
-def _writable_copy(raw: Path, folder: str) -> Path:
-    """Copies ``raw`` to ``<tmp>/<folder>/raw`` and returns ``<tmp>``."""
-    tmp = Path(tempfile.mkdtemp(prefix="pyg_dist-"))
-    shutil.copytree(raw, tmp / folder / "raw")
-    return tmp
-
-
-def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0,
-                 **kwargs: Any) -> Any:
-    """``"synthetic"`` (seeded, embedded) or a Planetoid name loaded from ``root``."""
-    if name == "synthetic":
-        return synthetic(seed=seed, **kwargs)
-    if name in PLANETOID:
-        if root is None:
-            raise ValueError(
-                f"dataset '{name}' needs a root folder holding {PLANETOID[name]}/raw; pass --root"
-            )
-        return planetoid(name, root)
-    raise ValueError(f"unknown dataset '{name}'; use one of {', '.join(DATASETS)}")

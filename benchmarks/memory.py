@@ -1,0 +1,196 @@
+"""Peak memory of a rank: loading one part and training a 2-layer GCN on it,
+against single-process PyG on the whole graph and our own code on one rank.
+
+    python benchmarks/memory.py [--dataset synthetic-arxiv] [--num-nodes N]
+                                [--parts 4] [--hidden 128] [--epochs 3]
+    python benchmarks/memory.py --probe PARTS_DIR [--rank 0] [--hidden 128]
+
+Every run is a fresh process (so each peak includes importing torch, PyG and
+pyg_dist) measured in the same invocation: PyG (``GCNConv`` on the whole
+graph's ``edge_index``), our code on 1 rank (a 1-part folder), our code on
+``--parts`` ranks. Each process reports its resident size after the imports,
+after loading its data, and its peak (VmHWM) after ``--epochs`` training steps
+and evaluations.
+
+``--probe`` runs one rank of an existing partition folder alone, its halo
+exchanges answered with zeros (no peers, no network): what that rank would
+hold in a real run, and its compute time per epoch without communication,
+for folders whose ranks do not fit on this machine together.
+"""
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import rss
+
+BENCH_DIR = str(Path(__file__).resolve().parent)
+
+
+def _imports() -> None:
+    import torch  # noqa: F401
+    import torch_geometric.nn  # noqa: F401
+
+    import pyg_dist.nn  # noqa: F401
+
+
+def pyg_process(graph_file: str, hidden: int, epochs: int, threads: int) -> dict:
+    """Single-process PyG on the whole graph (the same GNN on a plain edge_index)."""
+    _imports()
+    import torch
+    from torch_geometric.data import Data
+
+    torch.set_num_threads(threads)
+    after_import = rss.current()
+    data = Data.from_dict(torch.load(graph_file, weights_only=True))
+    after_load = rss.current()
+    times = _train(data, int(data.y.max()) + 1, hidden, epochs)
+    return {"after_import": after_import, "after_load": after_load, "peak": rss.peak(),
+            "seconds": sum(times)}
+
+
+def _train(data, classes: int, hidden: int, epochs: int) -> list[float]:
+    """``epochs`` training steps of a 2-layer GCN, each followed by an
+    evaluation; the seconds of each training step."""
+    import torch
+
+    from pyg_dist.models import GNN
+    from pyg_dist.train import evaluate, sync_parameters, train_step
+
+    torch.manual_seed(0)
+    model = GNN("gcn", data.x.size(1), hidden, classes)
+    sync_parameters(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    times = []
+    for _ in range(epochs):
+        start = time.perf_counter()
+        train_step(model, data, optimizer)
+        times.append(time.perf_counter() - start)
+        evaluate(model, data)
+    return times
+
+
+def rank_process(parts_dir: str, hidden: int, epochs: int) -> dict:
+    """One rank of ours: its part only (memory-mapped), the same GNN."""
+    sys.path.insert(0, BENCH_DIR)
+    import rss as rank_rss  # the benchmark's helper, in the spawned rank
+
+    _imports()
+
+    import pyg_dist
+
+    after_import = rank_rss.current()
+    data = pyg_dist.DistData.load(parts_dir)
+    after_load = rank_rss.current()
+    times = _train(data, data.meta.num_classes, hidden, epochs)
+    return {"after_import": after_import, "after_load": after_load, "peak": rank_rss.peak(),
+            "seconds": sum(times), "owned": data.num_nodes,
+            "halo": data.edge_index.num_halo, "edges": data.edge_index.num_edges}
+
+
+def probe_process(parts_dir: str, rank: int, hidden: int, epochs: int) -> dict:
+    """One rank of ``parts_dir`` alone; exchanges answered with zeros."""
+    _imports()
+
+    import pyg_dist
+    from pyg_dist.halo import exchange
+    from pyg_dist.halo.comm import PendingRows
+
+    def zeros(send, send_counts, recv_counts, group=None, transport=None, async_op=False,
+              tag=0):
+        recv = send.new_zeros((sum(recv_counts), *send.shape[1:]))
+        return PendingRows(recv, []) if async_op else recv
+
+    exchange.exchange_rows = zeros
+    after_import = rss.current()
+    data = pyg_dist.DistData.load(parts_dir, rank=rank)
+    after_load = rss.current()
+    times = _train(data, data.meta.num_classes, hidden, epochs)
+    return {"after_import": after_import, "after_load": after_load, "peak": rss.peak(),
+            "epoch_seconds": times, "owned": data.num_nodes, "halo": data.edge_index.num_halo,
+            "edges": data.edge_index.num_edges}
+
+
+def probe(args: argparse.Namespace) -> None:
+    with mp.get_context("spawn").Pool(1) as pool:
+        r = pool.apply(probe_process, (args.probe, args.rank, args.hidden, args.epochs))
+    mib = 2**20
+    print(f"rank {args.rank} of '{args.probe}' alone: {r['owned']} owned, {r['halo']} halo, "
+          f"{r['edges']} edges; RSS after imports {r['after_import'] / mib:.0f} MiB, after "
+          f"loading {r['after_load'] / mib:.0f} MiB, peak {r['peak'] / mib:.0f} MiB; "
+          f"training steps {', '.join(f'{t:.1f}' for t in r['epoch_seconds'])} s "
+          f"(no communication)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="synthetic-arxiv")
+    parser.add_argument("--num-nodes", type=int, default=None)
+    parser.add_argument("--avg-degree", type=float, default=None)
+    parser.add_argument("--parts", type=int, default=4)
+    parser.add_argument("--method", default="metis")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--probe", default=None, metavar="PARTS_DIR",
+                        help="run one rank of this partition folder alone (see above)")
+    parser.add_argument("--rank", type=int, default=0, help="the rank --probe runs")
+    args = parser.parse_args()
+    if args.probe:
+        probe(args)
+        return
+
+    import torch
+
+    import pyg_dist
+    from pyg_dist.datasets import load_dataset
+
+    data = load_dataset(args.dataset, seed=args.seed, num_nodes=args.num_nodes,
+                        avg_degree=args.avg_degree)
+    threads = os.cpu_count() or 1
+    print(f"graph: {data.num_nodes} nodes, {data.num_edges} edges, {data.num_features} "
+          f"features, {rss.tensor_bytes(data) / 2**20:.0f} MiB of tensors; 2-layer GCN, hidden "
+          f"{args.hidden}, {args.epochs} epochs (train step + evaluation)", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        graph_file = str(Path(tmp) / "graph.pt")
+        torch.save(data.to_dict(), graph_file)
+        for parts in (1, args.parts):
+            pyg_dist.partition(data, parts, Path(tmp) / f"p{parts}", method=args.method,
+                               seed=args.seed)
+        del data
+        with mp.get_context("spawn").Pool(1) as pool:
+            pyg = pool.apply(pyg_process, (graph_file, args.hidden, args.epochs, threads))
+        ours = {parts: pyg_dist.launch(rank_process, parts,
+                                       args=(str(Path(tmp) / f"p{parts}"), args.hidden,
+                                             args.epochs))
+                for parts in (1, args.parts)}
+    report(pyg, ours, args.parts)
+
+
+def report(pyg: dict, ours: dict, parts: int) -> None:
+    mib = 2**20
+    print(f"{'run':>22} {'import MiB':>10} {'loaded MiB':>10} {'peak MiB':>9} "
+          f"{'peak-import':>11} {'vs PyG':>7} {'vs 1 rank':>9}")
+    rows = [("PyG, 1 process", pyg)] + [("ours 1 rank", r) for r in ours[1]] + [
+        (f"ours rank {k}/{parts}", r) for k, r in enumerate(ours[parts])]
+    one = ours[1][0]["peak"]
+    for name, r in rows:
+        print(f"{name:>22} {r['after_import'] / mib:>10.0f} {r['after_load'] / mib:>10.0f} "
+              f"{r['peak'] / mib:>9.0f} {(r['peak'] - r['after_import']) / mib:>11.0f} "
+              f"{r['peak'] / pyg['peak']:>6.2f}x {r['peak'] / one:>8.2f}x")
+    largest = max(r["peak"] for r in ours[parts])
+    largest_data = max(r["peak"] - r["after_import"] for r in ours[parts])
+    print(f"largest of {parts} ranks: {largest / pyg['peak']:.2f}x of PyG, "
+          f"{largest / one:.2f}x of our 1 rank (peak RSS); above the imports: "
+          f"{largest_data / (pyg['peak'] - pyg['after_import']):.2f}x of PyG, "
+          f"{largest_data / (one - ours[1][0]['after_import']):.2f}x of our 1 rank")
+    for k, r in enumerate(ours[parts]):
+        print(f"  rank {k}: {r['owned']} owned, {r['halo']} halo, {r['edges']} edges, "
+              f"{r['seconds']:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Graphs by name: what ``load_dataset`` and the CLI's ``--dataset`` accept."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pyg_dist.datasets.community import PRESETS, community_graph, preset
+from pyg_dist.datasets.planetoid import PLANETOID, planetoid
+from pyg_dist.datasets.sbm import synthetic
+
+__all__ = ["load_dataset", "DATASETS"]
+
+DATASETS = ("synthetic", *PRESETS, *PLANETOID)
+
+
+def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0,
+                 **kwargs: Any) -> Any:
+    """The graph called ``name``, as a :class:`torch_geometric.data.Data`.
+
+    Args:
+        name (str): :obj:`"synthetic"` (the small embedded stochastic block
+            model, :func:`synthetic`), :obj:`"synthetic-arxiv"` or
+            :obj:`"synthetic-products"` (:func:`community_graph` presets shaped
+            like ogbn-arxiv and ogbn-products), or a Planetoid name
+            (:obj:`"cora"`, :obj:`"citeseer"`, :obj:`"pubmed"`) loaded from ``root``.
+        root (str or os.PathLike, optional): Folder holding Planetoid data as
+            ``root/Cora/raw/...``. (default: :obj:`None`)
+        seed (int, optional): Seed of the synthetic graphs. (default: :obj:`0`)
+        **kwargs (optional): Parameters of the synthetic graphs (e.g.
+            ``num_nodes``, ``avg_degree``); :obj:`None` values keep the default.
+    """
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    if name == "synthetic":
+        return synthetic(seed=seed, **kwargs)
+    if name in PRESETS:
+        return community_graph(preset(name, **kwargs), seed=seed)
+    if name in PLANETOID:
+        if root is None:
+            raise ValueError(
+                f"dataset '{name}' needs a root folder holding {PLANETOID[name]}/raw; pass --root"
+            )
+        return planetoid(name, root)
+    raise ValueError(f"unknown dataset '{name}'; use one of {', '.join(DATASETS)}")
