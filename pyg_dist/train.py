@@ -103,6 +103,7 @@ def train(
     checkpoint_every: int = 0,
     resume: bool = False,
     eval_every: int = 1,
+    eval_halo: Any = None,
 ) -> TrainResult:
     r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` (or a
     plain PyG ``Data`` in one process).
@@ -111,8 +112,9 @@ def train(
     (each rank sums over its own and divides by the global count) and sums
     parameter gradients across ranks, so with exact halos a step equals the
     single-process step on the whole graph. Parameters start from rank 0's
-    values. After each step the model is evaluated (exactly, whatever the halo
-    policy); accuracies are global. The returned ``test_acc`` is taken at the
+    values. After each step the model is evaluated (exactly unless
+    ``eval_halo`` says otherwise, whatever the training policy); accuracies
+    are global. The returned ``test_acc`` is taken at the
     epoch of best validation accuracy. Rank 0 shows a tqdm bar.
 
     Args:
@@ -139,8 +141,13 @@ def train(
         eval_every (int, optional): Evaluate every this many epochs (and after
             the last); epochs in between repeat the last accuracies and are not
             candidates for the best epoch. (default: :obj:`1`)
+        eval_halo (HaloPolicy or str, optional): Halo policy of evaluation (a
+            policy or its spec, e.g. ``"exact,compress=int8"``); :obj:`None`
+            is exact. Evaluation traffic is booked as ``halo_bytes_eval``.
+            (default: :obj:`None`)
     """
     _check_data(data)
+    _set_eval_halo(data, eval_halo)
     sync_parameters(model)
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     if (resume or checkpoint_every) and checkpoint is None:
@@ -185,6 +192,17 @@ def train(
     if hasattr(getattr(data, "edge_index", None), "flush"):
         data.edge_index.flush()
     return result
+
+
+def _set_eval_halo(data: Any, eval_halo: Any) -> None:
+    registry = getattr(getattr(data, "edge_index", None), "registry", None)
+    if registry is None:
+        return
+    if isinstance(eval_halo, str):
+        from pyg_dist.halo import parse_policy
+
+        eval_halo = parse_policy(eval_halo)
+    registry.eval_default = eval_halo
 
 
 def _last_accuracies(result: TrainResult) -> tuple[float, float, float]:

@@ -14,8 +14,9 @@ policy                    what crosses the network each training step
 
 Any policy takes ``compress="fp16" | "bf16" | "int8"``. A policy is set per
 layer (``DistGCNConv(..., halo=Stale(every=4))``) or as the default of a
-graph (``DistData.load(..., halo=...)``). Evaluation (``model.eval()``) always
-exchanges exactly, so accuracy measures the weights a policy trained.
+graph (``DistData.load(..., halo=...)``). Evaluation (``model.eval()``)
+exchanges exactly unless the graph's registry sets an ``eval_default``
+(``train(..., eval_halo=...)``), so accuracy measures the weights a policy trained.
 """
 from pyg_dist.halo.adaptive import Adaptive
 from pyg_dist.halo.cache import HaloCache

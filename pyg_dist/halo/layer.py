@@ -50,10 +50,15 @@ class HaloRegistry:
     Args:
         default (HaloPolicy, optional): Policy of the layers that set none;
             :obj:`None` is :class:`Exact`. (default: :obj:`None`)
+        eval_default (HaloPolicy, optional): Policy of every layer in
+            evaluation; :obj:`None` is :class:`Exact` (with the input caching
+            of the layer's training policy). (default: :obj:`None`)
     """
 
-    def __init__(self, default: HaloPolicy | None = None) -> None:
+    def __init__(self, default: HaloPolicy | None = None,
+                 eval_default: HaloPolicy | None = None) -> None:
         self.default = default
+        self.eval_default = eval_default
         self.layers: dict[tuple[str, str], LayerState] = {}
         self.tracker = InputTracker()
         self.dropout = DropoutState()
@@ -118,9 +123,9 @@ def _key(name: str, mode: str) -> str:
 
 class LayerHalo:
     r"""The halo of one layer call: the layer's policy (its own, else the
-    graph's default, else :class:`Exact`; exact in evaluation, whatever
-    trained the weights), its state on this graph, and whether its input is
-    static.
+    graph's default, else :class:`Exact`; in evaluation the graph's
+    ``eval_default``, else exact, whatever trained the weights), its state on
+    this graph, and whether its input is static.
 
     Layers use it in two steps: :meth:`is_static` on the raw input (to decide
     whether to aggregate before transforming), then :meth:`fetch`. An input
@@ -139,7 +144,8 @@ class LayerHalo:
         registry: HaloRegistry = edge_index.registry
         policy = policy or registry.default or Exact()
         if not training:
-            policy = Exact(compress=None, cache_inputs=policy.cache_inputs)
+            policy = registry.eval_default or Exact(compress=None,
+                                                    cache_inputs=policy.cache_inputs)
         self.policy, self.name, self.edge_index = policy, name, edge_index
         self.mode = "train" if training else "eval"
         self.direction = "fwd" if training else "eval"
