@@ -191,12 +191,33 @@ def _folder_parts(parts_dir: str) -> int:
 
 def _run_joined(config: dict[str, Any]) -> dict[str, Any] | None:
     import pyg_dist
+    from pyg_dist.peers import PeerLost
 
     pyg_dist.init()
     try:
         return _train_joined(config)
+    except PeerLost as exc:
+        _exit_now(exc)
     finally:
         pyg_dist.shutdown()  # a group left for interpreter exit can abort the process
+    return None
+
+
+def _exit_now(exc: BaseException) -> None:
+    """Reports ``exc`` (here and to torchrun) and exits at once: tearing down
+    connections to unreachable peers can hold a process for seconds."""
+    import traceback
+
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    import pyg_dist
+
+    traceback.print_exc()
+    get_error_handler().record_exception(exc)
+    pyg_dist.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _train_joined(config: dict[str, Any]) -> dict[str, Any] | None:

@@ -220,9 +220,9 @@ def describe_loss(what: str, lost: list[tuple[Peer, str]], waited: float) -> str
                      f"(network link down or host unreachable)")
     if gone:
         parts.append(f"the process of {_list(gone)} has exited (its host refuses "
-                     f"connections); that rank's own output has the cause")
+                     f"connections; that rank's own output has the cause)")
     return (
-        f"{what} failed{where} after {waited:.1f} s: lost contact with "
+        f"{what} failed{where} after {waited:.1f} s, peers lost: "
         f"{'; '.join(parts)}. Training cannot continue without every rank: fix the cause and "
         f"restart from the last checkpoint (pyg-dist train --checkpoint DIR --resume); if the "
         f"network is only slow, raise PYG_DIST_TIMEOUT (now {_state.timeout:g} s)"
@@ -234,7 +234,7 @@ def _list(peers: list[Peer]) -> str:
     for p in peers:
         by_host.setdefault((p.host, p.address), []).append(p.rank)
     return ", ".join(
-        f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))} on host {h} ({a})"
+        f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))} on {h} ({a})"
         for (h, a), r in by_host.items()
     )
 

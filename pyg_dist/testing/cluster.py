@@ -325,7 +325,7 @@ class Cluster:
         try:
             if during is not None:
                 during(self, procs)
-            ended = _wait_all(procs, start + timeout)
+            ended = _wait_all(procs, start, start + timeout)
         finally:
             for proc in procs:
                 if proc.poll() is None:
@@ -351,6 +351,20 @@ class Cluster:
                 "--node-rank", "{node_rank}", "--nproc-per-node", str(nproc_per_node),
                 "--master-addr", "{master_addr}", "--master-port", str(master_port),
                 "--max-restarts", str(max_restarts), *options, *args]
+
+    def distribute(self, parts_dir: str | os.PathLike, nproc_per_node: int = 1,
+                   name: str = "parts") -> None:
+        """Copies to each host's ``<workdir>/<name>`` what a machine of a
+        multi-host job holds: ``meta.json`` and the part files of its own
+        ranks (node ``i`` runs ranks ``i*k`` to ``i*k+k-1``)."""
+        source = Path(parts_dir)
+        for host in self.hosts:
+            target = host.workdir / name
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source / "meta.json", target)
+            first = host.index * nproc_per_node
+            for rank in range(first, first + nproc_per_node):
+                shutil.copy(source / f"part_{rank}.pt", target)
 
     def pids(self, host: int | Host) -> list[int]:
         """Processes running on ``host`` now."""
@@ -523,9 +537,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
             pass
 
 
-def _wait_all(procs: list[subprocess.Popen], deadline: float) -> list[float | None]:
-    """Seconds each process ran, :obj:`None` for those still running at ``deadline``."""
-    start = time.monotonic()
+def _wait_all(procs: list[subprocess.Popen], start: float,
+              deadline: float) -> list[float | None]:
+    """Seconds each process ran since ``start``, :obj:`None` for those still
+    running at ``deadline``."""
     ended: list[float | None] = [None] * len(procs)
     while any(e is None for e in ended) and time.monotonic() < deadline:
         for i, proc in enumerate(procs):
