@@ -10,6 +10,8 @@ policy                    what crosses the network each training step
 ``Adaptive(tol)``         blocks that drifted past ``tol`` (or got too old)
 ``Sampled(p)``            a fraction ``p`` of boundary nodes
 ``Isolated()``            nothing (only the gradient all-reduce)
+``Auto()``                per layer, what a cost model measured in the first
+                          steps picks (exact, or stale + int8; caching or not)
 ========================  =====================================================
 
 Any policy takes ``compress="fp16" | "bf16" | "int8"``. A policy is set per
@@ -19,6 +21,7 @@ exchanges exactly unless the graph's registry sets an ``eval_default``
 (``train(..., eval_halo=...)``), so accuracy measures the weights a policy trained.
 """
 from pyg_dist.halo.adaptive import Adaptive
+from pyg_dist.halo.auto import Auto
 from pyg_dist.halo.cache import HaloCache
 from pyg_dist.halo.cached import Cached
 from pyg_dist.halo.comm import TRANSPORTS, exchange_rows
@@ -44,6 +47,7 @@ __all__ = [
     "Adaptive",
     "Sampled",
     "Isolated",
+    "Auto",
     "HaloPolicy",
     "HaloRows",
     "PolicyState",

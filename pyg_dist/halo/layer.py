@@ -59,6 +59,8 @@ class HaloRegistry:
                  eval_default: HaloPolicy | None = None) -> None:
         self.default = default
         self.eval_default = eval_default
+        #: Training steps planned in all (set by :func:`pyg_dist.train.train`).
+        self.planned_steps: int | None = None
         self.layers: dict[tuple[str, str], LayerState] = {}
         self.tracker = InputTracker()
         self.dropout = DropoutState()
@@ -153,7 +155,8 @@ class LayerHalo:
         self.tracker = registry.tracker
         channel = edge_index.channel
         self.ctx = FetchContext(channel, name, self.layer.state, self.layer.static,
-                                channel.ledger.step, self.direction)
+                                channel.ledger.step, self.direction, edge_index,
+                                registry.planned_steps)
         self.dropped: DroppedInput | None = None
 
     def is_static(self, x: Tensor) -> bool:
@@ -165,7 +168,7 @@ class LayerHalo:
         seen = self.tracker.is_static((self.name, self.mode), source)
         if seen is None and self.layer.fingerprint is not None:
             seen = self.layer.fingerprint == fingerprint(source)
-        static = bool(seen) and self.policy.cache_inputs
+        static = bool(seen) and self.policy.caches_input(self.layer.state, source)
         if not static:
             self.layer.static.reset()
             self.layer.fingerprint = None
