@@ -128,8 +128,9 @@ def worker(args):
     pyg_dist.init()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     hidden, layers = args.hidden, args.layers
-    for label, spec, compress, cache in [p for p in POLICIES if p[0] in args.policies]:
-        for seed in range(args.seeds):
+    chosen = [p for p in POLICIES if p[0] in args.policies]
+    for seed in range(args.seeds):  # seeds outside: a change of machine load hits every policy
+        for label, spec, compress, cache in chosen:
             data = pyg_dist.DistData.load(args.parts_dir, halo=parse_policy(spec, compress, cache))
             torch.manual_seed(seed)
             model = GNN("gcn", data.x.size(1), hidden, data.meta.num_classes, layers=layers)
