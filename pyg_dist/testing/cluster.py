@@ -62,7 +62,7 @@ SUBNET = "198.18.0.0/24"
 INTERFACE = "eth0"
 _GRACE_SECONDS = 5.0  # SIGTERM -> SIGKILL for a host's processes
 _counter = itertools.count()
-_NAME = re.compile(rf"^{re.escape(PREFIX)}(\d+)-")
+_NAME = re.compile(rf"^{re.escape(PREFIX)}(\d+)-\d+-")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)([kmg]?)bit$")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 # Run on a host: its hostname, /etc/hosts naming every host, no DNS server
@@ -208,8 +208,9 @@ class Cluster:
         for proc in self._procs:
             _kill_group(proc)
         self._procs = []
-        for name in [h.netns for h in self.hosts] + [self.switch]:
-            _delete_netns(name)
+        for name in _list_netns():  # also those of a set-up that was interrupted
+            if name.startswith(f"{self._tag}-"):
+                _delete_netns(name)
         if self._own_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -403,7 +404,7 @@ def _probe_namespaces() -> str:
         return "'unshare' (util-linux) is not installed"
     if os.geteuid() != 0:
         return "network namespaces need root"
-    probe = f"{PREFIX}{os.getpid()}-probe"
+    probe = f"{PREFIX}{os.getpid()}-{next(_counter)}-probe"
     try:
         _ip("netns", "add", probe)
         _ip("-n", probe, "link", "add", "name", "probe0", "type", "veth", "peer", "name", "probe1")
@@ -417,7 +418,7 @@ def _probe_namespaces() -> str:
 
 
 def _probe_netem() -> str:
-    probe = f"{PREFIX}{os.getpid()}-probe"
+    probe = f"{PREFIX}{os.getpid()}-{next(_counter)}-probe"
     try:
         _ip("netns", "add", probe)
         _tc("-n", probe, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms")
@@ -429,16 +430,24 @@ def _probe_netem() -> str:
 
 
 def cleanup_stale() -> list[str]:
-    """Deletes the namespaces of testbeds whose process is gone (killed
-    before it could tear them down); returns their names. Namespaces of live
-    processes, and any not named by this module, are left alone."""
+    """Deletes the namespaces (and temporary working folders) of testbeds
+    whose process is gone (killed before it could tear them down); returns
+    the namespaces' names. Those of live processes, and any not named by this
+    module, are left alone."""
     removed = []
     for name in _list_netns():
-        match = _NAME.match(name)
-        if match and not Path(f"/proc/{match.group(1)}").exists():
+        if _stale(name):
             _delete_netns(name)
             removed.append(name)
+    for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
+        if folder.is_dir() and _stale(folder.name):
+            shutil.rmtree(folder, ignore_errors=True)
     return removed
+
+
+def _stale(name: str) -> bool:
+    match = _NAME.match(name)
+    return match is not None and not Path(f"/proc/{match.group(1)}").exists()
 
 
 def _list_netns() -> list[str]:
