@@ -28,8 +28,8 @@ From Python::
 
 From the shell (``{placeholders}`` are filled per host, see :meth:`Host.fields`)::
 
-    python -m pyg_dist.testing.cluster --hosts 2 --rate 1gbit --torchrun 2 -- \
-        -m pyg_dist.cli train --parts-dir {workdir}/parts
+    python -m pyg_dist.testing.cluster --hosts 2 --rate 1gbit --distribute parts \
+        --torchrun 2 -- -m pyg_dist.cli train --parts-dir parts
     python -m pyg_dist.testing.cluster --hosts 2 -- sh -c 'hostname; ip -4 addr show eth0'
     python -m pyg_dist.testing.cluster --cleanup
 """
@@ -154,7 +154,7 @@ class Cluster:
         self.num_hosts = hosts
         self.rate, self.delay, self.loss = rate, delay, loss
         self._own_workdir = workdir is None
-        self.workdir = Path(workdir) if workdir is not None else None
+        self.workdir = Path(workdir).resolve() if workdir is not None else None
         tag = f"{PREFIX}{os.getpid()}-{next(_counter)}"
         self.switch = f"{tag}-sw"
         self._tag = tag
@@ -578,6 +578,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="folder holding host<i>/, each host's working folder (kept)")
     parser.add_argument("--torchrun", type=int, default=0, metavar="K",
                         help="prefix COMMAND with torchrun for K ranks per host")
+    parser.add_argument("--distribute", default=None, metavar="PARTS",
+                        help="copy meta.json and each host's own parts of this partition "
+                             "folder to <workdir>/host<i>/parts (K ranks per host, K from "
+                             "--torchrun, else 1)")
     parser.add_argument("--master-port", type=int, default=29500)
     parser.add_argument("--max-restarts", type=int, default=0)
     parser.add_argument("--cleanup", action="store_true",
@@ -597,6 +601,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("give the command to run after --")
     signal.signal(signal.SIGTERM, _raise_interrupt)
     with Cluster(args.hosts, args.rate, args.delay, args.loss, args.workdir) as cluster:
+        if args.distribute:
+            cluster.distribute(args.distribute, max(args.torchrun, 1))
         if args.torchrun:
             command = cluster.torchrun(command, args.torchrun, args.master_port,
                                        args.max_restarts)
