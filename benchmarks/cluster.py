@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -226,6 +227,10 @@ def _choice(choices):
     return "; ".join(f"{k}: {v['choice']}" for k, v in layers.items())
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _load():
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -254,6 +259,7 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker(args)
+    signal.signal(signal.SIGTERM, _interrupt)  # tear the testbed down on kill, as on Ctrl-C
     if EXACT not in args.policies:
         args.policies.append(EXACT)
     import pyg_dist

@@ -1,9 +1,12 @@
 r"""``Auto()``: each layer's halo policy chosen by a cost model from what the
 first training steps measure.
 
-For ``warmup`` steps every layer exchanges exactly (and a layer with a static
-input, layer 0's features, exchanges its transformed rows). Then, at the same
-step on every rank and from numbers reduced over all ranks:
+A layer whose static input (layer 0's features) is no wider than its output
+caches that input's halo from the first step: aggregating first costs the
+same, and nothing crosses the network after the one fetch. For ``warmup``
+steps every other layer exchanges exactly (a layer with a wider static input
+exchanges its transformed rows). Then, at the same step on every rank and from
+numbers reduced over all ranks:
 
 * **the link**: latency :math:`\alpha` per exchange and bandwidth
   :math:`\beta`, from timed exchanges of narrow and wide rows along the halo
@@ -137,10 +140,26 @@ class Auto(HaloPolicy):
     def init_state(self) -> AutoState:
         return AutoState()
 
-    def caches_input(self, state: PolicyState, x: Tensor) -> bool:
-        assert isinstance(state, AutoState), "Auto keeps an AutoState"
+    def caches_input(self, x: Tensor, ctx: FetchContext, out_width: int | None = None) -> bool:
+        state: AutoState = ctx.state
         state.static_width = x.size(-1)
+        if (not state.choice and self.cache_inputs and out_width is not None
+                and state.static_width <= out_width and ctx.direction == "fwd"):
+            self.cache_from_start(ctx)  # aggregating first costs the same: no trade-off
         return state.cache_input
+
+    def cache_from_start(self, ctx: FetchContext) -> None:
+        """Caches the static input of a layer no narrower than it at once, and
+        books the choice (collective, like :meth:`decide`)."""
+        state: AutoState = ctx.state
+        state.cache_input, state.inner, state.choice = True, Exact(), "exact"
+        state.inner_state = state.inner.init_state()
+        rows = _rows(ctx)
+        ctx.channel.ledger.notes[f"{_NOTE}/{ctx.layer}"] = {
+            "choice": state.choice, "cache_input": True, "from_step": ctx.step, "steps": 1,
+            "predicted_bytes": int(rows["sent_fwd"] * 4 * state.static_width),
+            "predicted_seconds": 0.0,  # the link is not measured yet
+        }
 
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         state: AutoState = ctx.state

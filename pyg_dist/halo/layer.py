@@ -159,16 +159,17 @@ class LayerHalo:
                                 registry.planned_steps)
         self.dropped: DroppedInput | None = None
 
-    def is_static(self, x: Tensor) -> bool:
+    def is_static(self, x: Tensor, out_width: int | None = None) -> bool:
         """Whether ``x`` is the unchanged, grad-free input of this layer's
         previous call (or, right after a restart, has the content of the input
-        whose halo the restored state caches) and the policy caches such inputs."""
+        whose halo the restored state caches) and the policy caches such inputs
+        (``out_width``, the layer's output width, helps it decide)."""
         dropped = dropped_input(x, self.edge_index)
         source = x if dropped is None else dropped.source
         seen = self.tracker.is_static((self.name, self.mode), source)
         if seen is None and self.layer.fingerprint is not None:
             seen = self.layer.fingerprint == fingerprint(source)
-        static = bool(seen) and self.policy.caches_input(self.layer.state, source)
+        static = bool(seen) and self.policy.caches_input(source, self.ctx, out_width)
         if not static:
             self.layer.static.reset()
             self.layer.fingerprint = None

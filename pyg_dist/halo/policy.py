@@ -128,10 +128,11 @@ class HaloPolicy:
         """The halo rows of ``x`` (``[num_owned, F]``) for this step."""
         raise NotImplementedError
 
-    def caches_input(self, state: PolicyState, x: Tensor) -> bool:
+    def caches_input(self, x: Tensor, ctx: FetchContext, out_width: int | None = None) -> bool:
         """Whether a layer whose input ``x`` did not change since its previous
-        call fetches that input's halo once (:meth:`fetch_static`) instead of
-        exchanging rows every step: ``cache_inputs``, the same for every layer."""
+        call (``out_width``: the layer's output width, if it tells) fetches that
+        input's halo once (:meth:`fetch_static`) instead of exchanging rows
+        every step: ``cache_inputs``, the same for every layer."""
         return self.cache_inputs
 
     def fetch_static(self, x: Tensor, ctx: FetchContext) -> HaloRows:

@@ -88,7 +88,7 @@ class DistGCNConv(GCNConv):
         if not isinstance(edge_index, DistEdgeIndex):
             return super().forward(x, edge_index, edge_weight)
         halo = LayerHalo(edge_index, edge_index.registry.name(self), self.halo, self.training)
-        static = halo.is_static(x)
+        static = halo.is_static(x, self.out_channels)
 
         def aggregate(h: Tensor, static: bool) -> Tensor:
             fetched = halo.fetch(h, static)

@@ -85,7 +85,7 @@ class DistSAGEConv(SAGEConv):
         x_src = self.lin(x).relu() if self.project else x
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
         halo = LayerHalo(edge_index, edge_index.registry.name(self), self.halo, self.training)
-        static = halo.is_static(x_src)
+        static = halo.is_static(x_src, self.out_channels)
 
         def aggregate(h: Tensor, static: bool) -> Tensor:
             fetched = halo.fetch(h, static)

@@ -69,9 +69,9 @@ class Interrupted(Exception):
     pass
 
 
-def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=None):
-    """Trains a 2-layer GCN (input 48 columns, hidden 8) with Auto(warmup=2)
-    on a link the probe is told to see."""
+def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=None, hidden=8):
+    """Trains a 2-layer GCN (input 48 columns) with Auto(warmup=2) on a link
+    the probe is told to see."""
     import pyg_dist.halo.auto as auto_module
     from pyg_dist.models import GNN
     from pyg_dist.train import train
@@ -79,7 +79,7 @@ def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=Non
     auto_module._probe_link = lambda ctx: link
     data = pyg_dist.DistData.load(parts, halo=Auto(warmup=2, epochs=planned))
     torch.manual_seed(0)
-    model = GNN("gcn", data.x.size(1), 8, 3, dropout=0.5)
+    model = GNN("gcn", data.x.size(1), hidden, 3, dropout=0.5)
     torch.manual_seed(1000 + data.rank)
 
     def stop(stats):
@@ -101,7 +101,8 @@ def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=Non
 def body(parts, ckpt):
     slow = (0.0, 1e4)  # 10 kB/s: every exchange is expensive
     fast = (0.0, 1e12)
-    out = {"fast": _run(parts, fast, 6), "slow": _run(parts, slow, 8)}
+    out = {"fast": _run(parts, fast, 6), "slow": _run(parts, slow, 8),
+           "narrow": _run(parts, slow, 4, hidden=64)}
     _run(parts, slow, 8, ckpt=ckpt, fail_at=5)
     out["resumed"] = _run(parts, (0.0, 1e12), 8, ckpt=ckpt, resume=True)  # the link changed
     return out
@@ -147,3 +148,8 @@ def test_resume_keeps_the_choice_and_ends_with_the_uninterrupted_weights(results
         for name, value in straight["state"].items():
             assert_close(resumed["state"][name], value, what=f"rank {rank}: {name}")
 
+
+def test_an_input_no_wider_than_the_output_is_cached_from_the_start(results):
+    layer = results[0]["narrow"]["choices"]["convs.0"]  # 48 columns in, 64 out
+    assert layer["choice"] == "exact" and layer["cache_input"] and layer["from_step"] == 1
+    assert layer["measured_bytes"] == layer["predicted_bytes"] > 0  # the one fetch
