@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -44,13 +46,22 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def two_by_two(cluster, cora_parts):
-    """The uninterrupted 2-host x 2-rank run: its JSON line and final weights."""
+def two_by_two(cluster, cora_parts, tmp_path_factory):
+    """The uninterrupted 2-host x 2-rank run and the same command on one host,
+    whose 4 ranks pyg-dist spawns itself: their JSON lines and final weights."""
     cluster.distribute(cora_parts[4], nproc_per_node=2)
     results = cluster.run(cluster.torchrun(TRAIN, nproc_per_node=2), env=ENV, timeout=300)
     for r in results:
         assert r.ok, r.describe()
-    return _json(results[0].stdout), _weights(cluster.hosts[0].workdir / "ckpt")
+    local = tmp_path_factory.mktemp("one_host")
+    args = TRAIN[2:]
+    args[args.index("parts")] = str(cora_parts[4])
+    args[args.index("ckpt")] = str(local / "ckpt")
+    one_host = subprocess.run([sys.executable, "-m", "pyg_dist.cli", *args], capture_output=True,
+                              text=True, env={**os.environ, **ENV}, timeout=300)
+    assert one_host.returncode == 0, one_host.stderr[-3000:]
+    return {"hosts": (_json(results[0].stdout), _weights(cluster.hosts[0].workdir / "ckpt")),
+            "one_host": (_json(one_host.stdout), _weights(local / "ckpt"))}
 
 
 def _json(stdout):
@@ -67,20 +78,13 @@ def _clean(cluster, *names):
             shutil.rmtree(host.workdir / name, ignore_errors=True)
 
 
-def test_two_hosts_equal_one_host(two_by_two, cora_parts, tmp_path, capsys):
+def test_two_hosts_equal_one_host(two_by_two):
     """2 hosts x 2 ranks end with the test accuracy and the weights of the
-    same command on one host, whose 4 ranks pyg-dist spawns itself."""
-    from pyg_dist.cli import main
-
-    result, weights = two_by_two
-    args = TRAIN[2:]
-    args[args.index("parts")] = str(cora_parts[4])
-    args[args.index("ckpt")] = str(tmp_path / "ckpt")
-    assert main(args) == 0
-    reference = _json(capsys.readouterr().out)
+    same command on one host."""
+    (result, weights), (reference, expected) = two_by_two["hosts"], two_by_two["one_host"]
     assert result["parts"] == reference["parts"] == 4 and result["epochs"] == EPOCHS
     assert result["test_acc"] == reference["test_acc"]
-    for name, value in _weights(tmp_path / "ckpt").items():
+    for name, value in expected.items():
         assert_close(weights[name], value, what=name)
 
 
@@ -142,11 +146,11 @@ def test_killed_rank_restarts_from_checkpoint(cluster, cora_parts, two_by_two):
     for r in results:
         assert r.ok, r.describe()
     assert "resuming from the checkpoint of epoch" in results[0].stderr
-    expected = two_by_two[1]
+    uninterrupted, expected = two_by_two["hosts"]
     weights = _weights(cluster.hosts[0].workdir / "ckpt")
     for name, value in expected.items():
         assert_close(weights[name], value, what=name)
-    assert _json(results[0].stdout)["test_acc"] == two_by_two[0]["test_acc"]
+    assert _json(results[0].stdout)["test_acc"] == uninterrupted["test_acc"]
 
 
 @pytest.mark.skipif(bool(netem_reason()), reason=f"no packet loss: {netem_reason()}")
@@ -159,7 +163,8 @@ def test_one_percent_loss_same_result(cora_parts, two_by_two):
         for r in results:
             assert r.ok, r.describe()
         weights = _weights(lossy.hosts[0].workdir / "ckpt")
-    for name, value in two_by_two[1].items():
+    uninterrupted, expected = two_by_two["hosts"]
+    for name, value in expected.items():
         assert_close(weights[name], value, what=name)
     result = _json(results[0].stdout)
-    print(f"1% loss: {result['seconds']:.1f} s against {two_by_two[0]['seconds']:.1f} s")
+    print(f"1% loss: {result['seconds']:.1f} s against {uninterrupted['seconds']:.1f} s")
