@@ -4,13 +4,19 @@ policy state, ledger and RNG state, written atomically.
 ::
 
     ckpt/
-      latest.json     {"epoch": 40, "world_size": 4}, written last, by rank 0
+      latest.json     {"epoch": 40, "world_size": 4}
       rank_0.pt       rank 0's state after epoch 40
+      rank_0.prev.pt  rank 0's state of the checkpoint before
       rank_1.pt       ...
 
-A rank writes ``rank_<r>.pt.tmp`` and renames it; ``latest.json`` is replaced
-only after every rank has renamed its file, so an interruption at any point
-leaves the previous complete checkpoint in force.
+A rank writes ``rank_<r>.pt.tmp``, keeps its previous file as
+``rank_<r>.prev.pt`` and renames the new one into place; once every rank has,
+every rank writes ``latest.json`` into its own folder, so each machine of a
+multi-host job holds a complete checkpoint of its own ranks (no shared storage
+needed). On resume the ranks agree on the newest epoch some ``latest.json``
+names (all files of that epoch exist by then) and each loads its file of that
+epoch, current or previous: an interruption at any point leaves a complete
+checkpoint to resume from.
 """
 from __future__ import annotations
 
@@ -22,11 +28,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyg_dist.distributed import barrier
+from pyg_dist.distributed import all_gather_objects, barrier
 from pyg_dist.distributed import rank as get_rank
 from pyg_dist.distributed import world_size as get_world_size
+from pyg_dist.peers import name
 
-__all__ = ["save_checkpoint", "load_checkpoint"]
+__all__ = ["save_checkpoint", "load_checkpoint", "find_checkpoint"]
 
 LATEST = "latest.json"
 
@@ -49,40 +56,58 @@ def save_checkpoint(folder: str | os.PathLike, epoch: int, model: nn.Module,
         "rng": _rng_state(),
         "extra": extra or {},
     }
-    tmp = folder / f"rank_{rank}.pt.tmp"
+    tmp, current = folder / f"rank_{rank}.pt.tmp", _rank_file(folder, rank)
     torch.save(state, tmp)
-    os.replace(tmp, folder / f"rank_{rank}.pt")
+    if current.exists():
+        os.replace(current, _rank_file(folder, rank, previous=True))
+    os.replace(tmp, current)
     barrier()
-    if rank == 0:
-        latest = folder / f"{LATEST}.tmp"
-        latest.write_text(json.dumps({"epoch": epoch, "world_size": get_world_size()}))
-        os.replace(latest, folder / LATEST)
+    latest = folder / f"{LATEST}.tmp-{rank}"
+    latest.write_text(json.dumps({"epoch": epoch, "world_size": get_world_size()}))
+    os.replace(latest, folder / LATEST)
     barrier()
+
+
+def find_checkpoint(folder: str | os.PathLike) -> int | None:
+    """The epoch every rank can resume from in ``folder`` (on each rank's own
+    machine), or :obj:`None` when no rank has a checkpoint there; collective.
+    Raises on every rank when the checkpoint was written by another number of
+    ranks or some rank lacks its file of that epoch."""
+    folder = Path(folder)
+    views = all_gather_objects(_local_view(folder, get_rank()))
+    written = [v["latest"] for v in views if v["latest"] is not None]
+    if not written:
+        return None
+    epoch, world = max(written)
+    if world != get_world_size():
+        raise ValueError(
+            f"the checkpoint in '{folder}' was written by {world} ranks but "
+            f"{get_world_size()} are running; resume with {world} ranks"
+        )
+    missing = [r for r, v in enumerate(views) if epoch not in v["epochs"]]
+    if missing:
+        held = "; ".join(f"{name(r)} has epochs {sorted(views[r]['epochs']) or 'none'}"
+                         for r in missing)
+        raise ValueError(
+            f"the checkpoint of epoch {epoch} in '{folder}' is incomplete: {held}. Every "
+            f"machine needs its ranks' rank_<r>.pt files in '{folder}'; copy them back, or start "
+            f"without resume"
+        )
+    return epoch
 
 
 def load_checkpoint(folder: str | os.PathLike, model: nn.Module,
                     optimizer: torch.optim.Optimizer, data: Any) -> tuple[int, dict[str, Any]]:
     """Restores this rank's state from the last complete checkpoint; returns
-    its epoch and the ``extra`` dict saved with it."""
+    its epoch and the ``extra`` dict saved with it. Collective."""
     folder = Path(folder)
-    path = folder / LATEST
-    if not path.is_file():
+    epoch = find_checkpoint(folder)
+    if epoch is None:
         raise FileNotFoundError(
             f"no complete checkpoint in '{folder}' (no {LATEST}); train without resume first, "
             f"with checkpoint='{folder}' and checkpoint_every > 0"
         )
-    latest = json.loads(path.read_text())
-    if latest["world_size"] != get_world_size():
-        raise ValueError(
-            f"the checkpoint in '{folder}' was written by {latest['world_size']} ranks but "
-            f"{get_world_size()} are running; resume with {latest['world_size']} ranks"
-        )
-    state = torch.load(folder / f"rank_{get_rank()}.pt", weights_only=True)
-    if state["epoch"] != latest["epoch"]:
-        raise ValueError(
-            f"'{folder}/rank_{get_rank()}.pt' holds epoch {state['epoch']} but {LATEST} says "
-            f"{latest['epoch']}; the checkpoint is inconsistent, start without resume"
-        )
+    state = _load(folder, get_rank(), epoch)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     edge_index: Any = getattr(data, "edge_index", None)
@@ -92,6 +117,36 @@ def load_checkpoint(folder: str | os.PathLike, model: nn.Module,
         data.ledger.load_state_dict(state["ledger"])
     _set_rng_state(state["rng"])
     return int(state["epoch"]), state["extra"]
+
+
+def _rank_file(folder: Path, rank: int, previous: bool = False) -> Path:
+    return folder / f"rank_{rank}{'.prev' if previous else ''}.pt"
+
+
+def _local_view(folder: Path, rank: int) -> dict[str, Any]:
+    """What this rank finds in its folder: the (epoch, world size) of
+    ``latest.json`` and the epochs of its own files."""
+    latest = None
+    path = folder / LATEST
+    if path.is_file():
+        content = json.loads(path.read_text())
+        latest = (int(content["epoch"]), int(content["world_size"]))
+    epochs = {}
+    for previous in (False, True):
+        file = _rank_file(folder, rank, previous)
+        if file.is_file():
+            epochs[int(torch.load(file, weights_only=True, mmap=True)["epoch"])] = previous
+    return {"latest": latest, "epochs": epochs}
+
+
+def _load(folder: Path, rank: int, epoch: int) -> dict[str, Any]:
+    for previous in (False, True):
+        file = _rank_file(folder, rank, previous)
+        if file.is_file():
+            state = torch.load(file, weights_only=True)
+            if state["epoch"] == epoch:
+                return state
+    raise AssertionError(f"find_checkpoint promised epoch {epoch} in {folder} for rank {rank}")
 
 
 def _rng_state() -> dict[str, Any]:

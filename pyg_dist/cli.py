@@ -6,9 +6,12 @@
     pyg-dist partition --dataset synthetic-products --parts 4 --method metis-coarse --out parts/
     pyg-dist train --dataset cora --root data --parts 4 --model gcn
     torchrun --nproc-per-node 4 -m pyg_dist.cli train --dataset synthetic --parts 4
+    pyg-dist check --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 10.0.0.1 \
+        --parts-dir parts
 
 ``train`` spawns its ranks itself (or joins the group when started under
-torchrun) and ends its output with one JSON line of results.
+torchrun) and ends its output with one JSON line of results. ``check`` tests
+one machine of a multi-host job before its torchrun starts.
 """
 from __future__ import annotations
 
@@ -26,19 +29,22 @@ from pyg_dist.partition.cut import METHODS
 
 __all__ = ["main", "build_parser"]
 
+DEFAULT_PARTS = 4
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyg-dist", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def graph_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--dataset", default="synthetic", choices=list(DATASETS),
+        p.add_argument("--dataset", default=None, choices=list(DATASETS),
                        help="graph to use (default: the embedded seeded synthetic graph); "
                             "synthetic-arxiv and synthetic-products are seeded graphs shaped "
                             "like ogbn-arxiv and ogbn-products")
         p.add_argument("--root", default=None,
                        help="folder holding Planetoid data as <root>/Cora/raw/...")
-        p.add_argument("--parts", type=int, default=4, help="number of parts = ranks")
+        p.add_argument("--parts", type=int, default=None,
+                       help="number of parts = ranks (default: 4, or torchrun's world size)")
         p.add_argument("--method", default="metis", choices=list(METHODS),
                        help="how to cut: metis, random, or metis-coarse (METIS on a graph "
                             "contracted by label propagation: far less memory on large graphs)")
@@ -67,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--weight-decay", type=float, default=5e-4)
     train.add_argument("--halo", default="exact", metavar="POLICY",
                        help="halo policy: exact | cached | stale:K | pipelined[:SMOOTHING] | "
-                            "adaptive:TOL | sampled:P | isolated (default: exact)")
+                            "adaptive:TOL | sampled:P | isolated | auto (default: exact)")
+    train.add_argument("--eval-halo", default="exact", metavar="POLICY",
+                       help="halo policy of evaluation, spelled like --halo (default: exact)")
     train.add_argument("--compress", default=None, choices=["fp16", "bf16", "int8"],
                        help="compress halo messages")
     train.add_argument("--no-input-cache", action="store_true",
@@ -77,14 +85,24 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
                        help="write a checkpoint every N epochs")
     train.add_argument("--resume", action="store_true",
-                       help="continue from the last checkpoint in --checkpoint")
+                       help="continue from the last checkpoint in --checkpoint if there is one "
+                            "(the same command serves the first start and every restart)")
     train.add_argument("--eval-every", type=int, default=1, metavar="N",
-                       help="evaluate every N epochs (evaluation is exact and costs traffic)")
+                       help="evaluate every N epochs (evaluation costs traffic too)")
     train.add_argument("--log-every", type=int, default=0,
                        help="print the epoch's ledger totals every N epochs (0: never)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--timeout", type=float, default=None,
                        help="seconds after which the spawned ranks are stopped")
+
+    check = sub.add_parser("check", help="check this machine before torchrun starts a "
+                                         "multi-host job (same flags as its torchrun)")
+    check.add_argument("--nnodes", type=int, required=True)
+    check.add_argument("--node-rank", type=int, required=True)
+    check.add_argument("--nproc-per-node", type=int, default=1)
+    check.add_argument("--master-addr", required=True)
+    check.add_argument("--master-port", type=int, default=29500)
+    check.add_argument("--parts-dir", default=None, help="this machine's partition folder")
     return parser
 
 
@@ -94,14 +112,27 @@ def main(argv: list[str] | None = None) -> int:
         meta = _partition(args, Path(args.out), overwrite=args.overwrite)
         print(json.dumps(_meta_summary(meta)))
         return 0
+    if args.command == "check":
+        return _check_command(args)
     return _train_command(args)
+
+
+def _check_command(args: argparse.Namespace) -> int:
+    from pyg_dist.preflight import check_host
+
+    checks = check_host(args.nnodes, args.node_rank, args.nproc_per_node, args.master_addr,
+                        args.master_port, args.parts_dir)
+    for check in checks:
+        print(check)
+    return 0 if all(c.ok for c in checks) else 1
 
 
 def _load_graph(args: argparse.Namespace) -> Any:
     from pyg_dist.datasets import load_dataset
 
-    if args.dataset.startswith("synthetic"):
-        return load_dataset(args.dataset, seed=args.seed, num_nodes=args.num_nodes,
+    dataset = args.dataset or "synthetic"
+    if dataset.startswith("synthetic"):
+        return load_dataset(dataset, seed=args.seed, num_nodes=args.num_nodes,
                             avg_degree=args.avg_degree)
     return load_dataset(args.dataset, args.root)
 
@@ -110,8 +141,8 @@ def _partition(args: argparse.Namespace, out: Path, overwrite: bool = False) -> 
     import pyg_dist
 
     data = _load_graph(args)
-    return pyg_dist.partition(data, args.parts, out, method=args.method, seed=args.seed,
-                              overwrite=overwrite)
+    return pyg_dist.partition(data, args.parts or DEFAULT_PARTS, out, method=args.method,
+                              seed=args.seed, overwrite=overwrite)
 
 
 def _meta_summary(meta: Any) -> dict[str, Any]:
@@ -133,23 +164,29 @@ def _train_command(args: argparse.Namespace) -> int:
     from pyg_dist.halo import parse_policy
 
     parse_policy(args.halo, args.compress)  # a bad spec fails here, before any rank starts
+    parse_policy(args.eval_halo)
     if (args.resume or args.checkpoint_every) and not args.checkpoint:
         raise SystemExit("--resume and --checkpoint-every need --checkpoint DIR")
     start = time.perf_counter()
     under_torchrun = env.under_torchrun()
     config = vars(args).copy()
+    if args.dataset is None and args.parts_dir is None:
+        config["dataset"] = "synthetic"  # what is partitioned; unknown for a given folder
     if under_torchrun:
-        pyg_dist.init()
-        try:
-            result = _train_joined(config)
-        finally:
-            pyg_dist.shutdown()  # a group left for interpreter exit can abort the process
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        # record: torchrun's summary of a failed job shows this rank's error.
+        result = record(_run_joined)(config)
     else:
+        if args.parts is None:
+            args.parts = _folder_parts(args.parts_dir) if args.parts_dir else DEFAULT_PARTS
+        config["parts"] = args.parts
         with tempfile.TemporaryDirectory(prefix="pyg_dist-parts-") as tmp:
             parts_dir = args.parts_dir or str(Path(tmp) / "parts")
             if args.parts_dir is None:
                 meta = _partition(args, Path(parts_dir))
-                print(f"partitioned {args.dataset}: {_meta_summary(meta)}", file=sys.stderr)
+                print(f"partitioned {config['dataset']}: {_meta_summary(meta)}",
+                      file=sys.stderr)
             config["parts_dir"] = parts_dir
             result = pyg_dist.launch(_train_rank, args.parts, args=(config,),
                                      timeout=args.timeout)[0]
@@ -159,17 +196,56 @@ def _train_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _folder_parts(parts_dir: str) -> int:
+    from pyg_dist.partition.io import read_meta
+
+    return read_meta(parts_dir).num_parts
+
+
+def _run_joined(config: dict[str, Any]) -> dict[str, Any] | None:
+    import pyg_dist
+    from pyg_dist.peers import PeerLost
+
+    pyg_dist.init()
+    try:
+        return _train_joined(config)
+    except PeerLost as exc:
+        _exit_now(exc)
+    finally:
+        pyg_dist.shutdown()  # a group left for interpreter exit can abort the process
+    return None
+
+
+def _exit_now(exc: BaseException) -> None:
+    """Reports ``exc`` (here and to torchrun) and exits at once: tearing down
+    connections to unreachable peers can hold a process for seconds."""
+    import traceback
+
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    import pyg_dist
+
+    traceback.print_exc()
+    get_error_handler().record_exception(exc)
+    pyg_dist.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
 def _train_joined(config: dict[str, Any]) -> dict[str, Any] | None:
     """Under torchrun: rank 0 partitions (unless a folder is given), all train."""
     from pyg_dist import distributed
 
+    world = distributed.world_size()
+    if config["parts"] is not None and config["parts"] != world:
+        raise ValueError(
+            f"'pyg-dist train' got --parts {config['parts']} but torchrun started {world} ranks "
+            f"(--nnodes times --nproc-per-node); pass --parts {world} (or leave it out), or "
+            f"start {config['parts']} ranks"
+        )
+    config["parts"] = world
     if config["parts_dir"] is None:
-        world = distributed.world_size()
-        if config["parts"] != world:
-            raise SystemExit(
-                f"--parts {config['parts']} but torchrun started {world} ranks; pass --parts "
-                f"{world}"
-            )
         # One machine: ranks share torchrun's agent as parent, hence one folder.
         # Across machines, partition once on shared storage and pass --parts-dir.
         parts_dir = Path(tempfile.gettempdir()) / f"pyg_dist-parts-{os.getppid()}"
@@ -192,6 +268,7 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
     from pyg_dist.train import train
 
     policy = parse_policy(config["halo"], config["compress"], not config["no_input_cache"])
+    eval_policy = parse_policy(config["eval_halo"])
     data = pyg_dist.DistData.load(config["parts_dir"], halo=policy)
     if data.meta.num_classes is None:
         raise SystemExit(f"'{config['parts_dir']}' has no class labels (integer 'y'); "
@@ -214,22 +291,40 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
     result = train(model, data, epochs=config["epochs"], lr=config["lr"],
                    weight_decay=config["weight_decay"], progress=not config["no_progress"],
                    callback=log, checkpoint=config["checkpoint"],
-                   checkpoint_every=config["checkpoint_every"], resume=config["resume"],
-                   eval_every=config["eval_every"])
+                   checkpoint_every=config["checkpoint_every"], resume=_resume(config),
+                   eval_every=config["eval_every"], eval_halo=eval_policy)
     if rank != 0:
         return None
     return {
         **result.summary(),
         "dataset": config["dataset"],
         "parts": distributed.world_size(),
-        "method": config["method"],
+        "method": data.meta.method,
         "model": config["model"],
         "layers": config["layers"],
         "hidden": config["hidden"],
         "halo": policy.spec(),
+        "eval_halo": eval_policy.spec(),
         "compress": config["compress"],
         "input_cache": not config["no_input_cache"],
     }
+
+
+def _resume(config: dict[str, Any]) -> bool:
+    """``--resume``: continue from the last checkpoint when there is one, else
+    start at epoch 1 (so that torchrun's restarts and the first start share
+    one command line). Collective."""
+    from pyg_dist import distributed
+    from pyg_dist.checkpoint import find_checkpoint
+
+    if not config["resume"]:
+        return False
+    epoch = find_checkpoint(config["checkpoint"])
+    if distributed.rank() == 0:
+        print(f"no checkpoint in '{config['checkpoint']}' yet: starting at epoch 1"
+              if epoch is None else f"resuming from the checkpoint of epoch {epoch} in "
+              f"'{config['checkpoint']}'", file=sys.stderr, flush=True)
+    return epoch is not None
 
 
 if __name__ == "__main__":

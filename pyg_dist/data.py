@@ -223,9 +223,7 @@ class DistData:
             group (torch.distributed.ProcessGroup, optional): The group whose ranks
                 hold the parts. (default: the default group)
         """
-        meta = read_meta(out_dir)
-        rank = _check_rank(out_dir, meta, rank, group)
-        content = read_part(out_dir, rank, meta)
+        meta, rank, content = _read(out_dir, rank, group)
         _check_same_partitioning(meta, group)
         graph = content["graph"]
         plan = HaloPlan.from_pointers(
@@ -242,6 +240,20 @@ class DistData:
         return data.to(device) if device.type != "cpu" else data
 
 
+def _read(out_dir: Any, rank: int | None, group: Any) -> tuple[PartitionMeta, int, Any]:
+    """This rank's metadata and part, read by every rank on its own machine;
+    if any rank cannot, every rank raises one error that lists them all."""
+    error: Exception | None = None
+    try:
+        meta = read_meta(out_dir)
+        rank = _check_rank(out_dir, meta, rank, group)
+        content = read_part(out_dir, rank, meta)
+    except (OSError, ValueError) as exc:
+        error = exc
+    distributed.raise_together(error, f"'DistData.load' of '{out_dir}'", group)
+    return meta, rank, content  # type: ignore[return-value]
+
+
 def _check_rank(out_dir: Any, meta: PartitionMeta, rank: int | None, group: Any) -> int:
     if distributed.is_initialized():
         world, me = distributed.world_size(group), distributed.rank(group)
@@ -249,7 +261,8 @@ def _check_rank(out_dir: Any, meta: PartitionMeta, rank: int | None, group: Any)
             raise ValueError(
                 f"'DistData.load' found {meta.num_parts} partitions in '{out_dir}' but the "
                 f"process group has {world} ranks; re-partition with num_parts={world} or "
-                f"launch {meta.num_parts} ranks"
+                f"launch {meta.num_parts} ranks (under torchrun: --nnodes times "
+                f"--nproc-per-node)"
             )
         rank = me if rank is None else rank
     elif rank is None:

@@ -13,13 +13,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_dist import env
+from pyg_dist import env, peers
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "world_size", "is_distributed", "default_device",
     "collective_device", "all_reduce", "all_reduce_with_grad", "all_reduce_values", "broadcast",
-    "barrier", "differing_ranks", "sync_tensors", "all_reduce_gradients", "host_store",
-    "DEFAULT_TIMEOUT",
+    "barrier", "differing_ranks", "all_gather_objects", "raise_together", "sync_tensors",
+    "all_reduce_gradients", "host_store", "DEFAULT_TIMEOUT",
 ]
 
 #: Collectives that wait longer than this raise instead of hanging (seconds).
@@ -55,10 +55,8 @@ def init(backend: str | None = None, timeout: float | timedelta | None = None) -
     environ = os.environ
     if backend == "nccl":
         torch.cuda.set_device(int(environ.get("LOCAL_RANK", 0)))
-    launch_store = env.launch_store()
-    if launch_store is not None:
-        host, port = launch_store.rsplit(":", 1)
-        store = dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
+    store = _store(timeout)
+    if store is not None:
         dist.init_process_group(
             backend, store=store, rank=int(environ["RANK"]),
             world_size=int(environ["WORLD_SIZE"]), timeout=timeout,
@@ -68,10 +66,30 @@ def init(backend: str | None = None, timeout: float | timedelta | None = None) -
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
                                 timeout=timeout)
+    if is_distributed():
+        peers.publish(all_gather_objects, rank(), timeout.total_seconds())
+
+
+def _store(timeout: timedelta) -> Any:
+    """The store of :func:`pyg_dist.launch`'s ranks, or the store of torchrun's
+    agent with a prefix per restart (so that the workers of a restart never
+    read the addresses of the ones they replace), else :obj:`None`."""
+    launch_store = env.launch_store()
+    if launch_store is not None:
+        host, port = launch_store.rsplit(":", 1)
+        return dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
+    environ = os.environ
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and "MASTER_ADDR" in environ:
+        agent = dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]),
+                              is_master=False, timeout=timeout)
+        restart = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        return dist.PrefixStore(f"pyg_dist/restart_{restart}", agent)
+    return None
 
 
 def shutdown() -> None:
     """Destroys the default process group if there is one."""
+    peers.close()
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -116,7 +134,8 @@ def all_reduce(tensor: Tensor, op: str = "sum", group: Group = None) -> Tensor:
         return tensor
     ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
     buffer = tensor.to(collective_device(group))
-    dist.all_reduce(buffer, op=ops[op], group=group)
+    with peers.guard("all_reduce"):
+        dist.all_reduce(buffer, op=ops[op], group=group)
     return buffer.to(tensor.device)
 
 
@@ -153,14 +172,16 @@ def broadcast(tensor: Tensor, group: Group = None) -> Tensor:
         return tensor
     buffer = tensor.to(collective_device(group))
     src = dist.get_global_rank(group, 0) if group is not None else 0
-    dist.broadcast(buffer, src=src, group=group)
+    with peers.guard("broadcast"):
+        dist.broadcast(buffer, src=src, group=group)
     return buffer.to(tensor.device)
 
 
 def barrier(group: Group = None) -> None:
     """Waits for every rank of ``group``."""
     if is_distributed(group):
-        dist.barrier(group=group)
+        with peers.guard("barrier"):
+            dist.barrier(group=group)
 
 
 def differing_ranks(value: int, group: Group = None) -> list[int]:
@@ -170,8 +191,53 @@ def differing_ranks(value: int, group: Group = None) -> list[int]:
         return []
     mine = torch.tensor([value], dtype=torch.long, device=collective_device(group))
     gathered = [torch.empty_like(mine) for _ in range(world_size(group))]
-    dist.all_gather(gathered, mine, group=group)
+    with peers.guard("all_gather"):
+        dist.all_gather(gathered, mine, group=group)
     return [r for r, other in enumerate(gathered) if not torch.equal(other, mine)]
+
+
+def all_gather_objects(obj: Any, group: Group = None) -> list[Any]:
+    """Every rank's ``obj`` (picklable), in rank order; ``[obj]`` in a group of one."""
+    if not is_distributed(group):
+        return [obj]
+    gathered: list[Any] = [None] * world_size(group)
+    with peers.guard("all_gather_object"):
+        dist.all_gather_object(gathered, obj, group=group)
+    return gathered
+
+
+def raise_together(error: BaseException | None, what: str, group: Group = None) -> None:
+    """A check every rank makes on its own (its part file, its checkpoint),
+    failed together: if any rank passes an ``error``, every rank raises one
+    error listing each failing rank, its host and its message, so that no
+    rank waits in the next collective for one that gave up. The error has
+    the type of this rank's error, else that of the first failing rank when
+    it is a built-in exception, else :class:`RuntimeError`. In a group of
+    one, ``error`` itself is raised."""
+    if not is_distributed(group):
+        if error is not None:
+            raise error
+        return
+    mine = None if error is None else (type(error).__name__, str(error))
+    reports = all_gather_objects(mine, group)
+    failed = [(r, report) for r, report in enumerate(reports) if report is not None]
+    if not failed:
+        return
+    lines = "\n".join(f"  {peers.name(r)}: {message}" for r, (_, message) in failed)
+    message = f"{what} failed on {len(failed)} of {len(reports)} ranks:\n{lines}"
+    kind = type(error) if error is not None else _builtin(failed[0][1][0])
+    try:
+        exc = kind(message)
+    except Exception:
+        exc = RuntimeError(message)
+    raise exc from error
+
+
+def _builtin(name: str) -> type[BaseException]:
+    import builtins
+
+    kind = getattr(builtins, name, None)
+    return kind if isinstance(kind, type) and issubclass(kind, Exception) else RuntimeError
 
 
 def sync_tensors(tensors: Iterable[Tensor], group: Group = None) -> None:

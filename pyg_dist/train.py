@@ -16,7 +16,7 @@ from pyg_dist import distributed
 from pyg_dist.checkpoint import load_checkpoint, save_checkpoint
 
 __all__ = ["train", "evaluate", "TrainResult", "EpochStats", "sync_parameters",
-           "all_reduce_gradients", "global_loss"]
+           "all_reduce_gradients", "global_loss", "halo_choices"]
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 
@@ -47,14 +47,16 @@ class EpochStats:
 
 @dataclass
 class TrainResult:
-    """What :func:`train` returns: the history and the test accuracy at the epoch
-    of best validation accuracy."""
+    """What :func:`train` returns: the history, the test accuracy at the epoch
+    of best validation accuracy, and what policies that choose for themselves
+    (:class:`~pyg_dist.halo.Auto`) chose per layer, predicted and measured."""
 
     history: list[EpochStats] = field(default_factory=list)
     best_epoch: int = 0
     val_acc: float = 0.0
     test_acc: float = 0.0
     seconds: float = 0.0
+    halo_choices: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def epochs(self) -> int:
@@ -84,6 +86,7 @@ class TrainResult:
             "overlap_fraction": round(overlapped / (comm + overlapped), 4)
             if comm + overlapped > 0 else 0.0,
             "seconds": round(self.seconds, 3),
+            **({"halo_choices": self.halo_choices} if self.halo_choices else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,6 +106,7 @@ def train(
     checkpoint_every: int = 0,
     resume: bool = False,
     eval_every: int = 1,
+    eval_halo: Any = None,
 ) -> TrainResult:
     r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` (or a
     plain PyG ``Data`` in one process).
@@ -111,8 +115,9 @@ def train(
     (each rank sums over its own and divides by the global count) and sums
     parameter gradients across ranks, so with exact halos a step equals the
     single-process step on the whole graph. Parameters start from rank 0's
-    values. After each step the model is evaluated (exactly, whatever the halo
-    policy); accuracies are global. The returned ``test_acc`` is taken at the
+    values. After each step the model is evaluated (exactly unless
+    ``eval_halo`` says otherwise, whatever the training policy); accuracies
+    are global. The returned ``test_acc`` is taken at the
     epoch of best validation accuracy. Rank 0 shows a tqdm bar.
 
     Args:
@@ -139,8 +144,13 @@ def train(
         eval_every (int, optional): Evaluate every this many epochs (and after
             the last); epochs in between repeat the last accuracies and are not
             candidates for the best epoch. (default: :obj:`1`)
+        eval_halo (HaloPolicy or str, optional): Halo policy of evaluation (a
+            policy or its spec, e.g. ``"exact,compress=int8"``); :obj:`None`
+            is exact. Evaluation traffic is booked as ``halo_bytes_eval``.
+            (default: :obj:`None`)
     """
     _check_data(data)
+    _set_halo_plan(data, eval_halo, epochs)
     sync_parameters(model)
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     if (resume or checkpoint_every) and checkpoint is None:
@@ -184,7 +194,50 @@ def train(
         bar.close()
     if hasattr(getattr(data, "edge_index", None), "flush"):
         data.edge_index.flush()
+    if ledger is not None:
+        result.halo_choices = halo_choices(ledger, result.history)
     return result
+
+
+def halo_choices(ledger: Any, history: list[EpochStats]) -> dict[str, dict[str, Any]]:
+    """The choices policies booked in the ledger's notes (per layer: the
+    policy, predicted bytes of all ranks and seconds of the average rank),
+    with what was measured since (bytes sent by all ranks, seconds waited by
+    the average rank), and the graph's predicted against measured epoch
+    seconds. Collective."""
+    layers = {k.split("/", 1)[1]: note for k, note in sorted(ledger.notes.items())
+              if "/" in k and "predicted_bytes" in note}
+    if not layers:
+        return {}
+    ranks = distributed.world_size()
+    out: dict[str, dict[str, Any]] = {}
+    for layer, note in layers.items():
+        totals = ledger.layer_totals(layer, note["from_step"])
+        sent, waited = distributed.all_reduce_values([totals["bytes_sent"], totals["seconds"]])
+        out[layer] = {**note, "measured_bytes": int(sent),
+                      "measured_seconds": round(waited / ranks, 6)}
+    graph = ledger.notes.get("auto", {})
+    if "compute" in graph:
+        after = [e.seconds for e in history if e.epoch > graph["decided_at"] + 1]
+        predicted = graph["compute"] + sum(n["predicted_seconds"] / max(n["steps"], 1)
+                                           for n in layers.values())
+        out["epoch"] = {"bandwidth": round(graph["bandwidth"]), "compute": graph["compute"],
+                        "predicted_seconds": round(predicted, 6),
+                        "measured_seconds": round(sum(after) / max(len(after), 1), 6)}
+    return out
+
+
+def _set_halo_plan(data: Any, eval_halo: Any, epochs: int) -> None:
+    """Tells the graph's halo registry the evaluation policy and the planned steps."""
+    registry = getattr(getattr(data, "edge_index", None), "registry", None)
+    if registry is None:
+        return
+    if isinstance(eval_halo, str):
+        from pyg_dist.halo import parse_policy
+
+        eval_halo = parse_policy(eval_halo)
+    registry.eval_default = eval_halo
+    registry.planned_steps = epochs
 
 
 def _last_accuracies(result: TrainResult) -> tuple[float, float, float]:

@@ -117,7 +117,8 @@ def test_checkpoint_files_are_complete(tmp_path):
           checkpoint_every=2)
     assert json.loads((tmp_path / "ck" / "latest.json").read_text()) == {"epoch": 4,
                                                                           "world_size": 1}
-    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["latest.json", "rank_0.pt"]
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["latest.json", "rank_0.prev.pt",
+                                                                 "rank_0.pt"]
     with pytest.raises(ValueError, match="needs checkpoint=<folder>"):
         train(model, data, epochs=1, progress=False, resume=True)
     with pytest.raises(FileNotFoundError, match="no complete checkpoint"):

@@ -39,3 +39,30 @@ def test_non_finite_loss_raises():
     data.x[0, 0] = float("inf")
     with pytest.raises(FloatingPointError, match="not finite"):
         train(GNN("gcn", 4, 8, 3), data, epochs=1, progress=False)
+
+
+def eval_traffic(parts):
+    import pyg_dist
+
+    out = {}
+    for spec in ("exact", "exact,compress=int8", "isolated"):
+        data = pyg_dist.DistData.load(parts)
+        torch.manual_seed(0)
+        model = GNN("gcn", 16, 8, 3)
+        result = train(model, data, epochs=3, progress=False, eval_halo=spec)
+        out[spec] = {"eval": result.total("halo_bytes_eval"),
+                     "train": result.total("halo_bytes_fwd") + result.total("halo_bytes_bwd"),
+                     "weights": [p.detach().clone() for p in model.parameters()]}
+    return out
+
+
+def test_eval_halo_sets_evaluation_traffic_alone(tmp_path):
+    import pyg_dist
+
+    pyg_dist.partition(awkward_graph(num_features=16), 2, tmp_path / "parts")
+    runs = pyg_dist.launch(eval_traffic, 2, args=(str(tmp_path / "parts"),), timeout=300)[0]
+    exact, int8, isolated = runs["exact"], runs["exact,compress=int8"], runs["isolated"]
+    assert isolated["eval"] == 0 < int8["eval"] < exact["eval"]
+    assert exact["train"] == int8["train"] == isolated["train"] > 0
+    for ours, ref in zip(isolated["weights"], exact["weights"]):  # training is untouched
+        assert torch.equal(ours, ref)

@@ -10,14 +10,18 @@ policy                    what crosses the network each training step
 ``Adaptive(tol)``         blocks that drifted past ``tol`` (or got too old)
 ``Sampled(p)``            a fraction ``p`` of boundary nodes
 ``Isolated()``            nothing (only the gradient all-reduce)
+``Auto()``                per layer, what a cost model measured in the first
+                          steps picks (exact, or stale + int8; caching or not)
 ========================  =====================================================
 
 Any policy takes ``compress="fp16" | "bf16" | "int8"``. A policy is set per
 layer (``DistGCNConv(..., halo=Stale(every=4))``) or as the default of a
-graph (``DistData.load(..., halo=...)``). Evaluation (``model.eval()``) always
-exchanges exactly, so accuracy measures the weights a policy trained.
+graph (``DistData.load(..., halo=...)``). Evaluation (``model.eval()``)
+exchanges exactly unless the graph's registry sets an ``eval_default``
+(``train(..., eval_halo=...)``), so accuracy measures the weights a policy trained.
 """
 from pyg_dist.halo.adaptive import Adaptive
+from pyg_dist.halo.auto import Auto
 from pyg_dist.halo.cache import HaloCache
 from pyg_dist.halo.cached import Cached
 from pyg_dist.halo.comm import TRANSPORTS, exchange_rows
@@ -43,6 +47,7 @@ __all__ = [
     "Adaptive",
     "Sampled",
     "Isolated",
+    "Auto",
     "HaloPolicy",
     "HaloRows",
     "PolicyState",

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_dist import env
+from pyg_dist import env, peers
 
 __all__ = ["exchange_rows", "PendingRows", "TRANSPORTS", "default_transport", "MAX_TAG"]
 
@@ -40,8 +40,9 @@ class PendingRows:
     send: Tensor | None = None  # kept alive until the exchange completes
 
     def wait(self) -> Tensor:
-        for work in self.works:
-            work.wait()
+        with peers.guard("halo exchange"):
+            for work in self.works:
+                work.wait()
         self.works = []
         return self.recv
 
@@ -76,12 +77,13 @@ def exchange_rows(
         return PendingRows(recv, []) if async_op else recv
     transport = transport or default_transport(group)
     send = send.contiguous()
-    if transport == "p2p":
-        works = _p2p(send, recv, send_counts, recv_counts, group, tag)
-    elif transport == "all_to_all":
-        works = _all_to_all(send, recv, send_counts, recv_counts, group)
-    else:
+    if transport not in TRANSPORTS:
         raise ValueError(f"unknown transport '{transport}'; use one of {', '.join(TRANSPORTS)}")
+    with peers.guard("halo exchange"):
+        if transport == "p2p":
+            works = _p2p(send, recv, send_counts, recv_counts, group, tag)
+        else:
+            works = _all_to_all(send, recv, send_counts, recv_counts, group)
     pending = PendingRows(recv, works, send)
     return pending if async_op else pending.wait()
 

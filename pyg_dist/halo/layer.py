@@ -52,10 +52,17 @@ class HaloRegistry:
     Args:
         default (HaloPolicy, optional): Policy of the layers that set none;
             :obj:`None` is :class:`Exact`. (default: :obj:`None`)
+        eval_default (HaloPolicy, optional): Policy of every layer in
+            evaluation; :obj:`None` is :class:`Exact` (with the input caching
+            of the layer's training policy). (default: :obj:`None`)
     """
 
-    def __init__(self, default: HaloPolicy | None = None) -> None:
+    def __init__(self, default: HaloPolicy | None = None,
+                 eval_default: HaloPolicy | None = None) -> None:
         self.default = default
+        self.eval_default = eval_default
+        #: Training steps planned in all (set by :func:`pyg_dist.train.train`).
+        self.planned_steps: int | None = None
         self.layers: dict[tuple[str, str], LayerState] = {}
         self.tracker = InputTracker()
         self.dropout = DropoutState()
@@ -120,9 +127,9 @@ def _key(name: str, mode: str) -> str:
 
 class LayerHalo:
     r"""The halo of one layer call: the layer's policy (its own, else the
-    graph's default, else :class:`Exact`; exact in evaluation, whatever
-    trained the weights), its state on this graph, and whether its input is
-    static.
+    graph's default, else :class:`Exact`; in evaluation the graph's
+    ``eval_default``, else exact, whatever trained the weights), its state on
+    this graph, and whether its input is static.
 
     Layers use it in two steps: :meth:`is_static` on the raw input (to decide
     whether to aggregate before transforming), then :meth:`fetch`. An input
@@ -141,7 +148,8 @@ class LayerHalo:
         registry: HaloRegistry = edge_index.registry
         policy = policy or registry.default or Exact()
         if not training:
-            policy = Exact(compress=None, cache_inputs=policy.cache_inputs)
+            policy = registry.eval_default or Exact(compress=None,
+                                                    cache_inputs=policy.cache_inputs)
         self.policy, self.name, self.edge_index = policy, name, edge_index
         self.mode = "train" if training else "eval"
         self.direction = "fwd" if training else "eval"
@@ -149,19 +157,21 @@ class LayerHalo:
         self.tracker = registry.tracker
         channel = edge_index.channel
         self.ctx = FetchContext(channel, name, self.layer.state, self.layer.static,
-                                channel.ledger.step, self.direction)
+                                channel.ledger.step, self.direction, edge_index,
+                                registry.planned_steps)
         self.dropped: DroppedInput | None = None
 
-    def is_static(self, x: Tensor) -> bool:
+    def is_static(self, x: Tensor, out_width: int | None = None) -> bool:
         """Whether ``x`` is the unchanged, grad-free input of this layer's
         previous call (or, right after a restart, has the content of the input
-        whose halo the restored state caches) and the policy caches such inputs."""
+        whose halo the restored state caches) and the policy caches such inputs
+        (``out_width``, the layer's output width, helps it decide)."""
         dropped = dropped_input(x, self.edge_index)
         source = x if dropped is None else dropped.source
         seen = self.tracker.is_static((self.name, self.mode), source)
         if seen is None and self.layer.fingerprint is not None:
             seen = self.layer.fingerprint == fingerprint(source)
-        static = bool(seen) and self.policy.cache_inputs
+        static = bool(seen) and self.policy.caches_input(source, self.ctx, out_width)
         if not static:
             self.layer.static.reset()
             self.layer.fingerprint = None

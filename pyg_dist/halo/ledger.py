@@ -48,10 +48,13 @@ class Ledger:
 
     The training loop advances :attr:`step` once per optimisation step
     (:meth:`next_step`); exchanges add to the entry of the current step.
+    :attr:`notes` holds what policies decided, per layer (e.g.
+    :class:`~pyg_dist.halo.Auto`'s choice with its predicted bytes and time).
     """
 
     step: int = 0
     entries: dict[tuple[int, str, str], LedgerEntry] = field(default_factory=dict)
+    notes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def next_step(self) -> int:
         self.step += 1
@@ -94,11 +97,25 @@ class Ledger:
             out.setdefault(key, 0.0)
         return dict(out)
 
+    def layer_totals(self, layer: str, since: int = 0) -> dict[str, float]:
+        """Training traffic of ``layer`` (forward and backward) from step
+        ``since`` on: ``bytes_sent``, ``seconds`` (blocked) and ``steps`` seen."""
+        out = {"bytes_sent": 0.0, "seconds": 0.0}
+        steps = set()
+        for (s, name, direction), e in self.entries.items():
+            if name == layer and direction != "eval" and s >= since:
+                out["bytes_sent"] += e.bytes_sent
+                out["seconds"] += e.seconds
+                steps.add(s)
+        out["steps"] = float(len(steps))
+        return out
+
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "rows": self.rows()}
+        return {"step": self.step, "rows": self.rows(), "notes": self.notes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
         self.entries = {
             (r["step"], r["layer"], r["direction"]): LedgerEntry(**r) for r in state["rows"]
         }
+        self.notes = dict(state.get("notes", {}))

@@ -72,7 +72,9 @@ class PolicyState:
 class FetchContext:
     """One call of a policy: the channel, the layer's ledger name, the
     policy's state for the layer, the cache of the layer's static input, the
-    training step and the ledger direction (``"fwd"`` or ``"eval"``)."""
+    training step, the ledger direction (``"fwd"`` or ``"eval"``), the graph
+    (:class:`~pyg_dist.DistEdgeIndex`) and the training steps planned in all
+    (:obj:`None` when unknown)."""
 
     channel: HaloChannel
     layer: str
@@ -80,6 +82,8 @@ class FetchContext:
     static: HaloCache
     step: int
     direction: str = "fwd"
+    graph: Any = None
+    planned_steps: int | None = None
 
     def exchange(self, x: Tensor, codec: Codec | None) -> Tensor:
         """Every halo row of ``x``, exchanged exactly and differentiably."""
@@ -123,6 +127,13 @@ class HaloPolicy:
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         """The halo rows of ``x`` (``[num_owned, F]``) for this step."""
         raise NotImplementedError
+
+    def caches_input(self, x: Tensor, ctx: FetchContext, out_width: int | None = None) -> bool:
+        """Whether a layer whose input ``x`` did not change since its previous
+        call (``out_width``: the layer's output width, if it tells) fetches that
+        input's halo once (:meth:`fetch_static`) instead of exchanging rows
+        every step: ``cache_inputs``, the same for every layer."""
+        return self.cache_inputs
 
     def fetch_static(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         """The halo of an input that has not changed since the previous call:

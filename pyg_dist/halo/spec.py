@@ -1,7 +1,8 @@
 """Policies from their spelling (the CLI's ``--halo``, the JSON line's ``halo``):
 ``NAME[:PRIMARY][,KEY=VALUE...]``, e.g. ``exact``, ``cached``, ``stale:4``,
 ``stale:4,stale_grads=drop``, ``pipelined:0.5``, ``adaptive:0.05,max_staleness=4``,
-``sampled:0.1,seed=3``, ``isolated``, ``exact,compress=int8``.
+``sampled:0.1,seed=3``, ``isolated``, ``exact,compress=int8``, ``auto``,
+``auto,max_staleness=2``.
 :meth:`HaloPolicy.spec` writes this spelling; :func:`parse_policy` reads it back
 into an equal policy."""
 from __future__ import annotations
@@ -10,6 +11,7 @@ import inspect
 from typing import Any
 
 from pyg_dist.halo.adaptive import Adaptive
+from pyg_dist.halo.auto import Auto
 from pyg_dist.halo.cached import Cached
 from pyg_dist.halo.exact import Exact
 from pyg_dist.halo.isolated import Isolated
@@ -22,10 +24,10 @@ __all__ = ["parse_policy", "SPECS", "POLICIES"]
 
 #: Policy classes by spec name.
 POLICIES: dict[str, type[HaloPolicy]] = {
-    cls.name: cls for cls in (Exact, Cached, Stale, Pipelined, Adaptive, Sampled, Isolated)
+    cls.name: cls for cls in (Exact, Cached, Stale, Pipelined, Adaptive, Sampled, Isolated, Auto)
 }
 SPECS = ("exact", "cached", "stale:K", "pipelined[:SMOOTHING]", "adaptive:TOL", "sampled:P",
-         "isolated")
+         "isolated", "auto")
 
 
 def parse_policy(spec: str, compress: str | None = None, cache_inputs: bool = True) -> HaloPolicy:
@@ -39,10 +41,11 @@ def parse_policy(spec: str, compress: str | None = None, cache_inputs: bool = Tr
         raise ValueError(f"unknown halo policy '{spec}'; use one of {', '.join(SPECS)}")
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     kwargs: dict[str, Any] = {}
-    if "compress" in accepted:
+    if "compress" in accepted and compress is not None:
         kwargs["compress"] = compress
     if "cache_inputs" in accepted:
-        kwargs["cache_inputs"] = cache_inputs
+        if not cache_inputs:
+            kwargs["cache_inputs"] = False
     elif compress is not None:
         raise ValueError(f"bad halo policy '{spec}': '{name}' sends no halo, so it takes no "
                          f"compression")

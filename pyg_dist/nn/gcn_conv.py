@@ -101,7 +101,7 @@ class DistGCNConv(DistLayer, GCNConv):
         """The owned rows of the layer on a partitioned graph."""
         check_distributed(self, x, REDUCTIONS)
         halo = LayerHalo(edge_index, edge_index.registry.name(self), self.halo, self.training)
-        static = halo.is_static(x)
+        static = halo.is_static(x, self.out_channels)
         # A static input's halo is cached: aggregate it before transforming.
         if not static and x.size(-1) > self.out_channels:
             out = self._aggregate(self.lin(x), edge_index, edge_weight, halo, False)

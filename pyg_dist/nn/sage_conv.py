@@ -96,7 +96,7 @@ class DistSAGEConv(DistLayer, SAGEConv):
         x_src = self.lin(x).relu() if self.project else x
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
         halo = LayerHalo(edge_index, edge_index.registry.name(self), self.halo, self.training)
-        static = halo.is_static(x_src)
+        static = halo.is_static(x_src, self.out_channels)
         # mean/sum commute with the transform: the narrower side travels, unless
         # the input is static (its halo is cached).
         weight = self.lin_l.weight

@@ -190,11 +190,14 @@ def _linker_flags() -> list[str]:
 
 
 def _build_key(sources: list[Path], flags: list[str]) -> str:
-    """A short hash of the sources, the flags and the torch version: builds of
-    different checkouts or torch installs that share a cache never overwrite
-    each other."""
+    """A short hash of the sources (their paths and contents), the flags and
+    the torch version: builds of different checkouts or torch installs that
+    share a cache never overwrite each other. (The paths count: torch's build
+    files name them, so two checkouts of equal sources sharing one name
+    rebuilt each other's extension, a minute or more each time.)"""
     digest = hashlib.sha1(" ".join([torch.__version__, *flags]).encode())
     for source in sources:
+        digest.update(str(source.resolve()).encode())
         digest.update(source.read_bytes())
     return digest.hexdigest()[:10]
 

@@ -151,7 +151,12 @@ def read_part(out_dir: str | os.PathLike, p: int, meta: PartitionMeta) -> dict[s
     path = Path(out_dir) / part_file(p)
     fix = f"re-create the folder with pyg_dist.partition(..., num_parts={meta.num_parts})"
     if not path.is_file():
-        raise FileNotFoundError(f"part {p} is missing from '{out_dir}' (no {path.name}); {fix}")
+        raise FileNotFoundError(
+            f"part {p} is missing from '{out_dir}' (no {path.name}): every machine needs "
+            f"{META_FILE} and the part files of its own ranks (rank r loads part_r.pt; under "
+            f"torchrun, node n with k ranks per node runs ranks n*k to n*k+k-1); copy "
+            f"{path.name} there from the folder pyg_dist.partition wrote, or {fix}"
+        )
     if p >= len(meta.part_sha256) or _sha256(path) != meta.part_sha256[p]:
         raise ValueError(
             f"part {p} in '{out_dir}' is corrupted or from another partitioning "

@@ -1,0 +1,291 @@
+"""Epoch time under a real network: every halo policy on hosts joined by shaped
+links (network namespaces, tc tbf), against the same ranks on one host.
+
+    sudo python benchmarks/cluster.py [--datasets cora community] [--hosts 2 4]
+        [--links 1gbit 10gbit loopback] [--seeds 3] [--epochs-cora 200]
+        [--epochs-community 20] [--community-nodes 200000] [--eval-every 5]
+        [--policies LABEL ...] [--json out.json]
+
+For each dataset and host count H the graph is cut into H parts with METIS;
+each host holds meta.json and its own part and runs one rank under torchrun
+(``--nnodes H --nproc-per-node 1``). ``loopback`` runs the same H ranks on one
+host. One row per policy: test accuracy (mean over seeds, at the best
+validation epoch) and its difference to exact, training halo bytes per epoch
+(both directions, all ranks), median epoch time and its ratio to exact in the
+same run, and the fraction of communication time hidden behind compute.
+``auto`` adds its choice per layer. The baseline is measured in the same run.
+
+Datasets: ``cora`` (the Planetoid files shipped in tests/data) and
+``community``, a seeded graph of communities of power-law sizes with
+heavy-tailed degrees (:func:`community`; METIS cuts 5-8% of its edges).
+Needs root and iproute2 (see :mod:`pyg_dist.testing.cluster`).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+#: The Cora raw files shipped with the tests.
+CORA_ROOT = Path(__file__).resolve().parents[1] / "tests" / "data"
+
+# (label, policy spec, compression, cache static inputs)
+POLICIES = [
+    ("exact, no input cache", "exact", None, False),
+    ("exact", "exact", None, True),
+    ("exact + int8", "exact", "int8", True),
+    ("stale:4 + int8", "stale:4", "int8", True),
+    ("pipelined", "pipelined", None, True),
+    ("pipelined + int8", "pipelined", "int8", True),
+    ("sampled:0.1", "sampled:0.1", None, True),
+    ("isolated", "isolated", None, True),
+    ("auto", "auto", None, True),
+]
+EXACT = "exact"
+#: Model per dataset: (hidden width, layers).
+MODELS = {"cora": (16, 2), "community": (128, 2)}
+
+
+def community(num_nodes=200_000, num_classes=10, num_features=128, avg_degree=12.0,
+              inside=0.9, purity=0.8, signal=0.1, min_size=40, max_size=4000, seed=0):
+    """Communities of power-law sizes (``min_size`` to ``max_size``), seeded.
+
+    Each node has a Pareto-distributed activity (heavy-tailed degrees); each of
+    its edges stays inside its community with probability ``inside`` (to a
+    uniform member) and otherwise goes to a node drawn by activity. Each
+    community has a main class that ``purity`` of its nodes carry (the others
+    a uniform class); features are the class centroid times ``signal`` plus
+    unit noise, so features alone classify poorly and neighbours help.
+    Splits: 10% train, 10% validation, 80% test.
+    """
+    from torch_geometric.data import Data
+    from torch_geometric.utils import coalesce
+
+    g = torch.Generator().manual_seed(seed)
+    sizes = _community_sizes(num_nodes, min_size, max_size, g)
+    start = torch.cumsum(sizes, 0) - sizes
+    comm = torch.repeat_interleave(torch.arange(sizes.numel()), sizes)
+    main = torch.randint(0, num_classes, (sizes.numel(),), generator=g)
+    y = torch.where(torch.rand(num_nodes, generator=g) < purity, main[comm],
+                    torch.randint(0, num_classes, (num_nodes,), generator=g))
+    activity = (1 - torch.rand(num_nodes, generator=g)).pow(-1 / 1.5)  # Pareto, exponent 2.5
+    num_edges = int(num_nodes * avg_degree / 2)
+    src = torch.multinomial(activity, num_edges, replacement=True, generator=g)
+    c = comm[src]
+    member = start[c] + (torch.rand(num_edges, generator=g) * sizes[c]).long()
+    anyone = torch.multinomial(activity, num_edges, replacement=True, generator=g)
+    dst = torch.where(torch.rand(num_edges, generator=g) < inside, member, anyone)
+    keep = src != dst
+    perm = torch.randperm(num_nodes, generator=g)  # ids carry no community order
+    src, dst = perm[src[keep]], perm[dst[keep]]
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(num_nodes)
+    y = y[inverse]
+    edge_index = coalesce(torch.stack([torch.cat([src, dst]), torch.cat([dst, src])]),
+                          num_nodes=num_nodes)
+    centroids = torch.randn(num_classes, num_features, generator=g)
+    x = signal * centroids[y] + torch.randn(num_nodes, num_features, generator=g)
+    order = torch.randperm(num_nodes, generator=g)
+    masks = [torch.zeros(num_nodes, dtype=torch.bool) for _ in range(3)]
+    tenth = num_nodes // 10
+    masks[0][order[:tenth]] = True
+    masks[1][order[tenth:2 * tenth]] = True
+    masks[2][order[2 * tenth:]] = True
+    return Data(x=x, y=y, edge_index=edge_index, train_mask=masks[0], val_mask=masks[1],
+                test_mask=masks[2])
+
+
+def _community_sizes(num_nodes, min_size, max_size, g):
+    """Power-law (exponent 2) sizes in [min_size, max_size] summing to num_nodes."""
+    sizes, total = [], 0
+    while total < num_nodes:
+        u = torch.rand(4096, generator=g)
+        drawn = (min_size / (1 - u * (1 - min_size / max_size))).long()
+        sizes.append(drawn)
+        total += int(drawn.sum())
+    sizes = torch.cat(sizes)
+    last = int(torch.searchsorted(torch.cumsum(sizes, 0), torch.tensor(num_nodes)))
+    sizes = sizes[: last + 1].clone()
+    sizes[-1] -= int(sizes.sum()) - num_nodes
+    return sizes[sizes > 0]
+
+
+# -- on every rank (under torchrun) ---------------------------------------------------------
+
+def worker(args):
+    """Every policy and seed on this rank's part; rank 0 prints one JSON row each."""
+    import pyg_dist
+    from pyg_dist.halo import parse_policy
+    from pyg_dist.models import GNN
+    from pyg_dist.train import train
+
+    pyg_dist.init()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    hidden, layers = args.hidden, args.layers
+    chosen = [p for p in POLICIES if p[0] in args.policies]
+    for seed in range(args.seeds):  # seeds outside: a change of machine load hits every policy
+        for label, spec, compress, cache in chosen:
+            data = pyg_dist.DistData.load(args.parts_dir, halo=parse_policy(spec, compress, cache))
+            torch.manual_seed(seed)
+            model = GNN("gcn", data.x.size(1), hidden, data.meta.num_classes, layers=layers)
+            torch.manual_seed(seed * 1000 + data.rank)
+            result = train(model, data, epochs=args.epochs, progress=False,
+                           eval_every=args.eval_every)
+            summary = result.summary()
+            if data.rank == 0:
+                print("ROW " + json.dumps({
+                    "policy": label, "seed": seed, "test_acc": result.test_acc,
+                    "train_bytes": (summary["halo_bytes_fwd"] + summary["halo_bytes_bwd"])
+                    / result.epochs,
+                    "eval_bytes": summary["halo_bytes_eval"] / result.epochs,
+                    "epoch_s": statistics.median(e.seconds for e in result.history[1:]),
+                    "comm_s": summary["comm_seconds"] / result.epochs,
+                    "overlap": summary["overlap_fraction"],
+                    "choices": summary.get("halo_choices", {}),
+                }), flush=True)
+    pyg_dist.shutdown()
+
+
+# -- the driver -----------------------------------------------------------------------------
+
+def load_graph(name, args, tmp):
+    if name == "cora":
+        from pyg_dist.datasets import planetoid
+
+        copy = Path(tmp) / "planetoid"
+        shutil.copytree(Path(args.cora_root) / "Cora" / "raw", copy / "Cora" / "raw")
+        return planetoid("cora", copy), args.epochs_cora
+    if name == "community":
+        return community(num_nodes=args.community_nodes), args.epochs_community
+    raise SystemExit(f"unknown --datasets entry '{name}'; use cora or community")
+
+
+def run_job(dataset, hosts, link, parts, epochs, seeds, args):
+    """One torchrun job on a fresh testbed: every policy and seed."""
+    from pyg_dist.testing.cluster import Cluster
+
+    loopback = link == "loopback"
+    hidden, layers = MODELS[dataset]
+    worker_args = [str(Path(__file__).resolve()), "--worker", "--parts-dir", "parts",
+                   "--epochs", str(epochs), "--seeds", str(seeds), "--eval-every",
+                   str(args.eval_every), "--hidden", str(hidden), "--layers", str(layers),
+                   "--policies", *args.policies]
+    with Cluster(hosts=1 if loopback else hosts, rate=None if loopback else link) as cluster:
+        per_host = hosts if loopback else 1
+        cluster.distribute(parts, nproc_per_node=per_host)
+        command = cluster.torchrun(worker_args, nproc_per_node=per_host)
+        results = cluster.run(command, env={"OMP_NUM_THREADS": "1",
+                                            "PYG_DIST_TIMEOUT": "1800"}, timeout=6 * 3600)
+    for r in results:
+        if not r.ok:
+            raise SystemExit(f"{dataset} on {hosts} hosts, {link}: {r.describe()}")
+    return [json.loads(line[4:]) for line in results[0].stdout.splitlines()
+            if line.startswith("ROW ")]
+
+
+def table(dataset, hosts, link, rows):
+    """Prints one table; returns its lines as dicts."""
+    by_policy = {}
+    for row in rows:
+        by_policy.setdefault(row["policy"], []).append(row)
+    exact = by_policy[EXACT]
+    exact_acc = statistics.mean(r["test_acc"] for r in exact)
+    exact_time = statistics.median(r["epoch_s"] for r in exact)
+    print(f"\n{dataset}, {hosts} host(s) x 1 rank, {link}; {len(exact)} seed(s); "
+          f"load {_load()}", flush=True)
+    print("| policy | test acc | Δ acc | train MB/epoch | epoch s | vs exact | overlap | "
+          "choice |\n|---|---|---|---|---|---|---|---|")
+    lines = []
+    for label, runs in by_policy.items():
+        acc = statistics.mean(r["test_acc"] for r in runs)
+        epoch = statistics.median(r["epoch_s"] for r in runs)
+        line = {
+            "dataset": dataset, "hosts": hosts, "link": link, "policy": label,
+            "test_acc": acc, "delta": acc - exact_acc, "seeds": [r["test_acc"] for r in runs],
+            "train_mb": statistics.mean(r["train_bytes"] for r in runs) / 1e6,
+            "epoch_s": epoch, "ratio": epoch / exact_time,
+            "comm_s": statistics.median(r["comm_s"] for r in runs),
+            "overlap": statistics.mean(r["overlap"] for r in runs),
+            "choice": _choice(runs[0]["choices"]), "choices": runs[0]["choices"],
+        }
+        lines.append(line)
+        print(f"| {label} | {100 * acc:.2f}% | {100 * line['delta']:+.2f} | "
+              f"{line['train_mb']:.3f} | {epoch:.3f} | {line['ratio']:.2f}x | "
+              f"{100 * line['overlap']:.0f}% | {line['choice']} |", flush=True)
+    return lines
+
+
+def _choice(choices):
+    layers = {k: v for k, v in choices.items() if k != "epoch"}
+    return "; ".join(f"{k}: {v['choice']}" for k, v in layers.items())
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _load():
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", nargs="+", default=["cora", "community"])
+    parser.add_argument("--hosts", nargs="+", type=int, default=[2, 4])
+    parser.add_argument("--links", nargs="+", default=["1gbit", "10gbit", "loopback"])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds-other-links", type=int, default=None,
+                        help="seeds for links other than the first (default: --seeds)")
+    parser.add_argument("--cora-root", default=str(CORA_ROOT))
+    parser.add_argument("--community-nodes", type=int, default=200_000)
+    parser.add_argument("--epochs-cora", type=int, default=200)
+    parser.add_argument("--epochs-community", type=int, default=20)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--policies", nargs="+", default=[p[0] for p in POLICIES])
+    parser.add_argument("--json", default=None, help="write the table rows here")
+    # on the ranks
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--parts-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--hidden", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--layers", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    signal.signal(signal.SIGTERM, _interrupt)  # tear the testbed down on kill, as on Ctrl-C
+    if EXACT not in args.policies:
+        args.policies.append(EXACT)
+    import pyg_dist
+
+    lines = []
+    print(f"start: load {_load()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="pyg_dist-bench-") as tmp:
+        for dataset in args.datasets:
+            data, epochs = load_graph(dataset, args, tmp)
+            for hosts in args.hosts:
+                parts = Path(tmp) / f"{dataset}-{hosts}"
+                meta = pyg_dist.partition(data, hosts, parts, method="metis")
+                print(f"\n{dataset}: {data.num_nodes} nodes, {data.num_edges} edges, "
+                      f"{epochs} epochs, model {MODELS[dataset]}; {hosts} parts, METIS cut "
+                      f"{meta.edge_cut / meta.num_edges:.1%} of edges, halo {meta.halo_sizes}",
+                      flush=True)
+                for i, link in enumerate(args.links):
+                    seeds = args.seeds if i == 0 else (args.seeds_other_links or args.seeds)
+                    start = time.time()
+                    rows = run_job(dataset, hosts, link, parts, epochs, seeds, args)
+                    lines += table(dataset, hosts, link, rows)
+                    print(f"({time.time() - start:.0f} s)", flush=True)
+                    if args.json:
+                        Path(args.json).write_text(json.dumps(lines, indent=1))
+    print(f"end: load {_load()}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""``Auto``: its cost model on given measurements, and its decisions on real
+gloo ranks (one decision for all ranks, applied as chosen, kept across a
+checkpoint)."""
+import pytest
+import torch
+from graphs import awkward_graph
+from tolerances import assert_close
+
+import pyg_dist
+from pyg_dist.halo import Auto, Stale, parse_policy
+from pyg_dist.halo.auto import _tau
+
+#: Rows one exchange moves (busiest rank), forward, and the sums over ranks.
+ROWS = {"moved": 2000.0, "fwd": 1000.0, "sent_fwd": 1500.0, "sent_bwd": 1500.0}
+GBIT = {"latency": 1e-4, "bandwidth": 125e6, "compute": 0.5}
+
+
+def test_spec_round_trip_and_bad_arguments():
+    assert parse_policy("auto") == Auto() and Auto().spec() == "auto"
+    for policy in (Auto(max_staleness=2), Auto(compress=None), Auto(epochs=50, warmup=4),
+                   Auto(cache_inputs=False)):
+        assert parse_policy(policy.spec()) == policy
+    assert parse_policy("auto", compress="fp16").codec.name == "fp16"
+    with pytest.raises(ValueError, match="warmup >= 2"):
+        Auto(warmup=1)
+    with pytest.raises(ValueError, match="max_staleness >= 1"):
+        parse_policy("auto,max_staleness=0")
+
+
+def test_negligible_exchange_stays_exact():
+    # 2 x 1e-4 s + 2000 rows x 64 B / 125 MB/s = 1.2 ms < 1% of 500 ms
+    assert Auto().exchange_plan(16, ROWS, GBIT) == (None, 1)
+    assert Auto(negligible=0.001).exchange_plan(16, ROWS, GBIT) == ("int8", 2)
+
+
+def test_costly_exchange_gets_int8_then_the_least_staleness_that_hides_it():
+    slow = {**GBIT, "compute": 0.25}
+    # fp32 rows of 256: 2 x 1e-4 + 2000 x 1024 / 125e6 = 16.6 ms > 2.5 ms budget;
+    # int8: 2000 x 260 / 125e6 + 2e-4 = 4.4 ms -> 1.8 budgets -> every 2
+    assert Auto().exchange_plan(256, ROWS, slow) == ("int8", 2)
+    assert Auto().exchange_plan(256, ROWS, {**slow, "bandwidth": 12.5e6}) == ("int8", 4)
+    assert Auto(max_staleness=2).exchange_plan(256, ROWS, {**slow, "bandwidth": 12.5e6}) \
+        == ("int8", 2)
+    # without compression the staleness alone must hide 16.6 ms: 6.6 budgets -> 4 (cap)
+    assert Auto(compress=None).exchange_plan(256, ROWS, slow) == (None, 4)
+
+
+def test_caching_a_wide_input_pays_only_over_many_steps_or_slow_aggregation():
+    auto = Auto()
+    cheap = {16: 1e-4, 1433: 1e-4}  # aggregation costs the same at any width
+    costly = {16: 1e-4, 1433: 5e-3}  # aggregating 1433 columns: 50x the time
+    # once: 1000 rows x 5732 B / 125 MB/s = 46 ms; exchanging 16 columns: ~0.5 ms a step
+    assert auto.cache_pays(1433, 16, ROWS, GBIT, None, 1, 200, cheap)
+    assert not auto.cache_pays(1433, 16, ROWS, GBIT, None, 1, 20, cheap)
+    assert not auto.cache_pays(1433, 16, ROWS, GBIT, None, 1, 200, costly)
+    assert auto.cache_pays(64, 128, ROWS, GBIT, None, 1, 1, costly)  # narrower: always
+
+
+def test_prediction_counts_every_refresh_and_both_directions():
+    auto = Auto()
+    predicted = auto.predict(ROWS, 16, "int8", 4, 10, GBIT, once=False)
+    assert predicted["predicted_bytes"] == 3 * (1500 + 1500) * 20  # ceil(10 / 4) refreshes
+    assert predicted["predicted_seconds"] == pytest.approx(3 * _tau(2000, 20, GBIT))
+    once = auto.predict(ROWS, 1433, None, 1, 10, GBIT, once=True)
+    assert once["predicted_bytes"] == 1500 * 4 * 1433
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=None, hidden=8):
+    """Trains a 2-layer GCN (input 48 columns) with Auto(warmup=2) on a link
+    the probe is told to see."""
+    import pyg_dist.halo.auto as auto_module
+    from pyg_dist.models import GNN
+    from pyg_dist.train import train
+
+    auto_module._probe_link = lambda ctx: link
+    data = pyg_dist.DistData.load(parts, halo=Auto(warmup=2, epochs=planned))
+    torch.manual_seed(0)
+    model = GNN("gcn", data.x.size(1), hidden, 3, dropout=0.5)
+    torch.manual_seed(1000 + data.rank)
+
+    def stop(stats):
+        if stats.epoch == fail_at:
+            raise Interrupted(f"stopped at epoch {stats.epoch}")
+
+    try:
+        result = train(model, data, epochs=epochs, progress=False, callback=stop,
+                       checkpoint=ckpt, checkpoint_every=2 if ckpt else 0, resume=resume)
+    except Interrupted:
+        return None
+    return {
+        "choices": result.halo_choices,
+        "skipped": data.ledger.totals()["skipped"],
+        "state": {k: v.clone() for k, v in model.state_dict().items()},
+    }
+
+
+def body(parts, ckpt):
+    slow = (0.0, 1e4)  # 10 kB/s: every exchange is expensive
+    fast = (0.0, 1e12)
+    out = {"fast": _run(parts, fast, 6), "slow": _run(parts, slow, 8),
+           "narrow": _run(parts, slow, 4, hidden=64)}
+    _run(parts, slow, 8, ckpt=ckpt, fail_at=5)
+    out["resumed"] = _run(parts, (0.0, 1e12), 8, ckpt=ckpt, resume=True)  # the link changed
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("auto")
+    pyg_dist.partition(awkward_graph(num_nodes=240, num_edges=1400, num_features=48), 2,
+                       root / "parts")
+    return pyg_dist.launch(body, 2, args=(str(root / "parts"), str(root / "ckpt")),
+                           timeout=600)
+
+
+def test_every_rank_makes_the_same_choice(results):
+    for run in ("slow", "fast"):
+        mine, theirs = results[0][run]["choices"], results[1][run]["choices"]
+        assert {k: v for k, v in mine.items() if k != "epoch"} == \
+            {k: v for k, v in theirs.items() if k != "epoch"}  # epoch times are each rank's
+
+
+def test_fast_link_stays_exact_slow_link_compresses_and_skips(results):
+    fast, slow = results[0]["fast"]["choices"], results[0]["slow"]["choices"]
+    # on a free link only aggregation time decides whether layer 0 caches its input
+    assert fast["convs.0"]["choice"] in ("exact", "exact,cache_inputs=false")
+    assert fast["convs.1"]["choice"] == "exact"
+    # 48 input columns against 8 transformed ones over 6 remaining steps of a slow link
+    assert not slow["convs.0"]["cache_input"]
+    assert slow["convs.0"]["choice"] == Stale(4, compress="int8", cache_inputs=False).spec()
+    assert slow["convs.1"]["choice"] == Stale(4, compress="int8").spec()
+    assert results[0]["slow"]["skipped"] > results[0]["fast"]["skipped"]
+    for layer in ("convs.0", "convs.1"):  # bytes follow from the plan: predicted exactly
+        assert slow[layer]["measured_bytes"] == slow[layer]["predicted_bytes"] > 0
+    for layer in ("convs.0", "convs.1"):
+        assert fast[layer]["measured_bytes"] == fast[layer]["predicted_bytes"] > 0
+    assert fast["epoch"]["bandwidth"] == 1e12 and "measured_seconds" in fast["epoch"]
+
+
+def test_resume_keeps_the_choice_and_ends_with_the_uninterrupted_weights(results):
+    for rank in range(2):
+        resumed, straight = results[rank]["resumed"], results[rank]["slow"]
+        assert resumed["choices"]["convs.1"]["choice"] == straight["choices"]["convs.1"]["choice"]
+        for name, value in straight["state"].items():
+            assert_close(resumed["state"][name], value, what=f"rank {rank}: {name}")
+
+
+def test_an_input_no_wider_than_the_output_is_cached_from_the_start(results):
+    layer = results[0]["narrow"]["choices"]["convs.0"]  # 48 columns in, 64 out
+    assert layer["choice"] == "exact" and layer["cache_input"] and layer["from_step"] == 1
+    assert layer["measured_bytes"] == layer["predicted_bytes"] > 0  # the one fetch

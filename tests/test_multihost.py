@@ -1,0 +1,170 @@
+"""Training across hosts, as a user runs it: torchrun on every host of a
+testbed of network namespaces with 1 Gbit/s links, each host holding only
+meta.json and its own parts. Needs root and iproute2 (CI has both); skipped,
+with the reason, where the machine cannot make network namespaces."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from graphs import CORA_RAW
+from tolerances import assert_close
+
+import pyg_dist
+from pyg_dist.datasets import planetoid
+from pyg_dist.testing.cluster import Cluster, netem_reason, unavailable_reason
+
+pytestmark = pytest.mark.skipif(bool(unavailable_reason()),
+                                reason=f"no network namespaces: {unavailable_reason()}")
+
+EPOCHS, EVERY = 20, 5
+TRAIN = ["-m", "pyg_dist.cli", "train", "--parts-dir", "parts", "--epochs", str(EPOCHS),
+         "--no-progress", "--checkpoint", "ckpt", "--checkpoint-every", str(EVERY),
+         "--eval-every", str(EVERY)]
+ENV = {"OMP_NUM_THREADS": "1", "PYG_DIST_TIMEOUT": "20"}
+
+
+@pytest.fixture(scope="module")
+def cora_parts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cora")
+    shutil.copytree(CORA_RAW, root / "Cora" / "raw")
+    data = planetoid("cora", root)
+    return {n: pyg_dist.partition(data, n, root / f"parts{n}") and root / f"parts{n}"
+            for n in (2, 4)}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster(hosts=2, rate="1gbit") as testbed:
+        yield testbed
+
+
+@pytest.fixture(scope="module")
+def two_by_two(cluster, cora_parts, tmp_path_factory):
+    """The uninterrupted 2-host x 2-rank run and the same command on one host,
+    whose 4 ranks pyg-dist spawns itself: their JSON lines and final weights."""
+    cluster.distribute(cora_parts[4], nproc_per_node=2)
+    results = cluster.run(cluster.torchrun(TRAIN, nproc_per_node=2), env=ENV, timeout=300)
+    for r in results:
+        assert r.ok, r.describe()
+    local = tmp_path_factory.mktemp("one_host")
+    args = TRAIN[2:]
+    args[args.index("parts")] = str(cora_parts[4])
+    args[args.index("ckpt")] = str(local / "ckpt")
+    one_host = subprocess.run([sys.executable, "-m", "pyg_dist.cli", *args], capture_output=True,
+                              text=True, env={**os.environ, **ENV}, timeout=300)
+    assert one_host.returncode == 0, one_host.stderr[-3000:]
+    return {"hosts": (_json(results[0].stdout), _weights(cluster.hosts[0].workdir / "ckpt")),
+            "one_host": (_json(one_host.stdout), _weights(local / "ckpt"))}
+
+
+def _json(stdout):
+    return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+
+
+def _weights(ckpt):
+    return torch.load(Path(ckpt) / "rank_0.pt", weights_only=True)["model"]
+
+
+def _clean(cluster, *names):
+    for host in cluster.hosts:
+        for name in names:
+            shutil.rmtree(host.workdir / name, ignore_errors=True)
+
+
+def test_two_hosts_equal_one_host(two_by_two):
+    """2 hosts x 2 ranks end with the test accuracy and the weights of the
+    same command on one host."""
+    (result, weights), (reference, expected) = two_by_two["hosts"], two_by_two["one_host"]
+    assert result["parts"] == reference["parts"] == 4 and result["epochs"] == EPOCHS
+    assert result["test_acc"] == reference["test_acc"]
+    for name, value in expected.items():
+        assert_close(weights[name], value, what=name)
+
+
+def test_link_cut_names_the_lost_peer(cluster, cora_parts):
+    """Host 1's link goes down mid-epoch: every rank exits within the
+    timeout with an error naming the peer it lost."""
+    timeout = 10
+    cluster.distribute(cora_parts[2], nproc_per_node=1, name="parts2")
+    cut = []
+
+    def cut_after_a_few_epochs(testbed, procs):
+        log = testbed.hosts[0].workdir / "stderr.log"
+        deadline = time.monotonic() + 120
+        while "epoch    3" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cut.append(time.monotonic())
+        testbed.cut(1)
+
+    command = cluster.torchrun(["-m", "pyg_dist.cli", "train", "--parts-dir", "parts2",
+                                "--epochs", "100000", "--no-progress", "--log-every", "1"])
+    try:
+        results = cluster.run(command, env={**ENV, "PYG_DIST_TIMEOUT": str(timeout)},
+                              timeout=180, during=cut_after_a_few_epochs)
+    finally:
+        cluster.restore(1)
+    ended = time.monotonic()
+    assert cut, "training never reached epoch 3"
+    for r in results:
+        assert not r.timed_out and r.returncode != 0, r.describe()
+    # The blocked exchange waits `timeout`, the peers get 2 s to answer.
+    assert ended - cut[0] < timeout + 8, f"ranks exited {ended - cut[0]:.1f} s after the cut"
+    host0, host1 = (r.stderr for r in results)
+    assert "PeerLost" in host0 and "rank 1 on host1 (198.18.0.2) did not answer" in host0
+    assert "PeerLost" in host1 and "rank 0 on host0 (198.18.0.1) did not answer" in host1
+
+
+def test_killed_rank_restarts_from_checkpoint(cluster, cora_parts, two_by_two):
+    """A worker on host 1 is killed after the first checkpoint; torchrun
+    restarts every worker, they resume from the checkpoint and end with the
+    weights of the uninterrupted run."""
+    _clean(cluster, "ckpt")
+    cluster.distribute(cora_parts[4], nproc_per_node=2)
+    killed = []
+
+    def kill_a_worker(testbed, procs):
+        latest = testbed.hosts[1].workdir / "ckpt" / "latest.json"
+        deadline = time.monotonic() + 120
+        while not latest.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for pid in testbed.pids(1):
+            if b"LOCAL_RANK=" in Path(f"/proc/{pid}/environ").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+
+    command = cluster.torchrun([*TRAIN, "--resume"], nproc_per_node=2, max_restarts=1)
+    results = cluster.run(command, env=ENV, timeout=300, during=kill_a_worker)
+    assert killed, "no worker was found to kill"
+    for r in results:
+        assert r.ok, r.describe()
+    assert "resuming from the checkpoint of epoch" in results[0].stderr
+    uninterrupted, expected = two_by_two["hosts"]
+    weights = _weights(cluster.hosts[0].workdir / "ckpt")
+    for name, value in expected.items():
+        assert_close(weights[name], value, what=name)
+    assert _json(results[0].stdout)["test_acc"] == uninterrupted["test_acc"]
+
+
+@pytest.mark.skipif(bool(netem_reason()), reason=f"no packet loss: {netem_reason()}")
+def test_one_percent_loss_same_result(cora_parts, two_by_two):
+    """1% loss on every link: TCP retransmits, training ends with the same
+    weights, only slower."""
+    with Cluster(hosts=2, rate="1gbit", loss="1%") as lossy:
+        lossy.distribute(cora_parts[4], nproc_per_node=2)
+        results = lossy.run(lossy.torchrun(TRAIN, nproc_per_node=2), env=ENV, timeout=600)
+        for r in results:
+            assert r.ok, r.describe()
+        weights = _weights(lossy.hosts[0].workdir / "ckpt")
+    uninterrupted, expected = two_by_two["hosts"]
+    for name, value in expected.items():
+        assert_close(weights[name], value, what=name)
+    result = _json(results[0].stdout)
+    print(f"1% loss: {result['seconds']:.1f} s against {uninterrupted['seconds']:.1f} s")
