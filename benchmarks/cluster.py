@@ -16,8 +16,9 @@ same run, and the fraction of communication time hidden behind compute.
 ``auto`` adds its choice per layer. The baseline is measured in the same run.
 
 Datasets: ``cora`` (the Planetoid files shipped in tests/data) and
-``community``, a seeded graph of communities of power-law sizes with
-heavy-tailed degrees (:func:`community`; METIS cuts 5-8% of its edges).
+``community``, the arxiv-shaped seeded community graph of
+:mod:`pyg_dist.datasets` resized to ``--community-nodes`` (heavy-tailed
+degrees, communities of power-law sizes; METIS cuts 8-12% of its edges).
 Needs root and iproute2 (see :mod:`pyg_dist.testing.cluster`).
 """
 import argparse
@@ -51,70 +52,6 @@ POLICIES = [
 EXACT = "exact"
 #: Model per dataset: (hidden width, layers).
 MODELS = {"cora": (16, 2), "community": (128, 2)}
-
-
-def community(num_nodes=200_000, num_classes=10, num_features=128, avg_degree=12.0,
-              inside=0.9, purity=0.8, signal=0.1, min_size=40, max_size=4000, seed=0):
-    """Communities of power-law sizes (``min_size`` to ``max_size``), seeded.
-
-    Each node has a Pareto-distributed activity (heavy-tailed degrees); each of
-    its edges stays inside its community with probability ``inside`` (to a
-    uniform member) and otherwise goes to a node drawn by activity. Each
-    community has a main class that ``purity`` of its nodes carry (the others
-    a uniform class); features are the class centroid times ``signal`` plus
-    unit noise, so features alone classify poorly and neighbours help.
-    Splits: 10% train, 10% validation, 80% test.
-    """
-    from torch_geometric.data import Data
-    from torch_geometric.utils import coalesce
-
-    g = torch.Generator().manual_seed(seed)
-    sizes = _community_sizes(num_nodes, min_size, max_size, g)
-    start = torch.cumsum(sizes, 0) - sizes
-    comm = torch.repeat_interleave(torch.arange(sizes.numel()), sizes)
-    main = torch.randint(0, num_classes, (sizes.numel(),), generator=g)
-    y = torch.where(torch.rand(num_nodes, generator=g) < purity, main[comm],
-                    torch.randint(0, num_classes, (num_nodes,), generator=g))
-    activity = (1 - torch.rand(num_nodes, generator=g)).pow(-1 / 1.5)  # Pareto, exponent 2.5
-    num_edges = int(num_nodes * avg_degree / 2)
-    src = torch.multinomial(activity, num_edges, replacement=True, generator=g)
-    c = comm[src]
-    member = start[c] + (torch.rand(num_edges, generator=g) * sizes[c]).long()
-    anyone = torch.multinomial(activity, num_edges, replacement=True, generator=g)
-    dst = torch.where(torch.rand(num_edges, generator=g) < inside, member, anyone)
-    keep = src != dst
-    perm = torch.randperm(num_nodes, generator=g)  # ids carry no community order
-    src, dst = perm[src[keep]], perm[dst[keep]]
-    inverse = torch.empty_like(perm)
-    inverse[perm] = torch.arange(num_nodes)
-    y = y[inverse]
-    edge_index = coalesce(torch.stack([torch.cat([src, dst]), torch.cat([dst, src])]),
-                          num_nodes=num_nodes)
-    centroids = torch.randn(num_classes, num_features, generator=g)
-    x = signal * centroids[y] + torch.randn(num_nodes, num_features, generator=g)
-    order = torch.randperm(num_nodes, generator=g)
-    masks = [torch.zeros(num_nodes, dtype=torch.bool) for _ in range(3)]
-    tenth = num_nodes // 10
-    masks[0][order[:tenth]] = True
-    masks[1][order[tenth:2 * tenth]] = True
-    masks[2][order[2 * tenth:]] = True
-    return Data(x=x, y=y, edge_index=edge_index, train_mask=masks[0], val_mask=masks[1],
-                test_mask=masks[2])
-
-
-def _community_sizes(num_nodes, min_size, max_size, g):
-    """Power-law (exponent 2) sizes in [min_size, max_size] summing to num_nodes."""
-    sizes, total = [], 0
-    while total < num_nodes:
-        u = torch.rand(4096, generator=g)
-        drawn = (min_size / (1 - u * (1 - min_size / max_size))).long()
-        sizes.append(drawn)
-        total += int(drawn.sum())
-    sizes = torch.cat(sizes)
-    last = int(torch.searchsorted(torch.cumsum(sizes, 0), torch.tensor(num_nodes)))
-    sizes = sizes[: last + 1].clone()
-    sizes[-1] -= int(sizes.sum()) - num_nodes
-    return sizes[sizes > 0]
 
 
 # -- on every rank (under torchrun) ---------------------------------------------------------
@@ -163,7 +100,10 @@ def load_graph(name, args, tmp):
         shutil.copytree(Path(args.cora_root) / "Cora" / "raw", copy / "Cora" / "raw")
         return planetoid("cora", copy), args.epochs_cora
     if name == "community":
-        return community(num_nodes=args.community_nodes), args.epochs_community
+        from pyg_dist.datasets import community_graph, preset
+
+        config = preset("synthetic-arxiv", num_nodes=args.community_nodes)
+        return community_graph(config, seed=0), args.epochs_community
     raise SystemExit(f"unknown --datasets entry '{name}'; use cora or community")
 
 
