@@ -93,7 +93,14 @@ class DistEdgeIndex:
 
     def restrict(self, halo_mask: Tensor) -> tuple[DistEdgeIndex, Tensor]:
         """The local graph without the edges from halo rows absent in
-        ``halo_mask`` (``[num_halo]`` bool), and the ``[num_edges]`` mask of kept edges."""
+        ``halo_mask`` (``[num_halo]`` bool), and the ``[num_edges]`` mask of kept edges.
+        The graph of the owned nodes alone (no halo row kept, as under
+        ``Isolated``) is built once and reused, with what it caches."""
+        if not bool(halo_mask.any()):
+            return self.cached("owned_only", lambda: self._restrict(halo_mask))
+        return self._restrict(halo_mask)
+
+    def _restrict(self, halo_mask: Tensor) -> tuple[DistEdgeIndex, Tensor]:
         remote = self.col >= self.num_owned
         keep = ~remote
         keep[remote] = halo_mask[self.col[remote] - self.num_owned]
