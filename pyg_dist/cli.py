@@ -204,11 +204,15 @@ def _folder_parts(parts_dir: str) -> int:
 
 def _run_joined(config: dict[str, Any]) -> dict[str, Any] | None:
     import pyg_dist
+    from pyg_dist import distributed
     from pyg_dist.peers import PeerLost
 
     pyg_dist.init()
     try:
-        return _train_joined(config)
+        result = _train_joined(config)
+        # No rank closes its connections while a peer may still be reading.
+        distributed.barrier()
+        return result
     except PeerLost as exc:
         _exit_now(exc)
     finally:

@@ -113,6 +113,10 @@ def publish(all_gather: Callable[[Any], list[Any]], rank: int, timeout: float) -
 def close() -> None:
     """Closes the beacon and forgets the directory."""
     if _state.beacon is not None:
+        try:
+            _state.beacon.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
+        except OSError:
+            pass
         _state.beacon.close()
     _state.me, _state.beacon, _state.peers = None, None, []
 
