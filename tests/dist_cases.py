@@ -1,8 +1,11 @@
 """Oracle cases for the distributed layers, shared by the test process (which
 builds the PyG reference on the whole graph) and the ranks (which run the Dist
 layers on their parts). Everything a rank needs travels in the case dicts."""
+import contextlib
+
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch_geometric.nn import (
     MLP,
     GATConv,
@@ -18,7 +21,8 @@ from torch_geometric.nn import (
 from torch_geometric.nn.models import GCN, GIN, GraphSAGE
 
 import pyg_dist
-from pyg_dist.nn import DistGCNConv, DistSAGEConv, to_distributed
+from pyg_dist.halo.dropout import _keep
+from pyg_dist.nn import DistGCNConv, DistMessagePassing, DistSAGEConv, to_distributed
 from pyg_dist.ops import default_backend
 
 SINGLE = {"gcn": (GCNConv, DistGCNConv), "sage": (SAGEConv, DistSAGEConv)}
@@ -30,12 +34,23 @@ MODELS = {  # converted with to_distributed
     "sage2-graphnorm": lambda *a, **k: GraphSAGE(*a, norm="graph_norm", bias=False, **k),
     "gin2-layernorm": lambda *a, **k: GIN(*a, norm="layer_norm", **k),
 }
-# Layers of the generic path (to_distributed): (factory of a layer with o
+# PyG layers converted with to_distributed (the specialised twin where there
+# is one, e.g. DistGATConv, else the generic path; names ending in "-generic"
+# are wrapped in DistMessagePassing instead): (factory of a layer with o
 # output features, per-edge argument).
 GENERIC = {
     "gat": (lambda i, o: GATConv(i, o // 2, heads=2), None),
+    "gat-generic": (lambda i, o: GATConv(i, o // 2, heads=2), None),
     "gat-mean-edges": (lambda i, o: GATConv(i, o, heads=3, concat=False, edge_dim=1,
                                             residual=True), "edge_attr"),
+    "gat-mean-edges-generic": (lambda i, o: GATConv(i, o, heads=3, concat=False, edge_dim=1,
+                                                    residual=True), "edge_attr"),
+    "gat-noloops": (lambda i, o: GATConv(i, o // 2, heads=2, add_self_loops=False,
+                                         negative_slope=0.1, bias=False), None),
+    "gat-fill-add": (lambda i, o: GATConv(i, o // 2, heads=2, edge_dim=1, fill_value="add"),
+                     "edge_attr"),
+    "gat-fill-const": (lambda i, o: GATConv(i, o, edge_dim=1, fill_value=0.5), "edge_attr"),
+    "gat-dropout": (lambda i, o: GATConv(i, o // 2, heads=2, dropout=0.5), None),
     "gatv2": (lambda i, o: GATv2Conv(i, o // 2, heads=2, edge_dim=1), "edge_attr"),
     "gin": (lambda i, o: GINConv(MLP([i, 8, o], norm=None), train_eps=True), None),
     "gine": (lambda i, o: GINEConv(MLP([i, 8, o], norm=None), edge_dim=1), "edge_attr"),
@@ -99,6 +114,44 @@ def layer_cases(graph, feats_from_data):
     return cases
 
 
+#: The shared dropout seed of the attention-dropout cases (set on every rank).
+DROPOUT_SEED = 4242
+
+
+@contextlib.contextmanager
+def shared_attention_dropout(edge_index, num_nodes):
+    """PyG's GATConv on the whole graph, its attention dropout drawing the
+    masks DistGATConv draws: key ``2e`` for edge ``e`` of ``edge_index`` that
+    is not a self-loop (in order), ``2v + 1`` for the self-loop added at
+    ``v``, call 0 of :data:`DROPOUT_SEED`."""
+    from torch_geometric.nn.conv import gat_conv
+
+    loops = edge_index[0] == edge_index[1]
+    keys = torch.cat([2 * torch.nonzero(~loops).view(-1), 2 * torch.arange(num_nodes) + 1])
+
+    class Functional:
+        def __getattr__(self, name):
+            return getattr(F, name)
+
+        @staticmethod
+        def dropout(alpha, p=0.5, training=True):
+            if not training or p == 0.0:
+                return alpha
+            keep = _keep(keys, alpha.size(1), DROPOUT_SEED, 0, p)
+            return alpha * keep.to(alpha.dtype) * (1.0 / (1.0 - p))
+
+    original = gat_conv.F
+    gat_conv.F = Functional()
+    try:
+        yield
+    finally:
+        gat_conv.F = original
+
+
+def has_attention_dropout(case):
+    return case["kind"] == "generic" and case["kwargs"]["layer"].endswith("-dropout")
+
+
 def build_reference(case, num_features):
     """The PyG module of ``case`` (seeded), its input width resolved."""
     torch.manual_seed(case["seed"])
@@ -151,7 +204,10 @@ def reference(case, data):
     x, upstream = inputs(case, data)
     x = (data.x if x is None else x).clone().requires_grad_(case["x_grad"])
     state = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    out = call(module, case, x, data.edge_index, data.edge_weight if case["edge"] else None)
+    dropout = (shared_attention_dropout(data.edge_index, data.num_nodes)
+               if has_attention_dropout(case) else contextlib.nullcontext())
+    with dropout:
+        out = call(module, case, x, data.edge_index, data.edge_weight if case["edge"] else None)
     (out * upstream).sum().backward()
     return {
         "state": state,
@@ -173,9 +229,13 @@ def run_cases(dirs, cases):
             f_in = case["f_in"] or data.x.size(1)
             module = SINGLE[case["kind"]][1](f_in, case["f_out"], **case["kwargs"])
         else:
-            module = to_distributed(build_reference(case, data.x.size(1) if "x" in data.keys()
-                                                    else 0))
+            module = build_reference(case, data.x.size(1) if "x" in data.keys() else 0)
+            generic = case["kind"] == "generic" and case["kwargs"]["layer"].endswith("-generic")
+            module = DistMessagePassing(module) if generic else to_distributed(module)
         module.load_state_dict(case["state"])
+        if has_attention_dropout(case):
+            data.edge_index.registry.dropout.seed = DROPOUT_SEED
+            data.edge_index.registry.dropout.calls = 0
         x, upstream = inputs(case, data)
         x = (data.x if x is None else x[data.global_id]).clone().requires_grad_(case["x_grad"])
         weight = data.edge_weight if case["edge"] else None

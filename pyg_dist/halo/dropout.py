@@ -22,7 +22,7 @@ from torch import Tensor
 
 from pyg_dist.distributed import broadcast
 
-__all__ = ["dropout", "DroppedInput", "dropped_input", "DropoutState"]
+__all__ = ["dropout", "DroppedInput", "dropped_input", "DropoutState", "shared_scale"]
 
 _M32 = 0xFFFFFFFF
 #: Mask entries hashed at a time (a few 4 MB int32 temporaries).
@@ -98,16 +98,36 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, edge_index: Any = 
     global_id = getattr(edge_index, "global_id", None)
     if not training or p == 0.0 or global_id is None or x.dim() != 2:
         return F.dropout(x, p=p, training=training)
-    state: DropoutState = edge_index.registry.dropout
-    if state.seed is None:
-        seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)
-        state.seed = int(broadcast(seed, edge_index.channel.group))
-    made = DroppedInput(x, p, state.seed, state.calls, edge_index)
-    state.calls += 1
+    seed, call = _next_call(edge_index)
+    made = DroppedInput(x, p, seed, call, edge_index)
     out = x * made.scale(global_id.to(x.device), x.size(-1))
     if not x.requires_grad:
         setattr(out, _ATTR, made)
     return out
+
+
+def shared_scale(key: Tensor, width: int, p: float, edge_index: Any,
+                 dtype: torch.dtype = torch.float32) -> Tensor:
+    """``[len(key), width]`` dropout scales (0 for dropped entries, ``1 / (1 - p)``
+    for kept ones) of entries keyed by ``key`` (int64 ids that name the same
+    entry on every rank, e.g. an edge's), drawn like :func:`dropout`'s masks:
+    from the graph's shared seed and the next call number, so every rank
+    draws the same scale for the same key."""
+    seed, call = _next_call(edge_index)
+    made = DroppedInput(key.new_empty(0, dtype=dtype), p, seed, call, edge_index)
+    return made.scale(key, width)
+
+
+def _next_call(edge_index: Any) -> tuple[int, int]:
+    """The graph's shared seed (drawn on rank 0 and broadcast at the first
+    call) and the number of this call; counts the call."""
+    state: DropoutState = edge_index.registry.dropout
+    if state.seed is None:
+        seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)
+        state.seed = int(broadcast(seed, edge_index.channel.group))
+    call = state.calls
+    state.calls += 1
+    return state.seed, call
 
 
 def _mix(h: Tensor) -> Tensor:

@@ -1,6 +1,7 @@
 """Drop-in distributed layers."""
 from pyg_dist.halo.dropout import dropout
 from pyg_dist.nn.convert import TWINS, to_distributed
+from pyg_dist.nn.gat_conv import DistGATConv
 from pyg_dist.nn.gcn_conv import DistGCNConv
 from pyg_dist.nn.generic import EXACT, DistMessagePassing, register_exact
 from pyg_dist.nn.norm import DistBatchNorm, DistGraphNorm, DistLayerNorm
@@ -10,6 +11,7 @@ from pyg_dist.nn.twin import DistLayer
 __all__ = [
     "DistGCNConv",
     "DistSAGEConv",
+    "DistGATConv",
     "DistMessagePassing",
     "DistLayer",
     "DistBatchNorm",
