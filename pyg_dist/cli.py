@@ -5,6 +5,7 @@
     pyg-dist partition --dataset cora --root data --parts 4 --out parts/
     pyg-dist partition --dataset synthetic-products --parts 4 --method metis-coarse --out parts/
     pyg-dist train --dataset cora --root data --parts 4 --model gcn
+    pyg-dist train --dataset cora --root data --parts 4 --model gat
     torchrun --nproc-per-node 4 -m pyg_dist.cli train --dataset synthetic --parts 4
     pyg-dist check --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 10.0.0.1 \
         --parts-dir parts
@@ -27,7 +28,17 @@ from typing import Any
 from pyg_dist.datasets.load import DATASETS
 from pyg_dist.partition.cut import METHODS
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "RECIPES"]
+
+#: Defaults of ``train`` per model: the published recipes (GCN: Kipf & Welling;
+#: GAT: Velickovic et al., Cora), which SAGE and GIN share with GCN here.
+_GCN_RECIPE = {"hidden": 16, "heads": 1, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}
+RECIPES: dict[str, dict[str, Any]] = {
+    "gcn": _GCN_RECIPE,
+    "sage": _GCN_RECIPE,
+    "gat": {"hidden": 8, "heads": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4},
+    "gin": _GCN_RECIPE,
+}
 
 DEFAULT_PARTS = 4
 
@@ -64,13 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
     graph_args(train)
     train.add_argument("--parts-dir", default=None,
                        help="existing partition folder to use (default: partition first)")
-    train.add_argument("--model", default="gcn", choices=["gcn", "sage"])
+    train.add_argument("--model", default="gcn", choices=list(RECIPES),
+                       help="gcn | sage | gat | gin; the defaults of --hidden, --heads, "
+                            "--dropout, --lr and --weight-decay are the model's published "
+                            "recipe (GCN: 16, -, 0.5, 0.01, 5e-4; GAT: 8, 8, 0.6, 0.005, 5e-4)")
     train.add_argument("--layers", type=int, default=2)
-    train.add_argument("--hidden", type=int, default=16)
-    train.add_argument("--dropout", type=float, default=0.5)
+    train.add_argument("--hidden", type=int, default=None,
+                       help="hidden features (per head for gat)")
+    train.add_argument("--heads", type=int, default=None, help="attention heads of gat")
+    train.add_argument("--dropout", type=float, default=None)
     train.add_argument("--epochs", type=int, default=200)
-    train.add_argument("--lr", type=float, default=0.01)
-    train.add_argument("--weight-decay", type=float, default=5e-4)
+    train.add_argument("--lr", type=float, default=None)
+    train.add_argument("--weight-decay", type=float, default=None)
     train.add_argument("--halo", default="exact", metavar="POLICY",
                        help="halo policy: exact | cached | stale:K | pipelined[:SMOOTHING] | "
                             "adaptive:TOL | sampled:P | isolated | auto (default: exact)")
@@ -163,6 +179,9 @@ def _train_command(args: argparse.Namespace) -> int:
     from pyg_dist import env
     from pyg_dist.halo import parse_policy
 
+    for key, value in RECIPES[args.model].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     parse_policy(args.halo, args.compress)  # a bad spec fails here, before any rank starts
     parse_policy(args.eval_halo)
     if (args.resume or args.checkpoint_every) and not args.checkpoint:
@@ -279,7 +298,8 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
                          f"partition a graph with node labels to train on it")
     torch.manual_seed(config["seed"])
     model = GNN(config["model"], data.x.size(1), config["hidden"], data.meta.num_classes,
-                layers=config["layers"], dropout=config["dropout"]).to(data.x.device)
+                layers=config["layers"], dropout=config["dropout"],
+                heads=config["heads"]).to(data.x.device)
     rank = distributed.rank()
     torch.manual_seed(config["seed"] * 1000 + rank)  # dropout differs per rank
     log_every = config["log_every"]
@@ -307,6 +327,7 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
         "model": config["model"],
         "layers": config["layers"],
         "hidden": config["hidden"],
+        **({"heads": config["heads"]} if config["model"] == "gat" else {}),
         "halo": policy.spec(),
         "eval_halo": eval_policy.spec(),
         "compress": config["compress"],

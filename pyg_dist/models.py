@@ -1,16 +1,17 @@
-"""The small models the CLI and demos train: Kipf & Welling's GCN and GraphSAGE."""
+"""The small models the CLI and demos train: GCN, GraphSAGE, GAT and GIN."""
 from __future__ import annotations
 
 from typing import Any
 
 from torch import Tensor, nn
+from torch_geometric.nn import GINConv
 
 from pyg_dist.halo import dropout
-from pyg_dist.nn import DistGCNConv, DistSAGEConv
+from pyg_dist.nn import DistGATConv, DistGCNConv, DistMessagePassing, DistSAGEConv
 
 __all__ = ["GNN", "MODELS"]
 
-MODELS = ("gcn", "sage")
+MODELS = ("gcn", "sage", "gat", "gin")
 
 
 class GNN(nn.Module):
@@ -21,6 +22,12 @@ class GNN(nn.Module):
         \mathbf{Z} = \hat{\mathbf{A}}\, \mathrm{drop}(\mathrm{ReLU}(\hat{\mathbf{A}}\,
         \mathrm{drop}(\mathbf{X}) \mathbf{W}_1)) \mathbf{W}_2
 
+    ``"gat"`` is the GAT paper's model: hidden layers of ``heads`` attention
+    heads of ``hidden_channels`` each (concatenated), an output layer of one
+    head, ELU in between, and ``dropout`` on the attention coefficients too.
+    ``"gin"`` runs :class:`~torch_geometric.nn.GINConv` layers (a two-layer
+    MLP each) through the generic distributed path.
+
     Runs on a plain ``edge_index`` (single process) and on a
     :class:`~pyg_dist.DistEdgeIndex` (distributed). Distributed, dropout is
     :func:`pyg_dist.nn.dropout` (masks drawn alike on every rank), so the
@@ -28,27 +35,32 @@ class GNN(nn.Module):
     named ``convs.<k>`` in the halo ledger.
 
     Args:
-        kind (str): :obj:`"gcn"` or :obj:`"sage"`.
+        kind (str): :obj:`"gcn"`, :obj:`"sage"`, :obj:`"gat"` or :obj:`"gin"`.
         in_channels (int): Input features.
         hidden_channels (int): Hidden features.
         out_channels (int): Classes.
         layers (int, optional): Number of convolutions. (default: :obj:`2`)
         dropout (float, optional): Dropout probability. (default: :obj:`0.5`)
         halo (optional): Halo policy for every layer. (default: :obj:`None`)
+        heads (int, optional): Attention heads of the hidden GAT layers.
+            (default: :obj:`8`)
         **kwargs (optional): Arguments of every convolution (e.g. ``aggr``).
     """
 
     def __init__(self, kind: str, in_channels: int, hidden_channels: int, out_channels: int,
-                 layers: int = 2, dropout: float = 0.5, halo: Any = None, **kwargs: Any) -> None:
+                 layers: int = 2, dropout: float = 0.5, halo: Any = None, heads: int = 8,
+                 **kwargs: Any) -> None:
         super().__init__()
         if kind not in MODELS:
             raise ValueError(f"'GNN' got kind='{kind}'; use one of {', '.join(MODELS)}")
         if layers < 1:
             raise ValueError(f"'GNN' needs layers >= 1 (got {layers})")
-        conv = DistGCNConv if kind == "gcn" else DistSAGEConv
-        sizes = [in_channels] + [hidden_channels] * (layers - 1) + [out_channels]
+        self.kind = kind
+        width = hidden_channels * heads if kind == "gat" else hidden_channels
+        sizes = [in_channels] + [width] * (layers - 1) + [out_channels]
         self.convs = nn.ModuleList(
-            conv(i, o, halo=halo, **kwargs) for i, o in zip(sizes[:-1], sizes[1:])
+            _conv(kind, i, o, hidden_channels, k == layers - 1, dropout, heads, halo, kwargs)
+            for k, (i, o) in enumerate(zip(sizes[:-1], sizes[1:]))
         )
         for k, layer in enumerate(self.convs):
             layer.halo_name = f"convs.{k}"  # type: ignore[assignment]
@@ -64,5 +76,23 @@ class GNN(nn.Module):
             x = dropout(x, self.dropout, self.training, edge_index)
             x = conv(x, edge_index)
             if k < len(self.convs) - 1:
-                x = x.relu()
+                x = x.elu() if self.kind == "gat" else x.relu()
         return x
+
+
+def _conv(kind: str, in_channels: int, out_channels: int, hidden_channels: int, last: bool,
+          dropout: float, heads: int, halo: Any, kwargs: dict[str, Any]) -> nn.Module:
+    """One layer of :class:`GNN`."""
+    if kind == "gcn":
+        return DistGCNConv(in_channels, out_channels, halo=halo, **kwargs)
+    if kind == "sage":
+        return DistSAGEConv(in_channels, out_channels, halo=halo, **kwargs)
+    if kind == "gat":
+        if last:
+            return DistGATConv(in_channels, out_channels, heads=1, concat=False,
+                               dropout=dropout, halo=halo, **kwargs)
+        return DistGATConv(in_channels, hidden_channels, heads=heads, dropout=dropout,
+                           halo=halo, **kwargs)
+    mlp = nn.Sequential(nn.Linear(in_channels, hidden_channels), nn.ReLU(),
+                        nn.Linear(hidden_channels, out_channels))
+    return DistMessagePassing(GINConv(mlp, **kwargs), halo=halo)
