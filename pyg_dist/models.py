@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GINConv
 
@@ -76,7 +77,7 @@ class GNN(nn.Module):
             x = dropout(x, self.dropout, self.training, edge_index)
             x = conv(x, edge_index)
             if k < len(self.convs) - 1:
-                x = x.elu() if self.kind == "gat" else x.relu()
+                x = F.elu(x) if self.kind == "gat" else x.relu()
         return x
 
 
