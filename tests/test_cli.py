@@ -43,14 +43,19 @@ def test_partition_a_large_graph_preset_with_overrides(tmp_path):
     assert summary["method"] == "metis-coarse" and summary["edge_cut"] < 0.3 * 3000 * 8
 
 
-@pytest.mark.parametrize("model", ["gcn", "sage"])
-def test_train_command_books_a_hand_count_and_ends_with_json(tmp_path, model):
-    """2 ranks, 2 layers (64 -> 16 -> 8 features), exact with input caching,
-    dropout shared by all ranks, evaluation every epoch. Layer 0 first sends
-    its 16-wide transformed rows (the input is not known to be static yet),
-    then at step 1 its 64-wide input once into the cache, then nothing; layer
-    1 sends 8-wide rows and gradients every step. Evaluation alike (its own
-    cache). Every byte sent, summed over ranks: H rows per exchange."""
+@pytest.mark.parametrize("model,first,hidden_width", [
+    ("gcn", 16, 8), ("sage", 16, 8), ("gin", 64, 16), ("gat", 64, 8)])
+def test_train_command_books_a_hand_count_and_ends_with_json(tmp_path, model, first,
+                                                             hidden_width):
+    """2 ranks, 2 layers (64 -> 16 -> 8 features; GAT: 64 -> 8 heads x 8 -> 8),
+    exact with input caching, dropout shared by all ranks, evaluation every
+    epoch. Layer 0 first sends the narrower of its 64-wide input and its
+    transformed rows (GCN, SAGE: 16 wide; GAT: 64 = heads x 8; the generic
+    path of GIN: its input) as the input is not known to be static yet, then
+    at step 1 its input once into the cache, then nothing; layer 1 sends rows
+    and gradients every step, the transformed 8 (GCN, SAGE, GAT) or GIN's
+    16-wide input. Evaluation alike (its own cache). Every byte sent, summed
+    over ranks: H rows per exchange."""
     parts = tmp_path / "parts"
     meta = pyg_dist.partition(synthetic(num_nodes=800, seed=0), 2, parts)
     epochs = 4
@@ -61,10 +66,11 @@ def test_train_command_books_a_hand_count_and_ends_with_json(tmp_path, model):
     assert KEYS <= set(result)
     assert result["epochs"] == epochs and result["parts"] == 2 and result["model"] == model
     row = sum(meta.halo_sizes) * 4  # bytes of one float32 feature, every halo row
-    layer0 = [16, 64] + [0] * (epochs - 2)
-    assert result["halo_bytes_fwd"] == row * (sum(layer0) + 8 * epochs)
-    assert result["halo_bytes_bwd"] == row * (16 + 8 * epochs)
-    assert result["halo_bytes_eval"] == row * (sum(layer0) + 8 * epochs)
+    layer0 = [first, 64] + [0] * (epochs - 2)
+    assert result["halo_bytes_fwd"] == row * (sum(layer0) + hidden_width * epochs)
+    backward0 = first if first < 64 else 0  # the input itself needs no gradient
+    assert result["halo_bytes_bwd"] == row * (backward0 + hidden_width * epochs)
+    assert result["halo_bytes_eval"] == row * (sum(layer0) + hidden_width * epochs)
     assert result["halo_bytes"] == (result["halo_bytes_fwd"] + result["halo_bytes_bwd"]
                                     + result["halo_bytes_eval"])
     assert result["halo"] == "exact" and result["input_cache"] is True
@@ -72,14 +78,19 @@ def test_train_command_books_a_hand_count_and_ends_with_json(tmp_path, model):
     assert "epoch    2" in out.stderr and "halo fwd" in out.stderr
 
 
-def test_train_on_cora_reaches_the_published_accuracy(tmp_path):
-    """The GCN paper's recipe on 4 ranks (METIS): about 81.5% single-process."""
+@pytest.mark.parametrize("model,accuracy", [("gcn", 0.78), ("gat", 0.81)])
+def test_train_on_cora_reaches_the_published_accuracy(tmp_path, model, accuracy):
+    """The published recipes on 4 ranks (METIS), the CLI's defaults: GCN
+    (about 81.5% single-process; 0.80-0.83 over our seeds) and GAT (83.0 +- 0.7;
+    heads 8 of 8 features, dropout 0.6 on features and attention, lr 0.005)."""
     shutil.copytree(CORA_RAW, tmp_path / "Cora" / "raw")
     out = run(CLI + ["train", "--dataset", "cora", "--root", str(tmp_path), "--parts", "4",
-                     "--epochs", "200", "--eval-every", "10", "--no-progress"], timeout=600)
+                     "--model", model, "--epochs", "200", "--eval-every", "10",
+                     "--no-progress"], timeout=600)
     result = last_json(out.stdout)
     assert result["dataset"] == "cora" and result["epochs"] == 200 and result["parts"] == 4
-    assert result["test_acc"] >= 0.78, result
+    assert result["model"] == model
+    assert result["test_acc"] >= accuracy, result
 
 
 def test_planetoid_from_a_read_only_root(tmp_path, monkeypatch):
