@@ -10,6 +10,7 @@ from torch import Tensor
 
 from pyg_dist import env
 from pyg_dist import typing as pyg_dist_typing
+from pyg_dist.ops.gat_ref import GatArgs, GatGrads
 from pyg_dist.ops.torch_kernels import TorchKernels
 
 __all__ = ["resolve", "available_backends", "default_backend", "BACKENDS", "Kernels"]
@@ -19,8 +20,9 @@ _forced: list[str] = []
 
 
 class Kernels(Protocol):
-    """What a backend provides: two kernels; :func:`~pyg_dist.ops.spmm` composes
-    backward from them."""
+    """What a backend provides: two kernels from which :func:`~pyg_dist.ops.spmm`
+    composes its forward and backward, and the two passes of
+    :func:`~pyg_dist.ops.gat`."""
 
     def spmm_forward(self, rowptr: Tensor, col: Tensor, value: Tensor | None, x: Tensor,
                      x_halo: Tensor | None, reduce: str) -> tuple[Tensor, Tensor | None]:
@@ -32,6 +34,19 @@ class Kernels(Protocol):
     ) -> Tensor:
         """``out[e] = <a[row(e)], s[col[e]]>`` for every entry, float32 ``[nnz]``,
         ``s`` being ``x`` followed by ``x_halo``."""
+
+    def gat_forward(self, args: GatArgs) -> tuple[Tensor, Tensor]:
+        """The output of :func:`~pyg_dist.ops.gat` ``[M, H, C]`` (dtype of ``x``)
+        and each row's log-sum-exp of its scores ``[M, H]`` float32 (zero for
+        empty rows), which backward recomputes the coefficients from."""
+
+    def gat_backward(self, args: GatArgs, lse: Tensor, grad_out: Tensor,
+                     transpose: tuple[Tensor, Tensor, Tensor] | None, need_src: bool,
+                     need_score: bool, need_alpha_src: bool) -> GatGrads:
+        """The gradients of :func:`~pyg_dist.ops.gat` asked for (see
+        :func:`~pyg_dist.ops.gat_ref.gat_backward_ref` for the formulas);
+        ``transpose`` is :func:`~pyg_dist.ops.csr.csr_transpose` of the graph
+        when ``need_src`` or ``need_alpha_src`` is set."""
 
 
 @contextlib.contextmanager
@@ -84,8 +99,9 @@ def available_backends(device_type: str = "cpu") -> list[str]:
     return names
 
 
-def resolve(backend: str | None, x: Tensor) -> Any:
-    """The kernels for ``backend`` on ``x``'s device; ``None`` picks the fastest."""
+def resolve(backend: str | None, x: Tensor, op: str = "spmm") -> Any:
+    """The kernels for ``backend`` on ``x``'s device; ``None`` picks the fastest.
+    ``op`` names the calling op in errors."""
     device_type = x.device.type
     if backend is None:
         backend = (_forced[-1] if _forced else env.spmm_backend()) or None
@@ -100,7 +116,7 @@ def resolve(backend: str | None, x: Tensor) -> Any:
     if backend == "cpu":
         if device_type != "cpu":
             raise ValueError(
-                f"'spmm' got backend='cpu' for a tensor on '{x.device}'; move it to the CPU "
+                f"'{op}' got backend='cpu' for a tensor on '{x.device}'; move it to the CPU "
                 f"or use backend='triton'"
             )
         kernels = _cpu_kernels()
@@ -108,7 +124,7 @@ def resolve(backend: str | None, x: Tensor) -> Any:
             from pyg_dist.ops import cpu
 
             raise RuntimeError(
-                f"'spmm' got backend='cpu' but pyg_dist's C++ extension is not available "
+                f"'{op}' got backend='cpu' but pyg_dist's C++ extension is not available "
                 f"({cpu.unavailable_reason()}); use backend='torch' or install a C++ compiler "
                 f"and ninja (pip install ninja)"
             )
@@ -119,8 +135,8 @@ def resolve(backend: str | None, x: Tensor) -> Any:
             pyg_dist_typing.require("triton", "backend='triton'")
         if device_type != "cuda" and not pyg_dist_typing.TRITON_INTERPRET:
             raise ValueError(
-                f"'spmm' got backend='triton' for a tensor on '{x.device}'; Triton kernels "
+                f"'{op}' got backend='triton' for a tensor on '{x.device}'; Triton kernels "
                 f"need CUDA tensors, or TRITON_INTERPRET=1 set before pyg_dist is imported"
             )
         return kernels
-    raise ValueError(f"'spmm' got backend='{backend}'; use one of {', '.join(BACKENDS)} or None")
+    raise ValueError(f"'{op}' got backend='{backend}'; use one of {', '.join(BACKENDS)} or None")

@@ -78,12 +78,12 @@ def sum_rows(msg: Tensor, row: Tensor, rowptr: Tensor, reduce: str) -> Tensor:
 
 
 def gather_sources(col: Tensor, x: Tensor, x_halo: Tensor | None) -> Tensor:
-    """Rows ``col`` of ``[x ; x_halo]`` (``[nnz, F]``), without concatenating the
-    two; differentiable in both."""
+    """Rows ``col`` of ``[x ; x_halo]`` (``[nnz, *]``, any trailing shape shared
+    by both), without concatenating the two; differentiable in both."""
     if x_halo is None or x_halo.size(0) == 0:
         return x[col]
     owned = col < x.size(0)
-    out = x.new_empty(col.numel(), x.size(1))
+    out = x.new_empty(col.numel(), *x.shape[1:])
     out[owned] = x[col[owned]]
     out[~owned] = x_halo[col[~owned] - x.size(0)]
     return out

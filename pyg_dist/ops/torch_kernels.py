@@ -6,13 +6,15 @@ from __future__ import annotations
 from torch import Tensor
 
 from pyg_dist.ops.csr import csr_row
+from pyg_dist.ops.gat_ref import GatArgs, GatGrads, attend, gat_backward_ref
 from pyg_dist.ops.spmm_ref import first_max, gather_sources, messages, sum_rows
 
 __all__ = ["TorchKernels"]
 
 
 class TorchKernels:
-    """``spmm_forward`` and ``sddmm`` (see :class:`pyg_dist.ops.backends.Kernels`)."""
+    """``spmm_forward``, ``sddmm``, ``gat_forward`` and ``gat_backward`` (see
+    :class:`pyg_dist.ops.backends.Kernels`)."""
 
     name = "torch"
 
@@ -31,3 +33,12 @@ class TorchKernels:
         row = csr_row(rowptr, col).long()
         src = gather_sources(col.long(), x, x_halo).float()
         return (a.float()[row] * src).sum(dim=-1)
+
+    def gat_forward(self, args: GatArgs) -> tuple[Tensor, Tensor]:
+        out, lse = attend(args)
+        return out.to(args.x.dtype), lse
+
+    def gat_backward(self, args: GatArgs, lse: Tensor, grad_out: Tensor,
+                     transpose: tuple[Tensor, Tensor, Tensor] | None, need_src: bool,
+                     need_score: bool, need_alpha_src: bool) -> GatGrads:
+        return gat_backward_ref(args, lse, grad_out, need_src, need_score, need_alpha_src)
