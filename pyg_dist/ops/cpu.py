@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist import env
+from pyg_dist.ops.gat_ref import GatArgs, GatGrads
 
 __all__ = ["is_available", "unavailable_reason", "kernels", "source_dir", "CppKernels",
            "DISABLE_ENV"]
@@ -34,7 +35,9 @@ __all__ = ["is_available", "unavailable_reason", "kernels", "source_dir", "CppKe
 #: Set to ``1`` to never build nor load the extension (e.g. for baselines).
 DISABLE_ENV = env.DISABLE_CPU_EXT
 
-_SOURCES = ("spmm.cpp", "cpu/spmm_kernel.cpp")
+_SOURCES = ("spmm.cpp", "gat.cpp", "cpu/spmm_kernel.cpp", "cpu/gat_kernel.cpp")
+# Included by the sources: part of the build key, so that editing one rebuilds.
+_HEADERS = ("cpu/common.h",)
 _log = logging.getLogger(__name__)
 
 
@@ -49,7 +52,7 @@ def source_dir() -> Path | None:
     wheel, the repository's ``csrc/`` in a source checkout, else :obj:`None`."""
     package = Path(__file__).resolve().parents[1]
     for candidate in (package / "csrc", package.parent / "csrc"):
-        if all((candidate / name).is_file() for name in _SOURCES):
+        if all((candidate / name).is_file() for name in _SOURCES + _HEADERS):
             return candidate
     return None
 
@@ -75,8 +78,9 @@ def kernels() -> CppKernels:
 
 
 class CppKernels:
-    """The two kernels of the :class:`~pyg_dist.ops.spmm.Kernels` protocol,
-    calling ``torch.ops.pyg_dist.spmm_forward`` and ``torch.ops.pyg_dist.sddmm``."""
+    """The kernels of the :class:`~pyg_dist.ops.backends.Kernels` protocol,
+    calling ``torch.ops.pyg_dist.spmm_forward``, ``sddmm``, ``gat_forward``,
+    ``gat_backward_rows`` and ``gat_backward_sources``."""
 
     name = "cpu"
 
@@ -89,6 +93,34 @@ class CppKernels:
         self, rowptr: Tensor, col: Tensor, a: Tensor, x: Tensor, x_halo: Tensor | None
     ) -> Tensor:
         return torch.ops.pyg_dist.sddmm(rowptr, col, a, x, x_halo)
+
+    def gat_forward(self, args: GatArgs) -> tuple[Tensor, Tensor]:
+        return torch.ops.pyg_dist.gat_forward(
+            args.rowptr, args.col, args.x, args.x_halo, args.alpha_src, args.alpha_src_halo,
+            args.alpha_dst, args.alpha_edge, args.edge_scale, args.negative_slope,
+        )
+
+    def gat_backward(self, args: GatArgs, lse: Tensor, grad_out: Tensor,
+                     transpose: tuple[Tensor, Tensor, Tensor] | None, need_src: bool,
+                     need_score: bool, need_alpha_src: bool) -> GatGrads:
+        grads = GatGrads()
+        if need_score:
+            grads.score, grads.alpha_dst = torch.ops.pyg_dist.gat_backward_rows(
+                args.rowptr, args.col, args.x, args.x_halo, args.alpha_src, args.alpha_src_halo,
+                args.alpha_dst, args.alpha_edge, args.edge_scale, lse, grad_out,
+                args.negative_slope,
+            )
+        if need_src or need_alpha_src:
+            assert transpose is not None, "gat_backward needs the transpose for source gradients"
+            colptr, row, perm = transpose
+            src, alpha_src = torch.ops.pyg_dist.gat_backward_sources(
+                colptr, row, perm, args.alpha_src, args.alpha_src_halo, args.alpha_dst,
+                args.alpha_edge, args.edge_scale, lse, grad_out,
+                grads.score if need_alpha_src else None, need_src, args.negative_slope,
+            )
+            grads.src = src if need_src else None
+            grads.alpha_src = alpha_src if need_alpha_src else None
+        return grads
 
 
 @functools.cache
@@ -137,7 +169,8 @@ def _build_and_load() -> None:
     capability = torch.backends.cpu.get_cpu_capability()
     sources = [root / source for source in _SOURCES]
     flags = _compiler_flags(capability)
-    name = f"pyg_dist_cpu_{capability.lower()}_{_build_key(sources, flags + _linker_flags())}"
+    key = _build_key(sources + [root / header for header in _HEADERS], flags + _linker_flags())
+    name = f"pyg_dist_cpu_{capability.lower()}_{key}"
     _log.info("loading pyg_dist's C++ CPU kernels %s (the first build takes a minute)", name)
     cpp_extension.load(
         name=name,

@@ -16,10 +16,11 @@ CASES = [(b, "cpu") for b in CPU_BACKENDS] + [(b, "cuda") for b in CUDA_BACKENDS
 NAMES = ("x", "x_halo", "alpha_src", "alpha_src_halo", "alpha_dst", "alpha_edge")
 
 
-def make_graph(num_rows, num_src, nnz, seed, empty=(), hub=None, hub_degree=0,
+def make_graph(num_rows, num_src, nnz, seed, empty=(), hub=None, hub_degree=0, hub_source=None,
                index_dtype=torch.int64):
     """A random directed CSR graph with self-loops, duplicate edges, the rows
-    ``empty`` left without in-edges and optionally a hub row."""
+    ``empty`` left without in-edges and optionally a hub row (``hub_degree``
+    in-edges) and a hub source (``hub_degree`` out-edges)."""
     g = torch.Generator().manual_seed(seed)
     target = torch.randint(0, num_rows, (nnz,), generator=g)
     source = torch.randint(0, num_src, (nnz,), generator=g)
@@ -29,6 +30,9 @@ def make_graph(num_rows, num_src, nnz, seed, empty=(), hub=None, hub_degree=0,
     if hub is not None:
         target = torch.cat([target, torch.full((hub_degree,), hub)])
         source = torch.cat([source, torch.randint(0, num_src, (hub_degree,), generator=g)])
+    if hub_source is not None:
+        target = torch.cat([target, torch.randint(0, num_rows, (hub_degree,), generator=g)])
+        source = torch.cat([source, torch.full((hub_degree,), hub_source)])
     keep = ~torch.isin(target, torch.tensor(empty, dtype=torch.long))
     rowptr, col, _ = to_csr(torch.stack([source[keep], target[keep]]), num_rows)
     return rowptr.to(index_dtype), col.to(index_dtype)
@@ -124,9 +128,9 @@ def test_attention_matches_pyg_softmax():
 @pytest.mark.parametrize("halo,edge,scale",
                          [(0, False, False), (15, True, True), (15, False, True)])
 def test_backend_matches_ref(backend, device, index_dtype, halo, edge, scale):
-    rowptr, col = make_graph(60, 45 + halo, 350, seed=7, empty=(2, 30, 59),
+    rowptr, col = make_graph(40, 30 + halo, 200, seed=7, empty=(2, 30, 39),
                              index_dtype=index_dtype)
-    rowptr, col, kwargs = make_inputs(rowptr, col, 45, halo, 4, 6, edge=edge, scale=scale,
+    rowptr, col, kwargs = make_inputs(rowptr, col, 30, halo, 3, 6, edge=edge, scale=scale,
                                       device=device)
     ours = outputs_and_grads(gat, rowptr, col, kwargs, backend=backend)
     ref = outputs_and_grads(gat_ref, rowptr, col, kwargs)
@@ -136,8 +140,8 @@ def test_backend_matches_ref(backend, device, index_dtype, halo, edge, scale):
 @pytest.mark.parametrize("backend,device", CASES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_backend_half_precision(backend, device, dtype):
-    rowptr, col = make_graph(40, 50, 250, seed=8, empty=(5,))
-    rowptr, col, kwargs = make_inputs(rowptr, col, 40, 10, 2, 17, dtype=dtype, device=device)
+    rowptr, col = make_graph(30, 40, 200, seed=8, empty=(5,))
+    rowptr, col, kwargs = make_inputs(rowptr, col, 30, 10, 2, 17, dtype=dtype, device=device)
     ours = outputs_and_grads(gat, rowptr, col, kwargs, backend=backend)
     ref = outputs_and_grads(gat_ref, rowptr, col, kwargs)
     compare(ours, ref, dtype, f"{backend}/{dtype}")
@@ -153,6 +157,29 @@ def test_hub_row_and_wide_heads(backend, device):
     ours = outputs_and_grads(gat, rowptr, col, kwargs, backend=backend, negative_slope=0.05)
     ref = outputs_and_grads(gat_ref, rowptr, col, kwargs, negative_slope=0.05)
     compare(ours, ref, torch.float32, f"{backend} hub")
+
+
+@pytest.mark.skipif("triton" not in CPU_BACKENDS + CUDA_BACKENDS,
+                    reason="the Triton backend does not run here")
+def test_triton_split_rows_and_sources(monkeypatch):
+    """Rows and sources above the split degree go through the chunk kernels
+    and their combines (split thresholds made small, as in test_triton.py)."""
+    from pyg_dist.ops.csr import csr_transpose
+    from pyg_dist.ops.triton import kernels
+    from pyg_dist.ops.triton.plan import hub_plan
+
+    monkeypatch.setattr(kernels(), "split_degree", 16)
+    monkeypatch.setattr(kernels(), "chunk_nnz", 4)
+    device = CUDA_BACKENDS and "cuda" or "cpu"
+    rowptr, col = make_graph(20, 36, 60, seed=12, empty=(0,), hub=4, hub_degree=40,
+                             hub_source=33)
+    colptr, row, _ = csr_transpose(rowptr, col, 36)
+    assert hub_plan(rowptr, col, 16, 4).rows.tolist() == [4]
+    assert 33 in hub_plan(colptr, row, 16, 4).rows.tolist()
+    rowptr, col, kwargs = make_inputs(rowptr, col, 30, 6, 2, 5, device=device)
+    ours = outputs_and_grads(gat, rowptr, col, kwargs, backend="triton")
+    ref = outputs_and_grads(gat_ref, rowptr, col, kwargs)
+    compare(ours, ref, torch.float32, "triton split")
 
 
 @pytest.mark.parametrize("backend,device", CASES)

@@ -41,6 +41,9 @@ def _variants():
     and sizes of 1."""
     meta = {"BLOCK_E": 32, "BLOCK_F": 64}
     ones = {"num_feats": 1, "nnz": 1, "split_degree": 1, "stride_x": 1, "stride_out": 1}
+    gat_all = {"HAS_HALO": True, "HAS_EDGE": True, "HAS_SCALE": True}
+    gat_none = {"HAS_HALO": False, "HAS_EDGE": False, "HAS_SCALE": False}
+    need_both = {"NEED_SRC": True, "NEED_ALPHA": True}
     return [
         ("_spmm_rows_kernel", "i32", "fp32", {"REDUCE": "sum", "HAS_VALUE": True,
                                               "HAS_HALO": True, **meta}),
@@ -61,15 +64,29 @@ def _variants():
                                               "HAS_HALO": True, **meta, **ones}),
         ("_spmm_combine_kernel", "i64", "bf16", {"REDUCE": "max", **meta, "num_feats": 1,
                                                  "nnz": 1, "stride_out": 1}),
+        ("_gat_rows_kernel", "i32", "bf16", {**gat_all, **meta}),
+        ("_gat_rows_kernel", "i64", "fp32", {**gat_none, **meta, "heads": 1}),
+        ("_gat_chunks_kernel", "i64", "fp16", {**gat_all, **meta}),
+        ("_gat_combine_kernel", "i32", "fp32", meta),
+        ("_grad_rows_kernel", "i64", "fp16", {**gat_all, **meta}),
+        ("_grad_rows_kernel", "i32", "fp32", {**gat_none, **meta, "num_feats": 1}),
+        ("_grad_chunks_kernel", "i32", "bf16", {**gat_all, **meta}),
+        ("_grad_combine_kernel", "i64", "fp32", {"HAS_HALO": True, "HAS_EDGE": True, **meta}),
+        ("_source_rows_kernel", "i32", "bf16", {**gat_all, **need_both, **meta}),
+        ("_source_rows_kernel", "i64", "fp32", {**gat_none, "NEED_SRC": False,
+                                                "NEED_ALPHA": True, **meta}),
+        ("_source_chunks_kernel", "i64", "fp16", {**gat_all, **need_both, **meta}),
     ]
 
 
 def _signature(fn, index, floating, constexprs):
     """Triton types of the kernel arguments, from their names."""
     int64_ptrs = {"arg_ptr", "part_arg_ptr", "chunk_start_ptr", "chunk_end_ptr",
-                  "hub_rows_ptr", "chunk_ptr_ptr"}
-    index_ptrs = {"rowptr_ptr", "col_ptr", "row_ptr"}
-    float32_ptrs = {"part_ptr"} | ({"out_ptr"} if fn.__name__ == "_sddmm_kernel" else set())
+                  "hub_rows_ptr", "chunk_ptr_ptr", "chunk_row_ptr", "perm_ptr"}
+    index_ptrs = {"rowptr_ptr", "col_ptr", "row_ptr", "colptr_ptr"}
+    float32_ptrs = {"part_ptr", "part_max_ptr", "part_sum_ptr", "part_alpha_ptr", "lse_ptr",
+                    "dz_ptr", "grad_dst_ptr", "grad_alpha_ptr"}
+    float32_ptrs |= {"out_ptr"} if fn.__name__ == "_sddmm_kernel" else set()
     signature = {}
     for name in fn.arg_names:
         if name in constexprs:
@@ -82,6 +99,8 @@ def _signature(fn, index, floating, constexprs):
             signature[name] = "*fp32"
         elif name.endswith("_ptr"):
             signature[name] = "*" + floating
+        elif name == "negative_slope":
+            signature[name] = "fp32"
         else:
             signature[name] = "i64" if name == "nnz" and index == "i64" else "i32"
     return signature
@@ -92,11 +111,11 @@ def _compile_all():
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from pyg_dist.ops.triton import sddmm_kernel, spmm_kernel
+    from pyg_dist.ops.triton import gat_kernel, sddmm_kernel, spmm_kernel
 
     for capability in TARGETS:
         for name, index, floating, constexprs in _variants():
-            module = sddmm_kernel if name == "_sddmm_kernel" else spmm_kernel
+            module = next(m for m in (gat_kernel, sddmm_kernel, spmm_kernel) if hasattr(m, name))
             fn = getattr(module, name).fn  # the JITFunction under the autotuner
             source = ASTSource(fn, _signature(fn, index, floating, constexprs), constexprs)
             kernel = triton.compile(

@@ -1,9 +1,11 @@
-"""The Triton backend of :func:`pyg_dist.ops.spmm`: the two kernels of the
-``Kernels`` protocol in :mod:`pyg_dist.ops.spmm`."""
+"""The Triton backend of :func:`pyg_dist.ops.spmm` and :func:`pyg_dist.ops.gat`:
+the kernels of the ``Kernels`` protocol in :mod:`pyg_dist.ops.backends`."""
 from __future__ import annotations
 
 from torch import Tensor
 
+from pyg_dist.ops.gat_ref import GatArgs, GatGrads
+from pyg_dist.ops.triton import gat_kernel
 from pyg_dist.ops.triton.configs import CHUNK_NNZ, SPLIT_DEGREE
 from pyg_dist.ops.triton.sddmm_kernel import sddmm
 from pyg_dist.ops.triton.spmm_kernel import spmm_forward
@@ -12,12 +14,13 @@ __all__ = ["TritonKernels"]
 
 
 class TritonKernels:
-    """Forward SpMM and SDDMM in Triton, on CUDA tensors (or on CPU tensors
-    under ``TRITON_INTERPRET=1``).
+    """Forward SpMM, SDDMM and GAT attention (forward and backward) in Triton,
+    on CUDA tensors (or on CPU tensors under ``TRITON_INTERPRET=1``).
 
     Args:
-        split_degree (int, optional): Rows with more entries than this are split
-            into chunks reduced by several programs.
+        split_degree (int, optional): Rows (and, in GAT's backward, sources)
+            with more entries than this are split into chunks reduced by
+            several programs.
             (default: :data:`~.configs.SPLIT_DEGREE`)
         chunk_nnz (int, optional): Entries per chunk of a split row.
             (default: :data:`~.configs.CHUNK_NNZ`)
@@ -39,6 +42,15 @@ class TritonKernels:
         self, rowptr: Tensor, col: Tensor, a: Tensor, x: Tensor, x_halo: Tensor | None
     ) -> Tensor:
         return sddmm(rowptr, col, a, x, x_halo)
+
+    def gat_forward(self, args: GatArgs) -> tuple[Tensor, Tensor]:
+        return gat_kernel.gat_forward(args, self.split_degree, self.chunk_nnz)
+
+    def gat_backward(self, args: GatArgs, lse: Tensor, grad_out: Tensor,
+                     transpose: tuple[Tensor, Tensor, Tensor] | None, need_src: bool,
+                     need_score: bool, need_alpha_src: bool) -> GatGrads:
+        return gat_kernel.gat_backward(args, lse, grad_out, transpose, need_src, need_score,
+                                       need_alpha_src, self.split_degree, self.chunk_nnz)
 
     def __repr__(self) -> str:
         return (

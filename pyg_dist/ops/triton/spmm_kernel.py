@@ -38,10 +38,10 @@ from pyg_dist.ops.triton.configs import (
     autotune_configs,
     prune_by_width,
 )
-from pyg_dist.ops.triton.plan import hub_plan
+from pyg_dist.ops.triton.plan import HubPlan, hub_plan
 from pyg_dist.ops.triton.tiles import gather_tile, merge_first_max
 
-__all__ = ["spmm_forward", "REDUCTIONS"]
+__all__ = ["spmm_forward", "fold_chunk_sums", "REDUCTIONS"]
 
 REDUCTIONS = ("sum", "mean", "max")
 
@@ -367,6 +367,20 @@ def spmm_forward(
         REDUCE=reduce,
     )
     return out, arg
+
+
+def fold_chunk_sums(plan: HubPlan, rowptr: Tensor, part: Tensor, out: Tensor) -> None:
+    """Writes the sum of the float32 partials ``part`` :obj:`[C, F]` of each hub
+    row's chunks into that row of ``out`` :obj:`[M, F]` (row-major, any float
+    dtype), in chunk order: the split path's combine, for kernels that reduce
+    chunks of their own."""
+    num_feats = out.size(1)
+    _spmm_combine_kernel[lambda meta: (plan.rows.numel(), triton.cdiv(num_feats, meta["BLOCK_F"]))](
+        plan.rows, plan.chunk_ptr, rowptr, part, part, out, out,
+        plan.rows.numel(), num_feats, 0,
+        part.stride(0), out.stride(0),
+        REDUCE="sum",
+    )
 
 
 def _check_args(
