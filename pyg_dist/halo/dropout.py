@@ -98,6 +98,13 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, edge_index: Any = 
     global_id = getattr(edge_index, "global_id", None)
     if not training or p == 0.0 or global_id is None or x.dim() != 2:
         return F.dropout(x, p=p, training=training)
+    return _shared_dropout(x, p, edge_index, global_id)
+
+
+@torch.compiler.disable
+def _shared_dropout(x: Tensor, p: float, edge_index: Any, global_id: Tensor) -> Tensor:
+    """:func:`dropout` on a :class:`~pyg_dist.DistEdgeIndex`: its seed and call
+    count are per-graph Python state, so :func:`torch.compile` breaks here."""
     state: DropoutState = edge_index.registry.dropout
     if state.seed is None:
         seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)
