@@ -98,6 +98,13 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, edge_index: Any = 
     global_id = getattr(edge_index, "global_id", None)
     if not training or p == 0.0 or global_id is None or x.dim() != 2:
         return F.dropout(x, p=p, training=training)
+    return _shared_dropout(x, p, edge_index, global_id)
+
+
+@torch.compiler.disable
+def _shared_dropout(x: Tensor, p: float, edge_index: Any, global_id: Tensor) -> Tensor:
+    """:func:`dropout` on a :class:`~pyg_dist.DistEdgeIndex`: its seed and call
+    count are per-graph Python state, so :func:`torch.compile` breaks here."""
     seed, call = _next_call(edge_index)
     made = DroppedInput(x, p, seed, call, edge_index)
     out = x * made.scale(global_id.to(x.device), x.size(-1))
@@ -106,13 +113,15 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, edge_index: Any = 
     return out
 
 
+@torch.compiler.disable
 def shared_scale(key: Tensor, width: int, p: float, edge_index: Any,
                  dtype: torch.dtype = torch.float32) -> Tensor:
     """``[len(key), width]`` dropout scales (0 for dropped entries, ``1 / (1 - p)``
     for kept ones) of entries keyed by ``key`` (int64 ids that name the same
     entry on every rank, e.g. an edge's), drawn like :func:`dropout`'s masks:
     from the graph's shared seed and the next call number, so every rank
-    draws the same scale for the same key."""
+    draws the same scale for the same key. A graph break under
+    :func:`torch.compile` (per-graph Python state)."""
     seed, call = _next_call(edge_index)
     made = DroppedInput(key.new_empty(0, dtype=dtype), p, seed, call, edge_index)
     return made.scale(key, width)

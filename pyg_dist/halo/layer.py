@@ -131,10 +131,16 @@ class LayerHalo:
     ``eval_default``, else exact, whatever trained the weights), its state on
     this graph, and whether its input is static.
 
-    Layers use it in two steps: :meth:`is_static` on the raw input (to decide
-    whether to aggregate before transforming), then :meth:`fetch`. An input
-    made by :func:`~pyg_dist.halo.dropout` from a static tensor counts as
-    static: the halo of the source is cached and the shared mask applied to it.
+    Layers use it in two steps: :meth:`open` (the layer's halo and whether its
+    raw input is static, which decides whether to aggregate before
+    transforming), then :meth:`fetch`. An input made by
+    :func:`~pyg_dist.halo.dropout` from a static tensor counts as static: the
+    halo of the source is cached and the shared mask applied to it.
+
+    Both steps run communication and per-graph Python state (policy state,
+    caches, the ledger), which :func:`torch.compile` does not trace: a compiled
+    layer's graph breaks at each of them, and its graphs hold the dense
+    transforms and the aggregation on either side.
 
     Args:
         edge_index (DistEdgeIndex): The graph.
@@ -161,6 +167,16 @@ class LayerHalo:
                                 registry.planned_steps)
         self.dropped: DroppedInput | None = None
 
+    @classmethod
+    @torch.compiler.disable
+    def open(cls, layer: Any, edge_index: Any, x: Tensor,
+             out_width: int | None = None) -> tuple[LayerHalo, bool]:
+        """The halo of this call of ``layer`` (a Dist layer: its ``halo``
+        policy, its name in ``edge_index``'s registry, its training flag) and
+        whether its input ``x`` is static (:meth:`is_static`)."""
+        halo = cls(edge_index, edge_index.registry.name(layer), layer.halo, layer.training)
+        return halo, halo.is_static(x, out_width)
+
     def is_static(self, x: Tensor, out_width: int | None = None) -> bool:
         """Whether ``x`` is the unchanged, grad-free input of this layer's
         previous call (or, right after a restart, has the content of the input
@@ -178,6 +194,7 @@ class LayerHalo:
         self.dropped = dropped if static else None
         return static
 
+    @torch.compiler.disable
     def fetch(self, x: Tensor, static: bool = False) -> HaloRows:
         """The halo rows of ``x`` (``[num_owned, F]``) under the policy."""
         if not static:

@@ -132,31 +132,27 @@ class DistGATConv(DistLayer, GATConv):
         x_src = lin_src(x)
         x_dst = x_src if lin_dst is lin_src else lin_dst(x)
 
-        halo = LayerHalo(edge_index, edge_index.registry.name(self), self.halo, self.training)
-        static = halo.is_static(x, heads * channels)
-        if static or x.size(-1) <= heads * channels:  # the raw rows travel
-            fetched = halo.fetch(x, static)
-            src_halo = lin_src(fetched.rows)
-        else:
-            fetched = halo.fetch(x_src, False)
-            src_halo = fetched.rows
+        halo, static = LayerHalo.open(self, edge_index, x, heads * channels)
+        raw = static or x.size(-1) <= heads * channels  # the raw rows travel
+        rows, local, edge_attr, edges = _gather(x if raw else x_src, edge_index, edge_attr, halo,
+                                                static, self.add_self_loops, self.fill_value,
+                                                bool(return_attention_weights))
+        rowptr, col, key = local
+        src_halo = lin_src(rows) if raw else rows
         x_src = x_src.view(-1, heads, channels)
         src_halo = src_halo.view(-1, heads, channels)
         alpha_src = (x_src * self.att_src).sum(dim=-1)
         alpha_src_halo = (src_halo * self.att_src).sum(dim=-1)
         alpha_dst = (x_dst.view(-1, heads, channels) * self.att_dst).sum(dim=-1)
-
-        graph, keep = edge_index, None
-        if fetched.mask is not None:
-            graph, keep = edge_index.restrict(fetched.mask)
-            edge_attr = None if edge_attr is None else edge_attr[keep]
-        local = _attention_graph(graph, self.add_self_loops)
-        alpha_edge = self._edge_scores(edge_attr, local, graph.num_owned)
+        alpha_edge = None
+        if edge_attr is not None and self.lin_edge is not None:
+            edge = self.lin_edge(edge_attr).view(-1, heads, channels)
+            alpha_edge = (edge * self.att_edge).sum(dim=-1)
         scale = None
         if self.training and self.dropout > 0:
-            scale = shared_scale(local.key, heads, self.dropout, edge_index, alpha_src.dtype)
+            scale = shared_scale(key, heads, self.dropout, edge_index, alpha_src.dtype)
 
-        out = gat(local.rowptr, local.col, x_src, alpha_src, alpha_dst, x_halo=src_halo,
+        out = gat(rowptr, col, x_src, alpha_src, alpha_dst, x_halo=src_halo,
                   alpha_src_halo=alpha_src_halo, alpha_edge=alpha_edge, edge_scale=scale,
                   negative_slope=self.negative_slope)
         out = out.reshape(-1, heads * channels) if self.concat else out.mean(dim=1)
@@ -166,27 +162,37 @@ class DistGATConv(DistLayer, GATConv):
             out = out + self.bias
         if not return_attention_weights:
             return out
-        alpha = gat_attention(local.rowptr, local.col, alpha_src, alpha_dst,
-                              alpha_src_halo=alpha_src_halo, alpha_edge=alpha_edge,
-                              negative_slope=self.negative_slope)
+        alpha = gat_attention(rowptr, col, alpha_src, alpha_dst, alpha_src_halo=alpha_src_halo,
+                              alpha_edge=alpha_edge, negative_slope=self.negative_slope)
         if scale is not None:
             alpha = alpha * scale
-        return out, (_global_edges(graph, local), alpha)
+        return out, (edges, alpha)
 
-    def _edge_scores(self, edge_attr: Tensor | None, local: _LocalGraph,
-                     num_rows: int) -> Tensor | None:
-        """``[nnz, H]`` attention terms of the edge features (self-loops filled
-        as ``GATConv`` fills them), or :obj:`None`."""
-        if edge_attr is None or self.lin_edge is None:
-            return None
+
+@torch.compiler.disable
+def _gather(h: Tensor, edge_index: DistEdgeIndex, edge_attr: Tensor | None, halo: LayerHalo,
+            static: bool, add_self_loops: bool, fill_value: Any, with_edges: bool,
+            ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor], Tensor | None, Tensor | None]:
+    """The halo rows of ``h``, the local graph the attention runs on
+    (``rowptr``, ``col``, each entry's dropout key), its edge features with
+    self-loops filled, and with ``with_edges`` the global (source, target) ids
+    of its entries: the exchange and the per-graph caches, one graph break
+    under :func:`torch.compile`."""
+    fetched = halo.fetch(h, static)
+    graph = edge_index
+    if fetched.mask is not None:
+        graph, keep = edge_index.restrict(fetched.mask)
+        edge_attr = None if edge_attr is None else edge_attr[keep]
+    local = _attention_graph(graph, add_self_loops)
+    if edge_attr is not None:
         if edge_attr.dim() == 1:
             edge_attr = edge_attr.view(-1, 1)
         if local.loops is not None:
             kept = edge_attr[local.loops.kept]
-            fill = _loop_attr(kept, local.loops.kept_row, num_rows, self.fill_value)
+            fill = _loop_attr(kept, local.loops.kept_row, graph.num_owned, fill_value)
             edge_attr = torch.cat([kept, fill])[local.loops.order]
-        edge = self.lin_edge(edge_attr).view(-1, self.heads, self.out_channels)
-        return (edge * self.att_edge).sum(dim=-1)
+    edges = _global_edges(graph, local) if with_edges else None
+    return fetched.rows, (local.rowptr, local.col, local.key), edge_attr, edges
 
 
 @dataclass(frozen=True)

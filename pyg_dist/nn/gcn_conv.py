@@ -100,8 +100,7 @@ class DistGCNConv(DistLayer, GCNConv):
                      edge_weight: Tensor | None = None) -> Tensor:
         """The owned rows of the layer on a partitioned graph."""
         check_distributed(self, x, REDUCTIONS)
-        halo = LayerHalo(edge_index, edge_index.registry.name(self), self.halo, self.training)
-        static = halo.is_static(x, self.out_channels)
+        halo, static = LayerHalo.open(self, edge_index, x, self.out_channels)
         # A static input's halo is cached: aggregate it before transforming.
         if not static and x.size(-1) > self.out_channels:
             out = self._aggregate(self.lin(x), edge_index, edge_weight, halo, False)
@@ -113,10 +112,20 @@ class DistGCNConv(DistLayer, GCNConv):
 
     def _aggregate(self, h: Tensor, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
                    halo: LayerHalo, static: bool) -> Tensor:
-        fetched = halo.fetch(h, static)
-        rowptr, col, value = self._adjacency(h.dtype, edge_index, edge_weight, fetched, halo)
+        rows, (rowptr, col, value) = self._gather(h, edge_index, edge_weight, halo, static)
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
-        return spmm(rowptr, col, h, value, reduce, x_halo=fetched.rows)
+        return spmm(rowptr, col, h, value, reduce, x_halo=rows)
+
+    @torch.compiler.disable
+    def _gather(
+        self, h: Tensor, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
+        halo: LayerHalo, static: bool,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor | None]]:
+        """The halo rows of ``h`` and the adjacency over them: the exchange and
+        the per-graph caches of the normalisation, one graph break under
+        :func:`torch.compile`."""
+        fetched = halo.fetch(h, static)
+        return fetched.rows, self._adjacency(h.dtype, edge_index, edge_weight, fetched, halo)
 
     def _adjacency(
         self, dtype: torch.dtype, edge_index: DistEdgeIndex, edge_weight: Tensor | None,

@@ -197,6 +197,17 @@ def propagate_with_halo(layer: Any, forward: Callable[..., Any], x: Any,
     """Calls ``forward`` (the PyG layer's, bound) on ``([x ; halo rows of x],
     x)`` and the local bipartite graph: the owned rows of the layer's output.
     Per-edge arguments follow the edges when the policy leaves halo rows out."""
+    local_args, local_kwargs = _local_arguments(layer, forward, x, edge_index, args, kwargs)
+    return forward(*local_args, **local_kwargs)
+
+
+@torch.compiler.disable
+def _local_arguments(layer: Any, forward: Callable[..., Any], x: Any, edge_index: DistEdgeIndex,
+                     args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of ``forward`` on the local bipartite graph: the halo
+    exchange and the local graph, one graph break under :func:`torch.compile`
+    (the PyG layer itself is traced)."""
     check_distributed(layer, x)
     spec = exactness(layer.pyg_class)
     signature = inspect.signature(forward)
@@ -204,8 +215,8 @@ def propagate_with_halo(layer: Any, forward: Callable[..., Any], x: Any,
     if bound.arguments.get("size") is not None:
         raise ValueError(f"'{type(layer).__name__}' takes its size from the DistEdgeIndex; "
                          f"leave size=None")
-    halo = LayerHalo(edge_index, edge_index.registry.name(layer), layer.halo, layer.training)
-    fetched = halo.fetch(x, halo.is_static(x))
+    halo, static = LayerHalo.open(layer, edge_index, x)
+    fetched = halo.fetch(x, static)
     graph, keep = edge_index, None
     if fetched.mask is not None:
         graph, keep = edge_index.restrict(fetched.mask)
@@ -215,4 +226,4 @@ def propagate_with_halo(layer: Any, forward: Callable[..., Any], x: Any,
     x_name, edge_name = list(signature.parameters)[:2]
     bound.arguments[x_name] = (torch.cat([x, fetched.rows]), x)
     bound.arguments[edge_name] = torch.stack([graph.col, graph.row()])
-    return forward(*bound.args, **bound.kwargs)
+    return bound.args, bound.kwargs

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.parameter import UninitializedParameter
@@ -95,8 +96,7 @@ class DistSAGEConv(DistLayer, SAGEConv):
         check_distributed(self, x, FAST_AGGRS)
         x_src = self.lin(x).relu() if self.project else x
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
-        halo = LayerHalo(edge_index, edge_index.registry.name(self), self.halo, self.training)
-        static = halo.is_static(x_src, self.out_channels)
+        halo, static = LayerHalo.open(self, edge_index, x_src, self.out_channels)
         # mean/sum commute with the transform: the narrower side travels, unless
         # the input is static (its halo is cached).
         weight = self.lin_l.weight
@@ -116,6 +116,15 @@ class DistSAGEConv(DistLayer, SAGEConv):
 
 def _aggregate(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo, reduce: str,
                static: bool) -> Tensor:
+    rows, rowptr, col = _gather(h, edge_index, halo, static)
+    return spmm(rowptr, col, h, None, reduce, x_halo=rows)
+
+
+@torch.compiler.disable
+def _gather(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo,
+            static: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """The halo rows of ``h`` and the local CSR over the rows present: one
+    graph break under :func:`torch.compile`."""
     fetched = halo.fetch(h, static)
     graph = edge_index if fetched.mask is None else edge_index.restrict(fetched.mask)[0]
-    return spmm(graph.rowptr, graph.col, h, None, reduce, x_halo=fetched.rows)
+    return fetched.rows, graph.rowptr, graph.col

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+import torch
 from torch import Tensor
 
 from pyg_dist import env
@@ -13,7 +14,8 @@ from pyg_dist import typing as pyg_dist_typing
 from pyg_dist.ops.gat_ref import GatArgs, GatGrads
 from pyg_dist.ops.torch_kernels import TorchKernels
 
-__all__ = ["resolve", "available_backends", "default_backend", "BACKENDS", "Kernels"]
+__all__ = ["resolve", "resolve_name", "kernels", "available_backends", "default_backend",
+           "BACKENDS", "Kernels"]
 
 BACKENDS = ("triton", "cpu", "torch")
 _forced: list[str] = []
@@ -102,25 +104,30 @@ def available_backends(device_type: str = "cpu") -> list[str]:
 def resolve(backend: str | None, x: Tensor, op: str = "spmm") -> Any:
     """The kernels for ``backend`` on ``x``'s device; ``None`` picks the fastest.
     ``op`` names the calling op in errors."""
-    device_type = x.device.type
+    return kernels(resolve_name(backend, x.device.type, op))
+
+
+@torch.compiler.assume_constant_result
+def resolve_name(backend: str | None, device_type: str, op: str = "spmm") -> str:
+    """The name of the backend :func:`resolve` picks for ``backend`` on
+    ``device_type``: what :func:`~pyg_dist.ops.spmm` hands its op. Under
+    :func:`torch.compile` it runs when a graph is traced, and its answer is a
+    constant of that graph."""
     if backend is None:
         backend = (_forced[-1] if _forced else env.spmm_backend()) or None
     if backend is None:
         if device_type == "cuda" and _triton_kernels() is not None:
-            return _triton_kernels()
+            return "triton"
         if device_type == "cpu" and _cpu_kernels() is not None:
-            return _cpu_kernels()
-        return _torch_kernels()
-    if backend == "torch":
-        return _torch_kernels()
+            return "cpu"
+        return "torch"
     if backend == "cpu":
         if device_type != "cpu":
             raise ValueError(
-                f"'{op}' got backend='cpu' for a tensor on '{x.device}'; move it to the CPU "
+                f"'{op}' got backend='cpu' for a tensor on '{device_type}'; move it to the CPU "
                 f"or use backend='triton'"
             )
-        kernels = _cpu_kernels()
-        if kernels is None:
+        if _cpu_kernels() is None:
             from pyg_dist.ops import cpu
 
             raise RuntimeError(
@@ -128,15 +135,23 @@ def resolve(backend: str | None, x: Tensor, op: str = "spmm") -> Any:
                 f"({cpu.unavailable_reason()}); use backend='torch' or install a C++ compiler "
                 f"and ninja (pip install ninja)"
             )
-        return kernels
-    if backend == "triton":
-        kernels = _triton_kernels()
-        if kernels is None:
+    elif backend == "triton":
+        if _triton_kernels() is None:
             pyg_dist_typing.require("triton", "backend='triton'")
         if device_type != "cuda" and not pyg_dist_typing.TRITON_INTERPRET:
             raise ValueError(
-                f"'{op}' got backend='triton' for a tensor on '{x.device}'; Triton kernels "
+                f"'{op}' got backend='triton' for a tensor on '{device_type}'; Triton kernels "
                 f"need CUDA tensors, or TRITON_INTERPRET=1 set before pyg_dist is imported"
             )
-        return kernels
-    raise ValueError(f"'{op}' got backend='{backend}'; use one of {', '.join(BACKENDS)} or None")
+    elif backend != "torch":
+        raise ValueError(
+            f"'{op}' got backend='{backend}'; use one of {', '.join(BACKENDS)} or None"
+        )
+    return backend
+
+
+def kernels(name: str) -> Any:
+    """The kernels of backend ``name``, one that :func:`resolve_name` returned."""
+    found = {"torch": _torch_kernels, "cpu": _cpu_kernels, "triton": _triton_kernels}[name]()
+    assert found is not None, f"backend '{name}' was resolved but is not available"
+    return found

@@ -8,6 +8,10 @@ rather than the coefficients (:obj:`[nnz, H]`): for a graph of 1M edges and
 forward to backward; backward recomputes the scores, one read of
 ``alpha_src[col]`` (:math:`H` values per entry) against the :math:`H \cdot C`
 features per entry it reads anyway.
+
+Like :func:`~pyg_dist.ops.spmm`, the op is registered with :mod:`torch.library`
+as ``pyg_dist::gat`` and ``pyg_dist::gat_backward`` with fake kernels and an
+autograd formula, so :func:`torch.compile` keeps it as one opaque node.
 """
 from __future__ import annotations
 
@@ -18,7 +22,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pyg_dist.ops import backends
-from pyg_dist.ops.backends import Kernels
 from pyg_dist.ops.csr import csr_row, csr_transpose
 from pyg_dist.ops.gat_ref import GatArgs, check_gat_args, pre_scores, segment_softmax
 
@@ -90,11 +93,11 @@ def gat(
     """
     check_gat_args(rowptr, col, x, alpha_src, alpha_dst, x_halo, alpha_src_halo, alpha_edge,
                    edge_scale, negative_slope)
-    kernels = backends.resolve(backend, x, op="gat")
+    name = backends.resolve_name(backend, x.device.type, "gat")
     if edge_scale is not None:
         edge_scale = edge_scale.detach()
-    return _GAT.apply(kernels, float(negative_slope), rowptr, col, x, x_halo, alpha_src,
-                      alpha_src_halo, alpha_dst, alpha_edge, edge_scale)
+    return _gat(rowptr, col, x, x_halo, alpha_src, alpha_src_halo, alpha_dst, alpha_edge,
+                edge_scale, float(negative_slope), name)[0]
 
 
 def gat_attention(
@@ -120,46 +123,97 @@ def gat_attention(
     return segment_softmax(score, row, args.num_rows)[0].to(alpha_dst.dtype)
 
 
-class _GAT(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, kernels: Kernels, negative_slope: float,  # type: ignore[override]
-                rowptr: Tensor, col: Tensor, x: Tensor, x_halo: Tensor | None,
-                alpha_src: Tensor, alpha_src_halo: Tensor | None, alpha_dst: Tensor,
-                alpha_edge: Tensor | None, edge_scale: Tensor | None) -> Tensor:
-        args = GatArgs(rowptr, col, x, x_halo, alpha_src, alpha_src_halo, alpha_dst, alpha_edge,
-                       edge_scale, negative_slope)
-        out, lse = kernels.gat_forward(args)
-        ctx.kernels, ctx.negative_slope = kernels, negative_slope
-        ctx.save_for_backward(rowptr, col, x, x_halo, alpha_src, alpha_src_halo, alpha_dst,
-                              alpha_edge, edge_scale, lse)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        rowptr, col, x, x_halo, alpha_src, alpha_src_halo, alpha_dst, alpha_edge, edge_scale, \
-            lse = ctx.saved_tensors
-        args = GatArgs(rowptr, col, x, x_halo, alpha_src, alpha_src_halo, alpha_dst, alpha_edge,
-                       edge_scale, ctx.negative_slope)
-        need = ctx.needs_input_grad
-        need_x, need_halo = need[4], need[5]
-        need_alpha_src = need[6] or need[7]
-        need_score = need_alpha_src or need[8] or need[9]
-        transpose = None
-        if need_x or need_halo or need_alpha_src:
-            transpose = csr_transpose(rowptr, col, args.num_src)
-        grads = ctx.kernels.gat_backward(args, lse, grad_out.contiguous(), transpose,
-                                         need_x or need_halo, need_score, need_alpha_src)
-        n = args.num_owned
-        grad_x = _part(grads.src, None, n, x) if need_x else None
-        grad_halo = _part(grads.src, n, None, x_halo) if need_halo else None
-        grad_as = _part(grads.alpha_src, None, n, alpha_src) if need[6] else None
-        grad_as_halo = _part(grads.alpha_src, n, None, alpha_src_halo) if need[7] else None
-        grad_ad = grads.alpha_dst.to(alpha_dst.dtype) if need[8] else None
-        grad_ae = grads.score.to(alpha_edge.dtype) if need[9] else None
-        return (None, None, None, None, grad_x, grad_halo, grad_as, grad_as_halo, grad_ad,
-                grad_ae, None)
+@torch.library.custom_op("pyg_dist::gat", mutates_args=())
+def _gat(rowptr: Tensor, col: Tensor, x: Tensor, x_halo: Tensor | None, alpha_src: Tensor,
+         alpha_src_halo: Tensor | None, alpha_dst: Tensor, alpha_edge: Tensor | None,
+         edge_scale: Tensor | None, negative_slope: float,
+         backend: str) -> tuple[Tensor, Tensor]:
+    """``(out [M, H, C], lse [M, H] float32)`` with backend ``backend`` (a name)."""
+    args = GatArgs(rowptr, col, x, x_halo, alpha_src, alpha_src_halo, alpha_dst, alpha_edge,
+                   edge_scale, negative_slope)
+    return backends.kernels(backend).gat_forward(args)
 
 
-def _part(full: Tensor, start: int | None, stop: int | None, like: Tensor) -> Tensor:
+@_gat.register_fake
+def _(rowptr: Tensor, col: Tensor, x: Tensor, x_halo: Tensor | None, alpha_src: Tensor,
+      alpha_src_halo: Tensor | None, alpha_dst: Tensor, alpha_edge: Tensor | None,
+      edge_scale: Tensor | None, negative_slope: float, backend: str) -> tuple[Tensor, Tensor]:
+    rows = rowptr.size(0) - 1
+    return (x.new_empty(rows, x.size(1), x.size(2)),
+            x.new_empty(rows, x.size(1), dtype=torch.float32))
+
+
+@torch.library.custom_op("pyg_dist::gat_backward", mutates_args=())
+def _gat_backward(grad_out: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor, x: Tensor,
+                  x_halo: Tensor | None, alpha_src: Tensor, alpha_src_halo: Tensor | None,
+                  alpha_dst: Tensor, alpha_edge: Tensor | None, edge_scale: Tensor | None,
+                  negative_slope: float, backend: str, need_src: bool, need_alpha_src: bool,
+                  need_score: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(src, alpha_src, alpha_dst, score)`` gradients (see
+    :class:`~pyg_dist.ops.gat_ref.GatGrads`), each empty unless asked for
+    (``alpha_dst`` and ``score`` with ``need_score``)."""
+    args = GatArgs(rowptr, col, x, x_halo, alpha_src, alpha_src_halo, alpha_dst, alpha_edge,
+                   edge_scale, negative_slope)
+    transpose = None
+    if need_src or need_alpha_src:
+        transpose = csr_transpose(rowptr, col, args.num_src)
+    grads = backends.kernels(backend).gat_backward(args, lse, grad_out.contiguous(), transpose,
+                                                   need_src, need_score, need_alpha_src)
+    return (x.new_empty(0) if grads.src is None else grads.src,
+            lse.new_empty(0) if grads.alpha_src is None else grads.alpha_src,
+            lse.new_empty(0) if grads.alpha_dst is None else grads.alpha_dst,
+            lse.new_empty(0) if grads.score is None else grads.score)
+
+
+@_gat_backward.register_fake
+def _(grad_out: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor, x: Tensor,
+      x_halo: Tensor | None, alpha_src: Tensor, alpha_src_halo: Tensor | None,
+      alpha_dst: Tensor, alpha_edge: Tensor | None, edge_scale: Tensor | None,
+      negative_slope: float, backend: str, need_src: bool, need_alpha_src: bool,
+      need_score: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    num_src = x.size(0) + (0 if x_halo is None else x_halo.size(0))
+    heads = x.size(1)
+    src = x.new_empty((num_src, heads, x.size(2)) if need_src else (0,))
+    alpha = lse.new_empty((num_src, heads) if need_alpha_src else (0,))
+    dst = lse.new_empty(tuple(lse.shape) if need_score else (0,))
+    score = lse.new_empty((col.size(0), heads) if need_score else (0,))
+    return src, alpha, dst, score
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+    rowptr, col, x, x_halo, alpha_src, alpha_src_halo, alpha_dst, alpha_edge, edge_scale, \
+        negative_slope, backend = inputs
+    ctx.negative_slope, ctx.backend = negative_slope, backend
+    ctx.save_for_backward(rowptr, col, x, x_halo, alpha_src, alpha_src_halo, alpha_dst,
+                          alpha_edge, edge_scale, output[1])
+
+
+def _backward(ctx: Any, grad_out: Tensor, _grad_lse: Tensor | None) -> tuple[Tensor | None, ...]:
+    rowptr, col, x, x_halo, alpha_src, alpha_src_halo, alpha_dst, alpha_edge, edge_scale, \
+        lse = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    need_x, need_halo = need[2], need[3]
+    need_alpha_src = need[4] or need[5]
+    need_score = need_alpha_src or need[6] or need[7]
+    src, alpha, dst, score = _gat_backward(
+        grad_out, lse, rowptr, col, x, x_halo, alpha_src, alpha_src_halo, alpha_dst,
+        alpha_edge, edge_scale, ctx.negative_slope, ctx.backend, need_x or need_halo,
+        need_alpha_src, need_score)
+    n = x.size(0)
+    return (None, None,
+            _part(src, None, n, x) if need_x else None,
+            _part(src, n, None, x_halo) if need_halo else None,
+            _part(alpha, None, n, alpha_src) if need[4] else None,
+            _part(alpha, n, None, alpha_src_halo) if need[5] else None,
+            dst.to(alpha_dst.dtype) if need[6] else None,
+            score.to(alpha_edge.dtype) if need[7] else None,
+            None, None, None)
+
+
+_gat.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _part(full: Tensor, start: int | None, stop: int | None, like: Tensor | None) -> Tensor:
     """Rows ``[start, stop)`` of a gradient over all sources, in ``like``'s dtype."""
+    assert like is not None, "a gradient for an input that was not given"
     return full[start:stop].to(like.dtype)

@@ -1,5 +1,11 @@
 """The one aggregation op of pyg_dist: CSR sparse times dense, with autograd,
-dispatched to Triton (CUDA), the C++ extension (CPU) or plain PyTorch."""
+dispatched to Triton (CUDA), the C++ extension (CPU) or plain PyTorch.
+
+The op is registered with :mod:`torch.library` as ``pyg_dist::spmm`` (forward)
+and ``pyg_dist::spmm_backward`` (both gradients, composed from the backend's
+two kernels), each with a fake kernel that gives shapes and dtypes only, so
+:func:`torch.compile` keeps it as one opaque node of its graphs whatever the
+backend."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,7 +14,6 @@ import torch
 from torch import Tensor
 
 from pyg_dist.ops import backends
-from pyg_dist.ops.backends import Kernels
 from pyg_dist.ops.csr import csr_transpose, csr_transpose_values
 from pyg_dist.ops.spmm_ref import check_spmm_args
 
@@ -45,61 +50,105 @@ def spmm(
         backend (str, optional): :obj:`"triton"`, :obj:`"cpu"` (the C++
             extension) or :obj:`"torch"`; :obj:`None` picks Triton for CUDA
             tensors, the C++ extension for CPU tensors when it is built, and
-            PyTorch otherwise. (default: :obj:`None`)
+            PyTorch otherwise; under :func:`torch.compile` the choice is made
+            when the graph is traced. (default: :obj:`None`)
 
     Shapes:
         - **output:** :obj:`[M, F]`, the dtype of ``x``.
     """
     reduce = check_spmm_args(rowptr, col, x, value, reduce, x_halo)
-    kernels = backends.resolve(backend, x)
-    return _SpMM.apply(rowptr, col, value, x, x_halo, reduce, kernels)
+    name = backends.resolve_name(backend, x.device.type)
+    return _spmm(rowptr, col, value, x, x_halo, reduce, name)[0]
 
 
-class _SpMM(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, rowptr: Tensor, col: Tensor, value: Tensor | None,  # type: ignore[override]
-                x: Tensor, x_halo: Tensor | None, reduce: str, kernels: Kernels) -> Tensor:
-        out, arg = kernels.spmm_forward(rowptr, col, value, x, x_halo, reduce)
-        ctx.reduce, ctx.kernels = reduce, kernels
-        ctx.num_owned = x.size(0)
-        ctx.save_for_backward(rowptr, col, value, x, x_halo, arg)
-        if arg is not None:
-            ctx.mark_non_differentiable(arg)
-        return out
+@torch.library.custom_op("pyg_dist::spmm", mutates_args=())
+def _spmm(rowptr: Tensor, col: Tensor, value: Tensor | None, x: Tensor, x_halo: Tensor | None,
+          reduce: str, backend: str) -> tuple[Tensor, Tensor]:
+    """``(out [M, F], arg)`` with backend ``backend`` (a name); ``arg`` is the
+    ``[M, F]`` int64 argmax of ``"max"``, an empty int64 tensor otherwise."""
+    out, arg = backends.kernels(backend).spmm_forward(rowptr, col, value, x, x_halo, reduce)
+    return out, (_no_arg(x) if arg is None else arg)
 
-    @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        rowptr, col, value, x, x_halo, arg = ctx.saved_tensors
-        need_value, need_x, need_halo = (
-            ctx.needs_input_grad[2],
-            ctx.needs_input_grad[3],
-            ctx.needs_input_grad[4],
-        )
-        grad_value = grad_src = None
-        grad_out = grad_out.contiguous()
-        if ctx.reduce == "max":
-            grad_src, grad_value = _max_backward(
-                grad_out, arg, col, value, x, x_halo, need_value, need_x or need_halo
-            )
-        else:
-            if ctx.reduce == "mean":
-                deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(torch.float32)
-                grad_out = (grad_out.float() / deg.view(-1, 1)).to(grad_out.dtype)
-            if need_x or need_halo:
-                num_src = ctx.num_owned + (0 if x_halo is None else x_halo.size(0))
-                colptr, row_t, perm = csr_transpose(rowptr, col, num_src)
-                value_t = None if value is None else csr_transpose_values(value, perm)
-                grad_src, _ = ctx.kernels.spmm_forward(
-                    colptr, row_t, value_t, grad_out, None, "sum"
-                )
-            if need_value:
-                grad_value = ctx.kernels.sddmm(rowptr, col, grad_out, x, x_halo).to(value.dtype)
 
-        grad_x = grad_halo = None
-        if grad_src is not None:
-            grad_x = grad_src[: ctx.num_owned] if need_x else None
-            grad_halo = grad_src[ctx.num_owned :] if need_halo else None
-        return None, None, grad_value, grad_x, grad_halo, None, None
+@_spmm.register_fake
+def _(rowptr: Tensor, col: Tensor, value: Tensor | None, x: Tensor, x_halo: Tensor | None,
+      reduce: str, backend: str) -> tuple[Tensor, Tensor]:
+    out = x.new_empty(rowptr.size(0) - 1, x.size(1))
+    if reduce == "max":
+        return out, x.new_empty(out.shape, dtype=torch.long)
+    return out, _no_arg(x)
+
+
+@torch.library.custom_op("pyg_dist::spmm_backward", mutates_args=())
+def _spmm_backward(grad_out: Tensor, rowptr: Tensor, col: Tensor, value: Tensor | None,
+                   x: Tensor, x_halo: Tensor | None, arg: Tensor, reduce: str, backend: str,
+                   need_src: bool, need_value: bool) -> tuple[Tensor, Tensor]:
+    """``(grad_src, grad_value)``: the gradient of ``[x ; x_halo]`` (``[N + H, F]``,
+    empty unless ``need_src``) and of ``value`` (``[nnz]``, empty unless
+    ``need_value``), from the gradient of the output ``grad_out`` (``[M, F]``)."""
+    kernels = backends.kernels(backend)
+    grad_value = grad_src = None
+    grad_out = grad_out.contiguous()
+    if reduce == "max":
+        grad_src, grad_value = _max_backward(grad_out, arg, col, value, x, x_halo, need_value,
+                                             need_src)
+    else:
+        if reduce == "mean":
+            deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(torch.float32)
+            grad_out = (grad_out.float() / deg.view(-1, 1)).to(grad_out.dtype)
+        if need_src:
+            colptr, row_t, perm = csr_transpose(rowptr, col, _num_sources(x, x_halo))
+            value_t = None if value is None else csr_transpose_values(value, perm)
+            grad_src, _ = kernels.spmm_forward(colptr, row_t, value_t, grad_out, None, "sum")
+        if need_value:
+            assert value is not None, "value gradient requested without a value tensor"
+            grad_value = kernels.sddmm(rowptr, col, grad_out, x, x_halo).to(value.dtype)
+    return (x.new_empty(0) if grad_src is None else grad_src,
+            _value_like(value, x).new_empty(0) if grad_value is None else grad_value)
+
+
+@_spmm_backward.register_fake
+def _(grad_out: Tensor, rowptr: Tensor, col: Tensor, value: Tensor | None, x: Tensor,
+      x_halo: Tensor | None, arg: Tensor, reduce: str, backend: str, need_src: bool,
+      need_value: bool) -> tuple[Tensor, Tensor]:
+    grad_src = x.new_empty((_num_sources(x, x_halo), x.size(1)) if need_src else (0,))
+    grad_value = _value_like(value, x).new_empty(col.shape if need_value else (0,))
+    return grad_src, grad_value
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+    rowptr, col, value, x, x_halo, reduce, backend = inputs
+    ctx.reduce, ctx.backend = reduce, backend
+    ctx.save_for_backward(rowptr, col, value, x, x_halo, output[1])
+
+
+def _backward(ctx: Any, grad_out: Tensor, _grad_arg: Tensor | None) -> tuple[Tensor | None, ...]:
+    rowptr, col, value, x, x_halo, arg = ctx.saved_tensors
+    need_value, need_x, need_halo = ctx.needs_input_grad[2:5]
+    grad_src, grad_value = _spmm_backward(grad_out, rowptr, col, value, x, x_halo, arg,
+                                          ctx.reduce, ctx.backend, need_x or need_halo,
+                                          need_value)
+    num_owned = x.size(0)
+    return (None, None, grad_value if need_value else None,
+            grad_src[:num_owned] if need_x else None,
+            grad_src[num_owned:] if need_halo else None, None, None)
+
+
+_spmm.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _no_arg(x: Tensor) -> Tensor:
+    """The ``arg`` output of the reductions other than ``"max"``."""
+    return x.new_empty(0, dtype=torch.long)
+
+
+def _num_sources(x: Tensor, x_halo: Tensor | None) -> int:
+    return x.size(0) + (0 if x_halo is None else x_halo.size(0))
+
+
+def _value_like(value: Tensor | None, x: Tensor) -> Tensor:
+    """A tensor with the dtype of the value gradient."""
+    return x if value is None else value
 
 
 def _max_backward(
