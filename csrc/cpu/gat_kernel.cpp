@@ -5,9 +5,10 @@
 // about equal work, each row computed by one thread, every output written
 // once, no atomics. Per row, the scores of its entries (H per entry) go into a
 // thread-local buffer once; the softmax is taken there in float32 (maximum,
-// exponentials, sum), and the features are then aggregated head by head in
-// register tiles of the head's C features. Columns below x.size(0) read x and
-// alpha_src, the others x_halo and alpha_src_halo, in place.
+// exponentials, sum), and the features are then aggregated in register tiles
+// (several narrow heads, or C features of one head, at a time). Columns below
+// x.size(0) read x and alpha_src, the others x_halo and alpha_src_halo, in
+// place.
 //
 // Backward recomputes each coefficient as exp(z - lse) from the saved per-row
 // log-sum-exp. The row pass computes g = edge_scale * <grad_out_i, s_col> per
