@@ -5,9 +5,10 @@
 // about equal work, each row computed by one thread, every output written
 // once, no atomics. Per row, the scores of its entries (H per entry) go into a
 // thread-local buffer once; the softmax is taken there in float32 (maximum,
-// exponentials, sum), and the features are then aggregated head by head in
-// register tiles of the head's C features. Columns below x.size(0) read x and
-// alpha_src, the others x_halo and alpha_src_halo, in place.
+// exponentials, sum), and the features are then aggregated in register tiles
+// (several narrow heads, or C features of one head, at a time). Columns below
+// x.size(0) read x and alpha_src, the others x_halo and alpha_src_halo, in
+// place.
 //
 // Backward recomputes each coefficient as exp(z - lse) from the saved per-row
 // log-sum-exp. The row pass computes g = edge_scale * <grad_out_i, s_col> per
@@ -23,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -34,6 +36,34 @@ namespace pyg_dist {
 namespace {
 
 using namespace cpu;  // the shared helpers of common.h
+
+// exp(x) in float32 without a library call, so that the loops over heads
+// vectorise (glibc's expf is one call per element, and 8M calls took about as
+// long as the rest of a forward pass with 8 heads): x = n ln2 + r with
+// |r| <= ln2 / 2, exp(r) by Cephes' polynomial (relative error below 2e-7),
+// 2^n through the exponent bits. Arguments are clamped to [-87, 88], so a
+// coefficient more than 87 below its row's maximum score weighs 1.6e-38
+// instead of less.
+inline float fast_exp(float x) {
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
+  x = std::min(std::max(x, -87.f), 88.f);
+  const float n = (x * kLog2e + kRound) - kRound;
+  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+inline float leaky_relu(float z, float negative_slope) { return z > 0.f ? z : z * negative_slope; }
 
 // The scores as float32, the halo's read in place.
 struct Scores {
@@ -53,10 +83,68 @@ struct Scores {
       for (int64_t h = 0; h < heads; ++h) out[h] += edge[e * heads + h];
     }
   }
-  float leaky(float z) const { return z > 0.f ? z : z * slope; }
+  // pre() of the entries [begin, end) of row i, into out[(e - begin) * heads + h].
+  template <typename index_t>
+  void pre_row(int64_t i, const index_t* col, int64_t begin, int64_t end,
+               float* __restrict out) const {
+    for (int64_t e = begin; e < end; ++e) pre(i, col[e], e, out + (e - begin) * heads);
+  }
+  // out = exp(leaky(pre) - lse_row) for the H scores of one entry of a row
+  // whose log-sum-exp is lse_row: its coefficients, recomputed.
+  void coefficients(const float* __restrict pre, const float* __restrict lse_row,
+                    float* __restrict out) const {
+    const float negative_slope = slope;  // a local: out might alias a member otherwise
+    for (int64_t h = 0, n = heads; h < n; ++h) {
+      out[h] = fast_exp(leaky_relu(pre[h], negative_slope) - lse_row[h]);
+    }
+  }
+  // Multiplies the H values of entry e by its edge_scale.
+  void apply_scale(int64_t e, float* __restrict values) const {
+    if (scale == nullptr) return;
+    for (int64_t h = 0; h < heads; ++h) values[h] *= scale[e * heads + h];
+  }
   float slope_at(float z) const { return z > 0.f ? 1.f : slope; }
-  float scale_at(int64_t e, int64_t h) const { return scale ? scale[e * heads + h] : 1.f; }
 };
+
+// Asks for the feature rows that row i + 1 of the CSR a reads (and, for the
+// first row of a task, row i's own), while row i is computed: the loops that
+// read them do enough arithmetic per entry (scores, exponentials, dot products
+// per head) that the processor does not look far enough ahead to overlap
+// their cache misses by itself.
+template <typename scalar_t, typename index_t>
+inline void prefetch_next_row(const Csr<index_t>& a, const Source<scalar_t>& s, int64_t i,
+                              int64_t row_begin, int64_t row_end) {
+  constexpr int64_t kLine = 64;
+  const int64_t bytes = s.feats * static_cast<int64_t>(sizeof(scalar_t));
+  const int64_t first = i == row_begin ? i : i + 1, last = std::min(i + 2, row_end);
+  if (first >= last) return;
+  for (int64_t e = a.rowptr[first]; e < a.rowptr[last]; ++e) {
+    const char* row = reinterpret_cast<const char*>(s.row(a.col[e]));
+    for (int64_t offset = 0; offset < bytes; offset += kLine) __builtin_prefetch(row + offset);
+  }
+}
+
+// Softmax of each column h of z [degree, heads] (scores after the leaky
+// ReLU), in place: best[h] is the column's maximum, z becomes exp(z - best)
+// and total[h] its column sum. Each loop keeps its running value in a
+// register (a maximum or sum indexed by h through memory would chain every
+// entry to the previous one).
+inline void exp_columns(float* __restrict z, int64_t degree, int64_t heads, float* best,
+                        float* total) {
+  for (int64_t h = 0; h < heads; ++h) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < degree; ++k) m = std::max(m, z[k * heads + h]);
+    best[h] = m;
+  }
+  for (int64_t k = 0; k < degree; ++k) {
+    for (int64_t h = 0; h < heads; ++h) z[k * heads + h] = fast_exp(z[k * heads + h] - best[h]);
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    float sum = 0.f;
+    for (int64_t k = 0; k < degree; ++k) sum += z[k * heads + h];
+    total[h] = sum;
+  }
+}
 
 // out[offset + f] = sum_e coef[(e - begin) * heads + h] * s[col[e]][offset + f]
 // for the n features of one tile of head h (offset = h * C + f0).
@@ -75,12 +163,57 @@ inline void weighted_tile(const index_t* col, const Source<scalar_t>& s, int64_t
   for (int64_t f = 0; f < n; ++f) out_row[offset + f] = static_cast<scalar_t>(acc[f]);
 }
 
-// Row i of the output, head by head: sum_e coef[e, h] * s[col[e], h, :].
+// The same for the kTile / C heads [h0, h0 + kTile / C) of width C at once:
+// one walk over the row fills a register tile of kTile features, each entry's
+// coefficient broadcast over its head's C features.
+template <int64_t C, typename scalar_t, typename index_t>
+inline void head_group_tile(const index_t* col, const Source<scalar_t>& s, int64_t begin,
+                            int64_t end, const float* coef, int64_t heads, int64_t h0,
+                            scalar_t* __restrict out_row) {
+  constexpr int64_t kHeads = kTile / C;
+  float acc[kTile] = {};
+  for (int64_t e = begin; e < end; ++e) {
+    const scalar_t* __restrict src = s.row(col[e]) + h0 * C;
+    const float* w = coef + (e - begin) * heads + h0;
+#pragma GCC unroll 8
+    for (int64_t g = 0; g < kHeads; ++g) {
+#pragma GCC unroll 64
+      for (int64_t c = 0; c < C; ++c) acc[g * C + c] += w[g] * static_cast<float>(src[g * C + c]);
+    }
+  }
+  for (int64_t f = 0; f < kTile; ++f) out_row[h0 * C + f] = static_cast<scalar_t>(acc[f]);
+}
+
+// head_group_tile over as many whole groups of heads as fit; returns the
+// first head left over.
+template <int64_t C, typename scalar_t, typename index_t>
+inline int64_t aggregate_head_groups(const index_t* col, const Source<scalar_t>& s,
+                                     int64_t begin, int64_t end, const float* coef,
+                                     int64_t heads, scalar_t* out_row) {
+  int64_t h0 = 0;
+  for (; h0 + kTile / C <= heads; h0 += kTile / C) {
+    head_group_tile<C>(col, s, begin, end, coef, heads, h0, out_row);
+  }
+  return h0;
+}
+
+// Row i of the output: sum_e coef[e, h] * s[col[e], h, :] for every head.
+// Narrow heads (C = 8, 16, 32) are aggregated several at a time, so that a
+// row is walked once per kTile features as in the SpMM kernel; the others
+// (and heads left over) one at a time.
 template <typename scalar_t, typename index_t>
 inline void aggregate_heads(const index_t* col, const Source<scalar_t>& s, int64_t begin,
                             int64_t end, const float* coef, int64_t heads, int64_t channels,
                             scalar_t* out_row) {
-  for (int64_t h = 0; h < heads; ++h) {
+  int64_t first = 0;
+  if (channels == 8) {
+    first = aggregate_head_groups<8>(col, s, begin, end, coef, heads, out_row);
+  } else if (channels == 16) {
+    first = aggregate_head_groups<16>(col, s, begin, end, coef, heads, out_row);
+  } else if (channels == 32) {
+    first = aggregate_head_groups<32>(col, s, begin, end, coef, heads, out_row);
+  }
+  for (int64_t h = first; h < heads; ++h) {
     for_each_tile<kTile>(0, channels, [&](auto tile, auto full, int64_t f0, int64_t width) {
       weighted_tile<tile(), full()>(col, s, begin, end, coef, heads, h, h * channels + f0, width,
                                     out_row);
@@ -99,31 +232,17 @@ void forward_rows(const Csr<index_t>& a, const Source<scalar_t>& s, const Scores
   for (int64_t i = row_begin; i < row_end; ++i) {
     const int64_t begin = a.rowptr[i], end = a.rowptr[i + 1], degree = end - begin;
     coef.resize(degree * heads);
-    std::fill(best.begin(), best.end(), -std::numeric_limits<float>::infinity());
-    std::fill(total.begin(), total.end(), 0.f);
-    for (int64_t k = 0; k < degree; ++k) {
-      float* z = coef.data() + k * heads;
-      sc.pre(i, a.col[begin + k], begin + k, z);
-      for (int64_t h = 0; h < heads; ++h) {
-        z[h] = sc.leaky(z[h]);
-        best[h] = std::max(best[h], z[h]);
-      }
-    }
-    for (int64_t k = 0; k < degree; ++k) {
-      for (int64_t h = 0; h < heads; ++h) {
-        const float p = std::exp(coef[k * heads + h] - best[h]);
-        coef[k * heads + h] = p;
-        total[h] += p;
-      }
-    }
+    prefetch_next_row(a, s, i, row_begin, row_end);
+    sc.pre_row(i, a.col, begin, end, coef.data());
+    for (int64_t k = 0; k < degree * heads; ++k) coef[k] = leaky_relu(coef[k], sc.slope);
+    exp_columns(coef.data(), degree, heads, best.data(), total.data());
     for (int64_t h = 0; h < heads; ++h) {
       lse[i * heads + h] = degree > 0 ? best[h] + std::log(total[h]) : 0.f;
       total[h] = degree > 0 ? 1.f / total[h] : 0.f;  // now the normaliser
     }
     for (int64_t k = 0; k < degree; ++k) {
-      for (int64_t h = 0; h < heads; ++h) {
-        coef[k * heads + h] *= total[h] * sc.scale_at(begin + k, h);
-      }
+      for (int64_t h = 0; h < heads; ++h) coef[k * heads + h] *= total[h];
+      sc.apply_scale(begin + k, coef.data() + k * heads);
     }
     aggregate_heads(a.col, s, begin, end, coef.data(), heads, channels,
                     out + i * heads * channels);
@@ -138,37 +257,36 @@ void score_grad_rows(const Csr<index_t>& a, const Source<scalar_t>& s, const Sco
                      int64_t channels, const float* lse, const scalar_t* grad_out, float* dz,
                      float* grad_dst, int64_t row_begin, int64_t row_end) {
   const int64_t heads = sc.heads, feats = heads * channels;
-  std::vector<float> pre, coef, go(feats), total(heads), sum_dz(heads);
+  std::vector<float> pre, coef, go(feats);
   for (int64_t i = row_begin; i < row_end; ++i) {
     const int64_t begin = a.rowptr[i], end = a.rowptr[i + 1], degree = end - begin;
     pre.resize(degree * heads);
     coef.resize(degree * heads);
-    for (int64_t f = 0; f < feats; ++f) go[f] = static_cast<float>(grad_out[i * feats + f]);
-    std::fill(total.begin(), total.end(), 0.f);
-    for (int64_t k = 0; k < degree; ++k) {  // g (kept in dz) and sum_row a g
-      const int64_t e = begin + k;
-      const scalar_t* src = s.row(a.col[e]);
-      sc.pre(i, a.col[e], e, pre.data() + k * heads);
-      for (int64_t h = 0; h < heads; ++h) {
-        const float p = std::exp(sc.leaky(pre[k * heads + h]) - lse[i * heads + h]);
-        const float g = dot(go.data() + h * channels, src + h * channels, channels) *
-                        sc.scale_at(e, h);
-        coef[k * heads + h] = p;
-        dz[e * heads + h] = g;
-        total[h] += p * g;
-      }
-    }
-    std::fill(sum_dz.begin(), sum_dz.end(), 0.f);
+    prefetch_next_row(a, s, i, row_begin, row_end);
+    sc.pre_row(i, a.col, begin, end, pre.data());
     for (int64_t k = 0; k < degree; ++k) {
-      float* dz_e = dz + (begin + k) * heads;
-      for (int64_t h = 0; h < heads; ++h) {
-        const float d = coef[k * heads + h] * (dz_e[h] - total[h]) *
-                        sc.slope_at(pre[k * heads + h]);
-        dz_e[h] = d;
-        sum_dz[h] += d;
-      }
+      sc.coefficients(pre.data() + k * heads, lse + i * heads, coef.data() + k * heads);
     }
-    std::copy(sum_dz.begin(), sum_dz.end(), grad_dst + i * heads);
+    for (int64_t f = 0; f < feats; ++f) go[f] = static_cast<float>(grad_out[i * feats + f]);
+    float* __restrict g = dz + begin * heads;  // g, until the second sweep
+    for (int64_t k = 0; k < degree; ++k) {
+      const scalar_t* src = s.row(a.col[begin + k]);
+      for (int64_t h = 0; h < heads; ++h) {
+        g[k * heads + h] = dot(go.data() + h * channels, src + h * channels, channels);
+      }
+      sc.apply_scale(begin + k, g + k * heads);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float weighted = 0.f;  // sum_row a g
+      for (int64_t k = 0; k < degree; ++k) weighted += coef[k * heads + h] * g[k * heads + h];
+      float sum_dz = 0.f;
+      for (int64_t k = 0; k < degree; ++k) {
+        const int64_t kh = k * heads + h;
+        g[kh] = coef[kh] * (g[kh] - weighted) * sc.slope_at(pre[kh]);
+        sum_dz += g[kh];
+      }
+      grad_dst[i * heads + h] = sum_dz;
+    }
   }
 }
 
@@ -182,7 +300,7 @@ void source_grad_rows(const Csr<index_t>& t, const int64_t* perm, const Source<s
                       bool need_src, bool need_alpha_src, scalar_t* grad_src,
                       float* grad_alpha_src, int64_t row_begin, int64_t row_end) {
   const int64_t heads = sc.heads;
-  std::vector<float> coef, sum_dz(heads);
+  std::vector<float> pre, coef, sum_dz(heads);
   for (int64_t j = row_begin; j < row_end; ++j) {
     const int64_t begin = t.rowptr[j], end = t.rowptr[j + 1], degree = end - begin;
     if (need_alpha_src) {
@@ -194,13 +312,17 @@ void source_grad_rows(const Csr<index_t>& t, const int64_t* perm, const Source<s
     }
     if (!need_src) continue;
     coef.resize(degree * heads);
+    pre.resize(degree * heads);
+    // Gathers first, arithmetic after: a loop of loads alone keeps many cache
+    // misses in flight, one that also computes the exponentials does not.
+    prefetch_next_row(t, go, j, row_begin, row_end);
     for (int64_t k = 0; k < degree; ++k) {
-      const int64_t i = t.col[begin + k], e = perm[begin + k];
+      sc.pre(t.col[begin + k], j, perm[begin + k], pre.data() + k * heads);
+    }
+    for (int64_t k = 0; k < degree; ++k) {
       float* c = coef.data() + k * heads;
-      sc.pre(i, j, e, c);
-      for (int64_t h = 0; h < heads; ++h) {
-        c[h] = std::exp(sc.leaky(c[h]) - lse[i * heads + h]) * sc.scale_at(e, h);
-      }
+      sc.coefficients(pre.data() + k * heads, lse + t.col[begin + k] * heads, c);
+      sc.apply_scale(perm[begin + k], c);
     }
     aggregate_heads(t.col, go, begin, end, coef.data(), heads, channels,
                     grad_src + j * heads * channels);

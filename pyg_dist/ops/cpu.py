@@ -191,7 +191,14 @@ def _compiler_flags(capability: str) -> list[str]:
     vector = capability in ("AVX2", "AVX512")
     if sys.platform == "win32":
         return ["/O2", "/openmp"] + (["/arch:AVX2"] if vector else [])
-    flags = ["-O3"]
+    # -fno-trapping-math (clang's default): GCC otherwise keeps the selects of
+    # the leaky ReLU and of the clamps in gat_kernel.cpp's exponential as
+    # branches and does not vectorise those loops; the kernels never enable
+    # floating-point traps. Measured (1 thread, 1M entries, 8 heads of 8
+    # channels): GAT forward 161 ms without, 68-78 ms with; the source-side
+    # backward pass 163 ms against 54-66 ms. SpMM (F = 64, same graph): 15-18
+    # ms either way.
+    flags = ["-O3", "-fno-trapping-math"]
     if sys.platform.startswith("linux"):
         flags.append("-fopenmp")
     if _is_gcc(_compiler()):

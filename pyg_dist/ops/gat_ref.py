@@ -282,8 +282,9 @@ def check_gat_args(
             f"'{op}' expects all tensors on one device (got {sorted(map(str, devices))}); "
             f"move them with .to(device)"
         )
-    dummy = alpha_src.new_empty(num_owned, heads, 0) if x is None else x
-    return GatArgs(rowptr, col, dummy, x_halo, alpha_src, alpha_src_halo, alpha_dst, alpha_edge,
+    # gat_attention has no features: an empty [N, H, 0] keeps GatArgs's sizes right.
+    features = alpha_src.new_empty(num_owned, heads, 0) if x is None else x
+    return GatArgs(rowptr, col, features, x_halo, alpha_src, alpha_src_halo, alpha_dst, alpha_edge,
                    edge_scale, float(negative_slope))
 
 

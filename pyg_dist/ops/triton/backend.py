@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from pyg_dist.ops.gat_ref import GatArgs, GatGrads
-from pyg_dist.ops.triton import gat_kernel
+from pyg_dist.ops.triton import gat_grad_kernel, gat_kernel
 from pyg_dist.ops.triton.configs import CHUNK_NNZ, SPLIT_DEGREE
 from pyg_dist.ops.triton.sddmm_kernel import sddmm
 from pyg_dist.ops.triton.spmm_kernel import spmm_forward
@@ -49,8 +49,8 @@ class TritonKernels:
     def gat_backward(self, args: GatArgs, lse: Tensor, grad_out: Tensor,
                      transpose: tuple[Tensor, Tensor, Tensor] | None, need_src: bool,
                      need_score: bool, need_alpha_src: bool) -> GatGrads:
-        return gat_kernel.gat_backward(args, lse, grad_out, transpose, need_src, need_score,
-                                       need_alpha_src, self.split_degree, self.chunk_nnz)
+        return gat_grad_kernel.gat_backward(args, lse, grad_out, transpose, need_src, need_score,
+                                            need_alpha_src, self.split_degree, self.chunk_nnz)
 
     def __repr__(self) -> str:
         return (
