@@ -4,6 +4,7 @@ test::
 
     python benchmarks/gat.py --threads 2
     python benchmarks/gat.py --heads-channels 8x8 1x64 --rows 100000 --nnz 1000000
+    python benchmarks/gat.py --bytes-only
 
 Both sides time the whole layer, with the same weights, on the same graph
 (a seeded uniform or power-law graph, sorted by target, no self-loops added):
@@ -21,6 +22,14 @@ constants, as in a first layer). Times are medians over ``--repeats`` rounds
 after ``--warmup`` runs; in each round every method runs once, so that load
 from other processes hits all of them alike. A ratio above 1 means faster than
 ``GATConv``. Before timing, the script checks that the layers agree.
+
+Then, on ``--ranks`` local ranks (a METIS cut of a seeded community graph), the
+halo bytes per layer of a training step of a two-layer GAT (the CLI's model:
+8 heads of 8, then one head) with ``DistGATConv`` against the same model on
+the generic path (``DistMessagePassing(GATConv)``), in the steady state (from
+the third step: the second fetches layer 0's static input into its cache),
+forward and backward summed over ranks, with layer 0's static input cached
+(the default) and exchanged every step (``cache_inputs=False``).
 """
 from __future__ import annotations
 
@@ -50,6 +59,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per method")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ranks", type=int, default=2, help="ranks of the bytes comparison")
+    parser.add_argument("--bytes-nodes", type=int, default=20_000,
+                        help="nodes of the community graph of the bytes comparison")
+    parser.add_argument("--bytes-only", action="store_true", help="skip the timings")
     return parser.parse_args()
 
 
@@ -126,6 +139,7 @@ def print_table(title: str, times: dict[str, tuple[float, float]]) -> None:
 
 
 def main() -> None:
+    """The timings."""
     args = parse_args()
     torch.set_num_threads(args.threads)
     print(f"threads={torch.get_num_threads()} rows={args.rows} nnz={args.nnz} "
@@ -146,5 +160,70 @@ def main() -> None:
                         time_layers(fns, x, grad, args))
 
 
+def bytes_per_layer(path: str, steps: int = 4) -> dict[tuple[str, bool], dict[str, float]]:
+    """On every rank: halo bytes per layer and training step (both
+    directions, this rank) of the twin and of the generic path, with and
+    without caching layer 0's static input, from the third step on."""
+    import pyg_dist
+    from pyg_dist.halo import Exact
+    from pyg_dist.models import GNN
+    from pyg_dist.nn import DistMessagePassing
+
+    out = {}
+    for path_name, cache in [("DistGATConv", True), ("generic", True),
+                             ("DistGATConv", False), ("generic", False)]:
+        data = pyg_dist.DistData.load(path, halo=Exact(cache_inputs=cache))
+        torch.manual_seed(0)
+        model = GNN("gat", data.x.size(1), 8, data.meta.num_classes, dropout=0.6)
+        if path_name == "generic":
+            for k, conv in enumerate(model.convs):
+                plain = GATConv.__new__(GATConv)
+                plain.__dict__.update(conv.__dict__)
+                model.convs[k] = DistMessagePassing(plain, halo_name=f"convs.{k}")
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.005)
+        for _ in range(steps):
+            data.ledger.next_step()
+            optimizer.zero_grad()
+            logits = model(data.x, data.edge_index)
+            torch.nn.functional.cross_entropy(logits[data.train_mask],
+                                              data.y[data.train_mask]).backward()
+            optimizer.step()
+        out[path_name, cache] = {
+            f"convs.{k}": data.ledger.layer_totals(f"convs.{k}", since=3)["bytes_sent"]
+            / (steps - 2) for k in range(len(model.convs))}
+    return out
+
+
+def compare_bytes(args: argparse.Namespace) -> None:
+    import tempfile
+
+    import pyg_dist
+    from pyg_dist.datasets import community_graph, preset
+
+    data = community_graph(preset("synthetic-arxiv", num_nodes=args.bytes_nodes), seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        meta = pyg_dist.partition(data, args.ranks, f"{tmp}/parts", method="metis")
+        per_rank = pyg_dist.launch(bytes_per_layer, args.ranks, args=(f"{tmp}/parts",))
+    print(f"\nhalo bytes per training step (both directions, all {args.ranks} ranks), "
+          f"{data.num_nodes} nodes, {data.num_edges} edges, {data.num_features} features, "
+          f"halo {meta.halo_sizes}; 2-layer GAT, 8 heads x 8, then 1 head")
+    print(f"{'input cache':<12} {'layer':<10} {'DistGATConv MB':>15} {'generic MB':>11} "
+          f"{'generic / twin':>15}")
+    for cache in (True, False):
+        for layer in per_rank[0]["DistGATConv", cache]:
+            twin = sum(r["DistGATConv", cache][layer] for r in per_rank)
+            generic = sum(r["generic", cache][layer] for r in per_rank)
+            ratio = f"{generic / twin:14.2f}x" if twin else f"{'-':>15}"
+            print(f"{'yes' if cache else 'no':<12} {layer:<10} {twin / 1e6:15.3f} "
+                  f"{generic / 1e6:11.3f} {ratio}")
+
+
+def run() -> None:
+    args = parse_args()
+    if not args.bytes_only:
+        main()
+    compare_bytes(args)
+
+
 if __name__ == "__main__":
-    main()
+    run()
