@@ -5,7 +5,9 @@ The kernels are compiled on first use by :func:`torch.utils.cpp_extension.load`
 between runs under ``$TORCH_EXTENSIONS_DIR`` (default
 ``~/.cache/torch_extensions``), and registered as ``torch.ops.pyg_dist.*``.
 ``cpp_extension`` builds under a lock file, so ranks that start together build
-the extension once. Without a compiler or ``ninja``, after a failed build, or
+the extension once; a lock left by a build that was killed midway is removed
+after :data:`STALE_LOCK_SECONDS` (with a warning) instead of blocking every
+later process. Without a compiler or ``ninja``, after a failed build, or
 with ``PYG_DIST_DISABLE_CPU_EXT=1``, :func:`is_available` is :obj:`False`, one
 warning says why, and :func:`pyg_dist.ops.spmm` runs its PyTorch kernels.
 ``PYG_DIST_VERBOSE_BUILD=1`` shows the compiler's command lines and output.
@@ -19,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +38,9 @@ __all__ = ["is_available", "unavailable_reason", "kernels", "source_dir", "CppKe
 #: Set to ``1`` to never build nor load the extension (e.g. for baselines).
 DISABLE_ENV = env.DISABLE_CPU_EXT
 
+#: Seconds after which a build lock is taken to be left by a killed build (a
+#: build takes 1-3 minutes on 2 cores).
+STALE_LOCK_SECONDS = 15 * 60
 _SOURCES = ("spmm.cpp", "gat.cpp", "cpu/spmm_kernel.cpp", "cpu/gat_kernel.cpp")
 # Included by the sources: part of the build key, so that editing one rebuilds.
 _HEADERS = ("cpu/common.h",)
@@ -172,6 +178,7 @@ def _build_and_load() -> None:
     key = _build_key(sources + [root / header for header in _HEADERS], flags + _linker_flags())
     name = f"pyg_dist_cpu_{capability.lower()}_{key}"
     _log.info("loading pyg_dist's C++ CPU kernels %s (the first build takes a minute)", name)
+    _wait_for_build(name)
     cpp_extension.load(
         name=name,
         sources=[str(source) for source in sources],
@@ -180,6 +187,30 @@ def _build_and_load() -> None:
         is_python_module=False,
         verbose=env.verbose_build(),
     )
+
+
+def _wait_for_build(name: str) -> None:
+    """Waits while another process builds extension ``name``, and removes the
+    lock that a build killed midway left behind (``cpp_extension`` would wait
+    for it forever): a lock older than :data:`STALE_LOCK_SECONDS` is stale."""
+    from torch.utils import cpp_extension
+
+    find = getattr(cpp_extension, "_get_build_directory", None)
+    if find is None:  # another torch: let cpp_extension handle its lock
+        return
+    lock = Path(find(name, False)) / "lock"
+    while lock.exists():
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:  # the build just finished
+            return
+        if age > STALE_LOCK_SECONDS:
+            warnings.warn(f"removing the lock of a C++ build that stopped {age / 60:.0f} minutes "
+                          f"ago ({lock}); building pyg_dist's kernels again",
+                          RuntimeWarning, stacklevel=2)
+            lock.unlink(missing_ok=True)
+            return
+        time.sleep(1.0)
 
 
 def _compiler_flags(capability: str) -> list[str]:

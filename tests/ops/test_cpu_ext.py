@@ -206,3 +206,27 @@ def test_failed_build_warns_with_the_compiler_output(tmp_path):
     assert len(result["warnings"]) == 1, result["warnings"]
     assert "the build failed" in result["warnings"][0]
     assert max(result["errs"]) < 1e-5
+
+
+def test_a_lock_left_by_a_killed_build_is_removed(tmp_path, monkeypatch):
+    """A build killed midway leaves cpp_extension's lock file behind: a stale
+    one is removed with a warning, a fresh one is waited for."""
+    import threading
+    import time
+
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(cpp_extension, "_get_build_directory", lambda name, verbose: str(tmp_path))
+    lock = tmp_path / "lock"
+    lock.touch()
+    old = time.time() - cpu.STALE_LOCK_SECONDS - 60
+    os.utime(lock, (old, old))
+    with pytest.warns(RuntimeWarning, match="removing the lock of a C.. build"):
+        cpu._wait_for_build("any")
+    assert not lock.exists()
+
+    lock.touch()  # a build in progress: its process removes the lock when done
+    threading.Timer(0.5, lock.unlink).start()
+    start = time.monotonic()
+    cpu._wait_for_build("any")
+    assert not lock.exists() and time.monotonic() - start >= 0.4
