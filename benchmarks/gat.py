@@ -37,7 +37,7 @@ import argparse
 from collections.abc import Callable
 
 import torch
-from spmm import Graph, make_graph, median_times
+from spmm import Graph, make_graph, time_methods
 from torch import Tensor
 from torch_geometric.nn import GATConv
 
@@ -108,27 +108,6 @@ def check_agreement(fns: dict[str, Callable[[Tensor], Tensor]], x: Tensor) -> No
                 raise AssertionError(f"{name} differs from {BASELINE}: relative error {err:.2e}")
 
 
-def time_layers(fns: dict[str, Callable[[Tensor], Tensor]], x: Tensor, grad: Tensor,
-                args: argparse.Namespace) -> dict[str, tuple[float, float]]:
-    def forward(fn: Callable[[Tensor], Tensor]) -> Callable[[], None]:
-        def run() -> None:
-            with torch.no_grad():
-                fn(x)
-        return run
-
-    def forward_backward(fn: Callable[[Tensor], Tensor]) -> Callable[[], None]:
-        def run() -> None:
-            fn(x).backward(grad)
-        return run
-
-    for fn in fns.values():
-        for _ in range(args.warmup):
-            forward_backward(fn)()
-    fwd = median_times({n: forward(f) for n, f in fns.items()}, "cpu", args.repeats)
-    both = median_times({n: forward_backward(f) for n, f in fns.items()}, "cpu", args.repeats)
-    return {name: (fwd[name], both[name]) for name in fns}
-
-
 def print_table(title: str, times: dict[str, tuple[float, float]]) -> None:
     base_fwd, base_both = times[BASELINE]
     print(f"\n{title} (speedup = {BASELINE} time / method time)")
@@ -146,6 +125,8 @@ def main() -> None:
           f"in_channels={args.in_channels} backends={available_backends('cpu')}")
     g = torch.Generator().manual_seed(args.seed)
     x = torch.randn(args.rows, args.in_channels, generator=g)
+    timing = argparse.Namespace(device="cpu", warmup=args.warmup, repeats=args.repeats,
+                                budget=float("inf"))  # what spmm.time_methods reads
     for name in args.graphs:
         graph = make_graph(name, args.rows, args.nnz, args.seed, "cpu")
         max_degree = int((graph.rowptr[1:] - graph.rowptr[:-1]).max())
@@ -157,7 +138,7 @@ def main() -> None:
             check_agreement(fns, x)
             grad = torch.randn(args.rows, heads * channels, generator=g)
             print_table(f"{name}, heads={heads}, channels={channels}",
-                        time_layers(fns, x, grad, args))
+                        time_methods(fns, x, grad, timing))
 
 
 def bytes_per_layer(path: str, steps: int = 4) -> dict[tuple[str, bool], dict[str, float]]:
