@@ -15,7 +15,8 @@ from pyg_dist.halo import LayerHalo
 from pyg_dist.halo.dropout import shared_scale
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.twin import DistLayer
-from pyg_dist.ops.gat import gat, gat_attention
+from pyg_dist.ops import gat, gat_attention
+from pyg_dist.ops.csr import csr_row, ptr_from_sorted
 
 __all__ = ["DistGATConv"]
 
@@ -233,9 +234,7 @@ def _build_attention_graph(graph: DistEdgeIndex, add_self_loops: bool) -> _Local
     nodes = torch.arange(graph.num_owned, device=col.device, dtype=col.dtype)
     rows = torch.cat([row[kept], nodes])
     order = torch.sort(rows, stable=True).indices
-    counts = torch.bincount(rows, minlength=graph.num_owned)
-    rowptr = torch.zeros(graph.num_owned + 1, dtype=graph.rowptr.dtype, device=col.device)
-    torch.cumsum(counts, dim=0, out=rowptr[1:])
+    rowptr = ptr_from_sorted(rows[order], graph.num_owned).to(graph.rowptr.dtype)
     loop_key = 2 * graph.global_id.to(torch.int64) + 1
     return _LocalGraph(rowptr, torch.cat([col[kept], nodes])[order],
                        torch.cat([key[kept], loop_key])[order],
@@ -254,6 +253,5 @@ def _loop_attr(kept: Tensor, kept_row: Tensor, num_rows: int, fill_value: Any) -
 def _global_edges(graph: DistEdgeIndex, local: _LocalGraph) -> Tensor:
     """``[2, nnz]`` global (source, target) ids of the local entries."""
     ids = torch.cat([graph.global_id, graph.plan.halo_global_id.to(graph.device)])
-    row = torch.repeat_interleave(
-        torch.arange(graph.num_owned, device=graph.device), local.rowptr.diff().long())
+    row = csr_row(local.rowptr, local.col).long()
     return torch.stack([ids[local.col.long()], graph.global_id[row]])
