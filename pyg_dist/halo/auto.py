@@ -4,9 +4,12 @@ first training steps measure.
 A layer whose static input (layer 0's features) is no wider than its output
 caches that input's halo from the first step: aggregating first costs the
 same, and nothing crosses the network after the one fetch. For ``warmup``
-steps every other layer exchanges exactly (a layer with a wider static input
-exchanges its transformed rows). Then, at the same step on every rank and from
-numbers reduced over all ranks:
+steps every other layer runs the most frugal option it may choose: the halo
+exchanged at step 0 with the compression, then reused (:class:`Stale` with
+``every = min(warmup, max_staleness)``; a layer with a wider static input
+exchanges its transformed rows), so measuring costs a short run nothing and
+the compute of a step is timed without exchanges in it. Then, at the same step
+on every rank and from numbers reduced over all ranks:
 
 * **the link**: latency :math:`\alpha` per exchange and bandwidth
   :math:`\beta`, from timed exchanges of narrow and wide rows along the halo
@@ -36,9 +39,14 @@ compression above; over the :math:`E` remaining planned steps:
     \qquad
     T_{exchange} = E \left(\frac{\tau(F_{out})}{k} + 2\, t_{spmm}(F_{out})\right)
 
-and picks the smaller. The choice, with predicted bytes (all ranks) and
-waiting time (average rank), goes into the ledger's notes
-(``data.ledger.notes``); :func:`~pyg_dist.train.train` adds what was measured.
+and picks the smaller. A chosen staleness continues the warm-up's schedule
+(the rows reused at the decision are as old as they would be under the chosen
+:class:`Stale` from step 0); a choice that exchanges every step refreshes the
+rows at the decision, and the halo gradients collected in warm-up reach their
+owners with that step's exchange or the next refresh. The choice, with
+predicted bytes (all ranks) and waiting time (average rank), goes into the
+ledger's notes (``data.ledger.notes``); :func:`~pyg_dist.train.train` adds
+what was measured.
 """
 from __future__ import annotations
 
@@ -51,7 +59,9 @@ import torch
 from torch import Tensor
 
 from pyg_dist.halo.exact import Exact
+from pyg_dist.halo.ledger import GRADIENTS
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState, transient
+from pyg_dist.halo.reuse import ReuseState
 from pyg_dist.halo.stale import Stale
 
 __all__ = ["Auto", "AutoState", "DEFAULT_EPOCHS"]
@@ -59,11 +69,11 @@ __all__ = ["Auto", "AutoState", "DEFAULT_EPOCHS"]
 #: Planned steps when neither :func:`~pyg_dist.train.train` nor ``epochs`` says.
 DEFAULT_EPOCHS = 200
 _NOTE = "auto"  # the graph-wide note; per layer: "auto/<layer>"
-#: Bytes the busiest rank moves in the wide probe exchange: as much as one
-#: forward exchange of the layer, at least enough to be more than latency on a
-#: small graph, at most what takes ~30 ms at 1 Gbit/s (the probe's traffic
-#: counts: on Cora's 200 epochs it adds ~1% to exact's bytes).
-_PROBE_BYTES = (64 * 2**10, 4 * 2**20)
+#: Most bytes the busiest rank moves in the wide probe exchange (~8 ms at
+#: 1 Gbit/s); below it the probe is one forward exchange of the layer. The
+#: probe's traffic counts, and should stay small next to a short run's frugal
+#: choice: on Cora's 200 epochs the probes add 5% to ``stale:4`` + int8's bytes.
+_PROBE_BYTES = 2**20
 
 
 @dataclass
@@ -71,14 +81,24 @@ class AutoState(PolicyState):
     """One layer under :class:`Auto`: the width of the rows it exchanged
     while warming up, the width of its static input (0 if none), the chosen
     policy's spec (empty while warming up), whether the static input's halo
-    is cached, and the chosen policy with its state."""
+    is cached, the spec of the policy fetching now (the warm-up's, then the
+    choice) with its state, and the policy of the decision step, which
+    refreshes every row and delivers the warm-up's collected gradients
+    (:obj:`None` when the choice continues the warm-up's state)."""
 
     width: int = 0
     static_width: int = 0
     choice: str = ""
     cache_input: bool = False
+    running: str = ""
     inner: HaloPolicy | None = transient()
     inner_state: PolicyState | None = transient()
+    handover: HaloPolicy | None = transient()
+
+    def start(self, policy: HaloPolicy, state: PolicyState | None = None) -> None:
+        """Fetches with ``policy`` from now on, with ``state`` (default: a new one)."""
+        self.inner, self.running = policy, policy.spec()
+        self.inner_state = policy.init_state() if state is None else state
 
     def state_dict(self) -> dict[str, Any]:
         out = super().state_dict()
@@ -87,11 +107,11 @@ class AutoState(PolicyState):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        if self.choice:
+        if self.running:
             from pyg_dist.halo.spec import parse_policy
 
-            self.inner = parse_policy(self.choice)
-            self.inner_state = self.inner.init_state()
+            self.start(parse_policy(self.running))
+            assert self.inner_state is not None, "start() made it"
             if state.get("inner_state") is not None:
                 self.inner_state.load_state_dict(state["inner_state"])
 
@@ -107,8 +127,9 @@ class Auto(HaloPolicy):
         epochs (int, optional): Planned training steps; :obj:`None` takes them
             from :func:`~pyg_dist.train.train` (else :obj:`200`).
             (default: :obj:`None`)
-        warmup (int, optional): Exact steps measured before choosing
-            (:math:`\ge 2`). (default: :obj:`3`)
+        warmup (int, optional): Steps measured before choosing
+            (:math:`\ge 2`), run with the compression and reused rows (see
+            the module docstring). (default: :obj:`3`)
         max_staleness (int, optional): Largest staleness it may choose
             (1: never stale). (default: :obj:`4`)
         negligible (float, optional): Exchange time, as a fraction of a step's
@@ -152,8 +173,8 @@ class Auto(HaloPolicy):
         """Caches the static input of a layer no narrower than it at once, and
         books the choice (collective, like :meth:`decide`)."""
         state: AutoState = ctx.state
-        state.cache_input, state.inner, state.choice = True, Exact(), "exact"
-        state.inner_state = state.inner.init_state()
+        state.cache_input, state.choice = True, "exact"
+        state.start(Exact())
         rows = _rows(ctx)
         ctx.channel.ledger.notes[f"{_NOTE}/{ctx.layer}"] = {
             "choice": state.choice, "cache_input": True, "from_step": ctx.step, "steps": 1,
@@ -166,14 +187,35 @@ class Auto(HaloPolicy):
         if ctx.direction == "fwd":
             _note(ctx).setdefault("starts", {}).setdefault(ctx.step, time.perf_counter())
         if not state.choice:
-            if ctx.step < self.warmup or ctx.direction != "fwd":
-                state.width = x.size(-1)
+            if ctx.direction != "fwd":
                 return Exact(cache_inputs=False).fetch(x, ctx)
-            self.decide(ctx)
-        assert state.inner is not None and state.inner_state is not None, "decided above"
+            if ctx.step < self.warmup:
+                if state.inner is None or state.inner_state is None:
+                    state.start(self.warmup_policy(x.size(-1)))
+                state.width = x.size(-1)
+            else:
+                self.decide(ctx)
+        assert state.inner is not None and state.inner_state is not None, "started above"
+        policy = state.inner
+        if state.handover is not None and ctx.direction == "fwd":
+            policy, state.handover = state.handover, None
         inner = FetchContext(ctx.channel, ctx.layer, state.inner_state, ctx.static, ctx.step,
                              ctx.direction, ctx.graph, ctx.planned_steps)
-        return state.inner.fetch(x, inner)
+        rows = policy.fetch(x, inner)
+        if policy is not state.inner:  # the decision step refreshed through the warm-up state
+            state.start(state.inner)
+        return rows
+
+    def warmup_policy(self, width: int) -> Stale:
+        """What a layer exchanging rows of ``width`` runs while warming up."""
+        return Stale(min(self.warmup, self.max_staleness), compress=self._codec_for(width),
+                     cache_inputs=False)
+
+    def _codec_for(self, width: int) -> str | None:
+        """The compression, where it makes rows of ``width`` smaller."""
+        if self.codec is None or self.codec.row_bytes(width) >= 4 * width:
+            return None
+        return self.codec.name
 
     def fetch_static(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         return Exact().fetch_static(x, ctx)  # a static halo is fetched once: exactly
@@ -201,20 +243,29 @@ class Auto(HaloPolicy):
                                     steps, spmm)
         state.cache_input = cache
         caching = cache or not state.static_width  # the option matters for static inputs only
+        chosen: HaloPolicy
         if cache:
-            state.inner = Exact()
+            chosen = Exact()
         elif every == 1:
-            state.inner = Exact(compress=codec, cache_inputs=caching)
+            chosen = Exact(compress=codec, cache_inputs=caching)
         else:
-            state.inner = Stale(every, compress=codec, cache_inputs=caching)
-        state.inner_state = state.inner.init_state()
-        state.choice = state.inner.spec()
+            chosen = Stale(every, compress=codec, cache_inputs=caching)
+        warm = state.inner_state
+        first = 0  # steps until the chosen policy's first refresh
+        if isinstance(chosen, Stale) and isinstance(warm, ReuseState) and warm.halo.rows is not None:
+            state.start(chosen, warm)  # the warm-up's rows and collected gradients carry on
+            first = max(0, every - warm.halo.age(ctx.step))
+        else:  # this step refreshes every row through the warm-up's state, then the choice
+            state.handover = Stale(1, compress=None if cache else codec, cache_inputs=False)
+            state.inner = chosen
+        state.choice = chosen.spec()
         if cache:  # this step still exchanges transformed rows, then the input's halo once
             this_step = self.predict(rows, state.width, None, 1, 1, link, once=False)
             once = self.predict(rows, state.static_width, None, 1, steps, link, once=True)
             predicted = {k: this_step[k] + once[k] for k in once}
         else:
-            predicted = self.predict(rows, state.width, codec, every, steps, link, once=False)
+            predicted = self.predict(rows, state.width, codec, every, steps, link, once=False,
+                                     first=first)
         ctx.channel.ledger.notes[f"{_NOTE}/{ctx.layer}"] = {
             "choice": state.choice, "cache_input": cache, "from_step": ctx.step,
             "steps": steps, **predicted,
@@ -226,8 +277,7 @@ class Auto(HaloPolicy):
         budget = self.negligible * link["compute"]
         if _tau(rows["moved"], _row_bytes(width, None), link) <= budget:
             return None, 1
-        codec = self.codec.name if (self.codec is not None and
-                                    self.codec.row_bytes(width) < 4 * width) else None
+        codec = self._codec_for(width)
         tau = _tau(rows["moved"], _row_bytes(width, codec), link)
         needed = max(1, math.ceil(tau / max(budget, 1e-12)))
         return codec, min(self.max_staleness, 1 << (needed - 1).bit_length())
@@ -249,13 +299,15 @@ class Auto(HaloPolicy):
         return cache < exchange
 
     def predict(self, rows: dict[str, float], width: int, codec: str | None, every: int,
-                steps: int, link: dict[str, float], once: bool) -> dict[str, float]:
-        """Bytes all ranks will send and seconds the average rank will wait."""
+                steps: int, link: dict[str, float], once: bool,
+                first: int = 0) -> dict[str, float]:
+        """Bytes all ranks will send and seconds the average rank will wait
+        over ``steps`` steps whose first refresh is ``first`` steps away."""
         if once:
             sent = rows["sent_fwd"] * 4 * width
             seconds = _tau(rows["fwd"], 4 * width, link, exchanges=1)
             return {"predicted_bytes": int(sent), "predicted_seconds": round(seconds, 6)}
-        refreshes = math.ceil(steps / every)
+        refreshes = math.ceil(max(0, steps - first) / every)
         row = _row_bytes(width, codec)
         sent = refreshes * (rows["sent_fwd"] + rows["sent_bwd"]) * row
         return {"predicted_bytes": int(sent),
@@ -313,8 +365,8 @@ def _warmup_steps(ctx: FetchContext, starts: dict[int, float]) -> tuple[float, f
     exchanges per step, over the warm-up steps after the first."""
     first, last = 1, ctx.step
     moved = exchanges = 0.0
-    for (step, _, _), e in ctx.channel.ledger.entries.items():
-        if first <= step < last:
+    for (step, _, direction), e in ctx.channel.ledger.entries.items():
+        if first <= step < last and direction != GRADIENTS:
             moved += e.bytes_sent + e.bytes_recv
             exchanges += e.exchanges
     steps = last - first
@@ -324,7 +376,7 @@ def _warmup_steps(ctx: FetchContext, starts: dict[int, float]) -> tuple[float, f
 def _probe_link(ctx: FetchContext) -> tuple[float, float]:
     """Latency (s) and bandwidth (bytes/s) of the link, from timed exchanges
     of rows along the halo plan with all ranks starting together: one column
-    wide (mostly latency) and as wide as the layer's (within
+    wide (mostly latency) and as wide as the layer's (at most
     :data:`_PROBE_BYTES`), the better of two each, the slowest rank's.
     Booked in the ledger as ``auto/probe``."""
     from pyg_dist import distributed
@@ -332,11 +384,10 @@ def _probe_link(ctx: FetchContext) -> tuple[float, float]:
     channel, plan = ctx.channel, ctx.channel.plan
     rows = distributed.all_reduce_values([float(plan.num_send + plan.num_halo)], "max",
                                          channel.group)[0]
-    low, high = (b / (4 * max(rows, 1.0)) for b in _PROBE_BYTES)
-    wide = max(2, int(min(max(ctx.state.width, low), high)))
+    wide = max(2, int(min(ctx.state.width, _PROBE_BYTES / (4 * max(rows, 1.0)))))
     seconds = []
     for width in (1, wide):
-        payload = torch.randn(plan.num_send, width, device=plan.send_idx.device)
+        payload = torch.ones(plan.num_send, width, device=plan.send_idx.device)  # no RNG drawn
         best = math.inf
         for _ in range(2):
             distributed.barrier(channel.group)
@@ -372,8 +423,8 @@ def _time_spmm(ctx: FetchContext, widths: list[int]) -> dict[int, float]:
     graph = ctx.graph
     seconds = []
     for width in widths:
-        x = torch.randn(graph.num_owned, width, device=graph.device)
-        halo = torch.randn(graph.num_halo, width, device=graph.device)
+        x = torch.ones(graph.num_owned, width, device=graph.device)  # no RNG drawn
+        halo = torch.ones(graph.num_halo, width, device=graph.device)
         best = math.inf
         for _ in range(2):
             start = time.perf_counter()

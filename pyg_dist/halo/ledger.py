@@ -5,9 +5,13 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Ledger", "LedgerEntry", "DIRECTIONS"]
+__all__ = ["Ledger", "LedgerEntry", "DIRECTIONS", "GRADIENTS"]
 
+#: Directions of halo traffic.
 DIRECTIONS = ("fwd", "bwd", "eval")
+#: The direction of the gradient all-reduce (layer ``"gradients"``), counted
+#: apart from halo traffic.
+GRADIENTS = "grad"
 
 
 @dataclass
@@ -20,9 +24,11 @@ class LedgerEntry:
             :func:`to_distributed`, else ``layer<k>`` in order of first use),
             ``<layer>/flags`` for Adaptive's announcements, ``degree`` for the
             halo degrees of a weighted GCN.
-        direction: ``"fwd"`` (halo rows in training), ``"bwd"`` (halo gradients)
-            or ``"eval"`` (halo rows in evaluation, always exact).
-        bytes_sent / bytes_recv: Payload bytes this rank sent / received.
+        direction: ``"fwd"`` (halo rows in training), ``"bwd"`` (halo gradients),
+            ``"eval"`` (halo rows in evaluation) or ``"grad"`` (the parameter
+            gradients' all-reduce, layer ``"gradients"``).
+        bytes_sent / bytes_recv: Payload bytes this rank sent / received (for
+            ``"grad"``: the bytes this rank hands the all-reduce).
         exchanges: Exchanges done (0 when the policy reused what it had).
         skipped: Exchanges the policy skipped.
         staleness: Age in steps of the halo values in use (0 = fresh).
@@ -63,7 +69,7 @@ class Ledger:
     def record(self, layer: str, direction: str, **amounts: float) -> LedgerEntry:
         """Adds ``amounts`` (fields of :class:`LedgerEntry`) to the current step's
         entry; ``staleness`` is kept as the maximum, not summed."""
-        assert direction in DIRECTIONS, f"direction must be one of {DIRECTIONS}"
+        assert direction in (*DIRECTIONS, GRADIENTS), f"direction must be one of {DIRECTIONS}"
         key = (self.step, layer, direction)
         entry = self.entries.get(key)
         if entry is None:
@@ -80,21 +86,30 @@ class Ledger:
         return [asdict(self.entries[k]) for k in sorted(self.entries)]
 
     def totals(self, step: int | None = None) -> dict[str, float]:
-        """Sums over all entries (or one step's): bytes per direction, exchanges,
-        skipped, seconds, overlapped, and the largest staleness."""
+        """Sums over all entries (or one step's): bytes per direction, and of
+        the halo traffic exchanges, skipped, seconds, overlapped and the
+        largest staleness; the gradient all-reduce's seconds as
+        ``seconds_grad`` and ``overlapped_grad``."""
         out: dict[str, float] = defaultdict(float)
         for (s, _, direction), e in self.entries.items():
             if step is not None and s != step:
                 continue
             out[f"bytes_{direction}"] += e.bytes_sent
             out[f"bytes_recv_{direction}"] += e.bytes_recv
+            if direction == GRADIENTS:
+                out["seconds_grad"] += e.seconds
+                out["overlapped_grad"] += e.overlapped
+                continue
             out["exchanges"] += e.exchanges
             out["skipped"] += e.skipped
             out["seconds"] += e.seconds
             out["overlapped"] += e.overlapped
             out["staleness"] = max(out["staleness"], e.staleness)
-        for key in [f"bytes_{d}" for d in DIRECTIONS] + [f"bytes_recv_{d}" for d in DIRECTIONS]:
-            out.setdefault(key, 0.0)
+        for d in (*DIRECTIONS, GRADIENTS):
+            out.setdefault(f"bytes_{d}", 0.0)
+            out.setdefault(f"bytes_recv_{d}", 0.0)
+        out.setdefault("seconds_grad", 0.0)
+        out.setdefault("overlapped_grad", 0.0)
         return dict(out)
 
     def layer_totals(self, layer: str, since: int = 0) -> dict[str, float]:
@@ -103,7 +118,7 @@ class Ledger:
         out = {"bytes_sent": 0.0, "seconds": 0.0}
         steps = set()
         for (s, name, direction), e in self.entries.items():
-            if name == layer and direction != "eval" and s >= since:
+            if name == layer and direction in ("fwd", "bwd") and s >= since:
                 out["bytes_sent"] += e.bytes_sent
                 out["seconds"] += e.seconds
                 steps.add(s)

@@ -69,15 +69,16 @@ class Interrupted(Exception):
     pass
 
 
-def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=None, hidden=8):
-    """Trains a 2-layer GCN (input 48 columns) with Auto(warmup=2) on a link
-    the probe is told to see."""
+def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=None, hidden=8,
+         halo=None):
+    """Trains a 2-layer GCN (input 48 columns) with Auto(warmup=2) (or
+    ``halo``) on a link the probe is told to see."""
     import pyg_dist.halo.auto as auto_module
     from pyg_dist.models import GNN
     from pyg_dist.train import train
 
     auto_module._probe_link = lambda ctx: link
-    data = pyg_dist.DistData.load(parts, halo=Auto(warmup=2, epochs=planned))
+    data = pyg_dist.DistData.load(parts, halo=halo or Auto(warmup=2, epochs=planned))
     torch.manual_seed(0)
     model = GNN("gcn", data.x.size(1), hidden, 3, dropout=0.5)
     torch.manual_seed(1000 + data.rank)
@@ -94,6 +95,8 @@ def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=Non
     return {
         "choices": result.halo_choices,
         "skipped": data.ledger.totals()["skipped"],
+        "bytes": {layer: data.ledger.layer_totals(layer, 0)["bytes_sent"]
+                  for layer in ("convs.0", "convs.1")},
         "state": {k: v.clone() for k, v in model.state_dict().items()},
     }
 
@@ -102,7 +105,8 @@ def body(parts, ckpt):
     slow = (0.0, 1e4)  # 10 kB/s: every exchange is expensive
     fast = (0.0, 1e12)
     out = {"fast": _run(parts, fast, 6), "slow": _run(parts, slow, 8),
-           "narrow": _run(parts, slow, 4, hidden=64)}
+           "narrow": _run(parts, slow, 4, hidden=64),
+           "hand": _run(parts, slow, 8, halo=Stale(4, compress="int8", cache_inputs=False))}
     _run(parts, slow, 8, ckpt=ckpt, fail_at=5)
     out["resumed"] = _run(parts, (0.0, 1e12), 8, ckpt=ckpt, resume=True)  # the link changed
     return out
@@ -139,6 +143,15 @@ def test_fast_link_stays_exact_slow_link_compresses_and_skips(results):
     for layer in ("convs.0", "convs.1"):
         assert fast[layer]["measured_bytes"] == fast[layer]["predicted_bytes"] > 0
     assert fast["epoch"]["bandwidth"] == 1e12 and "measured_seconds" in fast["epoch"]
+
+
+def test_a_stale_choice_continues_the_warmup_run_as_if_chosen_from_step_0(results):
+    # warm-up: int8 rows at step 0, reused at step 1; the choice refreshes at step 4
+    for rank in range(2):
+        auto, hand = results[rank]["slow"], results[rank]["hand"]
+        assert auto["bytes"] == hand["bytes"]
+        for name, value in hand["state"].items():
+            assert_close(auto["state"][name], value, what=f"rank {rank}: {name}")
 
 
 def test_resume_keeps_the_choice_and_ends_with_the_uninterrupted_weights(results):
