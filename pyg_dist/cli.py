@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="halo policy of evaluation, spelled like --halo (default: exact)")
     train.add_argument("--compress", default=None, choices=["fp16", "bf16", "int8"],
                        help="compress halo messages")
+    train.add_argument("--grad-compress", default="none", metavar="SPEC",
+                       help="gradient all-reduce: none | fp16 | powersgd:R | covap:K | "
+                            "covap:auto (default: none, an exact sum)")
     train.add_argument("--no-input-cache", action="store_true",
                        help="exchange static inputs (layer 0's features) every step too")
     train.add_argument("--checkpoint", default=None, metavar="DIR",
@@ -177,6 +180,7 @@ def _meta_summary(meta: Any) -> dict[str, Any]:
 def _train_command(args: argparse.Namespace) -> int:
     import pyg_dist
     from pyg_dist import env
+    from pyg_dist.grads import parse_grad_compress
     from pyg_dist.halo import parse_policy
 
     for key, value in RECIPES[args.model].items():
@@ -184,6 +188,7 @@ def _train_command(args: argparse.Namespace) -> int:
             setattr(args, key, value)
     parse_policy(args.halo, args.compress)  # a bad spec fails here, before any rank starts
     parse_policy(args.eval_halo)
+    parse_grad_compress(args.grad_compress)
     if (args.resume or args.checkpoint_every) and not args.checkpoint:
         raise SystemExit("--resume and --checkpoint-every need --checkpoint DIR")
     start = time.perf_counter()
@@ -316,7 +321,8 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
                    weight_decay=config["weight_decay"], progress=not config["no_progress"],
                    callback=log, checkpoint=config["checkpoint"],
                    checkpoint_every=config["checkpoint_every"], resume=_resume(config),
-                   eval_every=config["eval_every"], eval_halo=eval_policy)
+                   eval_every=config["eval_every"], eval_halo=eval_policy,
+                   grad_compress=config["grad_compress"])
     if rank != 0:
         return None
     return {
@@ -331,6 +337,7 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
         "halo": policy.spec(),
         "eval_halo": eval_policy.spec(),
         "compress": config["compress"],
+        "grad_compress": config["grad_compress"],
         "input_cache": not config["no_input_cache"],
     }
 

@@ -19,7 +19,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "world_size", "is_distributed", "default_device",
     "collective_device", "all_reduce", "all_reduce_with_grad", "all_reduce_values", "broadcast",
     "barrier", "differing_ranks", "all_gather_objects", "raise_together", "sync_tensors",
-    "all_reduce_gradients", "host_store", "DEFAULT_TIMEOUT",
+    "all_reduce_gradients", "new_group", "host_store", "DEFAULT_TIMEOUT",
 ]
 
 #: Collectives that wait longer than this raise instead of hanging (seconds).
@@ -175,6 +175,13 @@ def broadcast(tensor: Tensor, group: Group = None) -> Tensor:
     with peers.guard("broadcast"):
         dist.broadcast(buffer, src=src, group=group)
     return buffer.to(tensor.device)
+
+
+def new_group() -> Any:
+    """A new process group of every rank on the default group's backend, so
+    its collectives run beside the default group's. Collective: every rank
+    creates its groups in the same order."""
+    return dist.new_group(backend=dist.get_backend())
 
 
 def barrier(group: Group = None) -> None:

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from pyg_dist import distributed
 from pyg_dist.checkpoint import load_checkpoint, save_checkpoint
+from pyg_dist.grads import GradientSync
 
 __all__ = ["train", "evaluate", "TrainResult", "EpochStats", "sync_parameters",
            "all_reduce_gradients", "global_loss", "halo_choices"]
@@ -30,6 +31,9 @@ class EpochStats:
     ``halo_bytes_eval`` those of the (exact) evaluation. ``comm_seconds`` is
     the time the average rank was blocked on halo exchanges, ``overlapped_seconds``
     the time exchanges travelled while it computed (pipelining).
+    ``grad_bytes`` are the bytes all ranks handed the parameter gradients'
+    all-reduce (compressed or not), ``grad_seconds`` the time the average
+    rank waited for it after backward.
     """
 
     epoch: int
@@ -43,6 +47,8 @@ class EpochStats:
     comm_seconds: float
     overlapped_seconds: float
     seconds: float
+    grad_bytes: int = 0
+    grad_seconds: float = 0.0
 
 
 @dataclass
@@ -83,6 +89,8 @@ class TrainResult:
             "halo_bytes_bwd": int(self.total("halo_bytes_bwd")),
             "halo_bytes_eval": int(self.total("halo_bytes_eval")),
             "comm_seconds": round(comm, 4),
+            "grad_bytes": int(self.total("grad_bytes")),
+            "grad_seconds": round(self.total("grad_seconds"), 4),
             "overlap_fraction": round(overlapped / (comm + overlapped), 4)
             if comm + overlapped > 0 else 0.0,
             "seconds": round(self.seconds, 3),
@@ -107,6 +115,7 @@ def train(
     resume: bool = False,
     eval_every: int = 1,
     eval_halo: Any = None,
+    grad_compress: str | None = None,
 ) -> TrainResult:
     r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` (or a
     plain PyG ``Data`` in one process).
@@ -148,18 +157,25 @@ def train(
             policy or its spec, e.g. ``"exact,compress=int8"``); :obj:`None`
             is exact. Evaluation traffic is booked as ``halo_bytes_eval``.
             (default: :obj:`None`)
+        grad_compress (str, optional): How gradients cross the ranks:
+            :obj:`None` (one exact all-reduce after backward), ``"fp16"``,
+            ``"powersgd:R"``, ``"covap:K"`` or ``"covap:auto"`` (DDP hooks
+            overlapping with backward; see :mod:`pyg_dist.grads`). Booked as
+            ``grad_bytes``. (default: :obj:`None`)
     """
     _check_data(data)
     _set_halo_plan(data, eval_halo, epochs)
-    sync_parameters(model)
-    optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     if (resume or checkpoint_every) and checkpoint is None:
         raise ValueError("'train' needs checkpoint=<folder> to write or resume checkpoints")
+    sync_parameters(model)
+    optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     ledger = getattr(data, "ledger", None)
+    sync = GradientSync(model, grad_compress, ledger, planned_steps=epochs)
     result, first = TrainResult(), 1
     if resume:
         done, extra = load_checkpoint(checkpoint, model, optimizer, data)  # type: ignore[arg-type]
         result = _result_from(extra)
+        sync.load_state_dict(extra.get("grad_sync", {}))
         first = done + 1
     bar = _progress(epochs, first - 1) if progress and distributed.rank() == 0 else None
     start = time.perf_counter() - result.seconds
@@ -167,7 +183,7 @@ def train(
     for epoch in range(first, epochs + 1):
         epoch_start = time.perf_counter()
         step = ledger.step if ledger is not None else 0
-        loss = train_step(model, data, optimizer)
+        loss = train_step(model, data, optimizer, sync)
         evaluated = eval_every <= 1 or epoch % eval_every == 0 or epoch == epochs
         if evaluated:
             accs = evaluate(model, data)
@@ -175,7 +191,8 @@ def train(
         if ledger is not None:
             ledger.next_step()
         stats = EpochStats(epoch, loss, accs[0], accs[1], accs[2], traffic[0], traffic[1],
-                           traffic[2], traffic[3], traffic[4], time.perf_counter() - epoch_start)
+                           traffic[2], traffic[3], traffic[4], time.perf_counter() - epoch_start,
+                           traffic[5], traffic[6])
         result.history.append(stats)
         if evaluated and (stats.val_acc > result.val_acc or result.best_epoch == 0):
             result.best_epoch = epoch
@@ -183,7 +200,7 @@ def train(
         result.seconds = time.perf_counter() - start
         if checkpoint_every and epoch % checkpoint_every == 0:
             save_checkpoint(checkpoint, epoch, model, optimizer, data,  # type: ignore[arg-type]
-                            extra=_result_state(result))
+                            extra={**_result_state(result), "grad_sync": sync.state_dict()})
         if bar is not None:
             bar.set_postfix(loss=f"{loss:.4f}", val=f"{stats.val_acc:.3f}",
                             test=f"{stats.test_acc:.3f}", halo_MB=f"{result.halo_bytes / 1e6:.1f}")
@@ -258,14 +275,16 @@ def _result_from(state: dict[str, Any]) -> TrainResult:
                        state.get("test_acc", 0.0), state.get("seconds", 0.0))
 
 
-def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer) -> float:
-    """One optimisation step on the global loss; returns the global loss."""
+def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
+               sync: GradientSync | None = None) -> float:
+    """One optimisation step on the global loss; returns the global loss.
+    ``sync`` (default: a plain one) runs the model and sums the gradients."""
+    sync = sync or GradientSync(model)
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    out = model(data.x, data.edge_index)
+    out = sync(data.x, data.edge_index)
     loss, value = global_loss(out, data.y, data.train_mask)
-    loss.backward()
-    all_reduce_gradients(model)
+    sync.backward(loss)
     optimizer.step()
     return value
 
@@ -329,16 +348,19 @@ def _keys(data: Any) -> list[str]:
     return list(keys)
 
 
-def _ledger_totals(ledger: Any, step: int) -> tuple[int, int, int, float, float]:
-    """Bytes sent forward, backward and in evaluation in ``step``, summed over
-    ranks; blocked and overlapped communication seconds of the average rank."""
+def _ledger_totals(ledger: Any, step: int) -> tuple[Any, ...]:
+    """Halo bytes sent forward, backward and in evaluation in ``step``, summed
+    over ranks; blocked and overlapped halo seconds of the average rank; the
+    gradient all-reduce's bytes (all ranks) and wait (average rank)."""
     if ledger is None:
-        return 0, 0, 0, 0.0, 0.0
+        return 0, 0, 0, 0.0, 0.0, 0, 0.0
     totals = ledger.totals(step)
-    keys = ("bytes_fwd", "bytes_bwd", "bytes_eval", "seconds", "overlapped")
+    keys = ("bytes_fwd", "bytes_bwd", "bytes_eval", "seconds", "overlapped", "bytes_grad",
+            "seconds_grad")
     stats = distributed.all_reduce_values([float(totals.get(k, 0.0)) for k in keys])
     ranks = distributed.world_size()
-    return int(stats[0]), int(stats[1]), int(stats[2]), stats[3] / ranks, stats[4] / ranks
+    return (int(stats[0]), int(stats[1]), int(stats[2]), stats[3] / ranks, stats[4] / ranks,
+            int(stats[5]), stats[6] / ranks)
 
 
 def _progress(total: int, done: int) -> Any:

@@ -74,6 +74,9 @@ def test_train_command_books_a_hand_count_and_ends_with_json(tmp_path, model, fi
     assert result["halo_bytes"] == (result["halo_bytes_fwd"] + result["halo_bytes_bwd"]
                                     + result["halo_bytes_eval"])
     assert result["halo"] == "exact" and result["input_cache"] is True
+    if model == "gcn":  # every parameter's gradient, 4 bytes, each step, both ranks
+        assert result["grad_bytes"] == epochs * 2 * 4 * (64 * 16 + 16 + 16 * 8 + 8)
+        assert result["grad_compress"] == "none"
     assert 0.0 <= result["test_acc"] <= 1.0
     assert "epoch    2" in out.stderr and "halo fwd" in out.stderr
 
@@ -106,12 +109,23 @@ def test_planetoid_from_a_read_only_root(tmp_path, monkeypatch):
 
 
 def test_train_under_torchrun_joins_the_group():
+    """Also sends gradients through COVAP's DDP hook, one half a step."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node", "2"]
     out = run(torchrun + ["-m", "pyg_dist.cli", "train", "--dataset", "synthetic",
-                          "--num-nodes", "600", "--parts", "2", "--epochs", "3", "--no-progress"],
+                          "--num-nodes", "600", "--parts", "2", "--epochs", "4", "--no-progress",
+                          "--grad-compress", "covap:2"],
               env={"OMP_NUM_THREADS": "1"})
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, out.stdout  # rank 0 alone reports
     result = json.loads(lines[0])
-    assert result["parts"] == 2 and result["epochs"] == 3
+    assert result["parts"] == 2 and result["epochs"] == 4
+    # 64 features -> 16 -> 8 classes: 1176 parameters, half of them a step, 2 ranks
+    assert result["grad_compress"] == "covap:2" and result["grad_bytes"] == 4 * 2 * 4 * 1176 // 2
+
+
+def test_bad_gradient_compression_is_refused_before_any_rank_starts():
+    from pyg_dist.cli import main
+
+    with pytest.raises(ValueError, match="shard count K >= 1"):
+        main(["train", "--grad-compress", "covap:0"])

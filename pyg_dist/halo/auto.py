@@ -252,7 +252,8 @@ class Auto(HaloPolicy):
             chosen = Stale(every, compress=codec, cache_inputs=caching)
         warm = state.inner_state
         first = 0  # steps until the chosen policy's first refresh
-        if isinstance(chosen, Stale) and isinstance(warm, ReuseState) and warm.halo.rows is not None:
+        if (isinstance(chosen, Stale) and isinstance(warm, ReuseState)
+                and warm.halo.rows is not None):
             state.start(chosen, warm)  # the warm-up's rows and collected gradients carry on
             first = max(0, every - warm.halo.age(ctx.step))
         else:  # this step refreshes every row through the warm-up's state, then the choice
