@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "preset's for synthetic-arxiv / synthetic-products)")
         p.add_argument("--avg-degree", type=float, default=None,
                        help="directed edges per node of a synthetic graph (default: its own)")
+        p.add_argument("--clusters-per-part", type=int, default=None, metavar="M",
+                       help="also cut M clusters per part, for gradient-only training "
+                            "(default: 1; 4 with train --mode gradient-only)")
 
     part = sub.add_parser("partition", help="cut a graph into a partition folder")
     graph_args(part)
@@ -97,6 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--grad-compress", default="none", metavar="SPEC",
                        help="gradient all-reduce: none | fp16 | powersgd:R | covap:K | "
                             "covap:auto (default: none, an exact sum)")
+    train.add_argument("--mode", default="exact", choices=["exact", "gradient-only"],
+                       help="exact: halo exchange under --halo (default); gradient-only: "
+                            "clusters regrouped over the ranks, no halo, only gradients cross")
+    train.add_argument("--regroup-every", type=int, default=50, metavar="R",
+                       help="gradient-only: epochs between regroupings (default: 50)")
+    train.add_argument("--regroup", default="sweep", choices=["sweep", "random"],
+                       help="gradient-only: how clusters move between ranks (default: sweep)")
+    train.add_argument("--correction", default="node", choices=["node", "batch", "none"],
+                       help="gradient-only: coverage correction (default: node)")
+    train.add_argument("--shrinkage", type=float, default=0.0,
+                       help="gradient-only: pull the correction's weights toward their mean, "
+                            "0..1 (default: 0)")
     train.add_argument("--no-input-cache", action="store_true",
                        help="exchange static inputs (layer 0's features) every step too")
     train.add_argument("--checkpoint", default=None, metavar="DIR",
@@ -160,8 +175,11 @@ def _partition(args: argparse.Namespace, out: Path, overwrite: bool = False) -> 
     import pyg_dist
 
     data = _load_graph(args)
+    clusters = args.clusters_per_part
+    if clusters is None:
+        clusters = 4 if getattr(args, "mode", "exact") == "gradient-only" else 1
     return pyg_dist.partition(data, args.parts or DEFAULT_PARTS, out, method=args.method,
-                              seed=args.seed, overwrite=overwrite)
+                              seed=args.seed, overwrite=overwrite, clusters_per_part=clusters)
 
 
 def _meta_summary(meta: Any) -> dict[str, Any]:
@@ -174,6 +192,7 @@ def _meta_summary(meta: Any) -> dict[str, Any]:
         "halo_sizes": meta.halo_sizes,
         "method": meta.method,
         "seed": meta.seed,
+        "clusters_per_part": meta.clusters_per_part,
     }
 
 
@@ -322,7 +341,9 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
                    callback=log, checkpoint=config["checkpoint"],
                    checkpoint_every=config["checkpoint_every"], resume=_resume(config),
                    eval_every=config["eval_every"], eval_halo=eval_policy,
-                   grad_compress=config["grad_compress"])
+                   grad_compress=config["grad_compress"], mode=config["mode"],
+                   regroup_every=config["regroup_every"], regroup=config["regroup"],
+                   correction=config["correction"], shrinkage=config["shrinkage"])
     if rank != 0:
         return None
     return {
@@ -338,6 +359,9 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
         "eval_halo": eval_policy.spec(),
         "compress": config["compress"],
         "grad_compress": config["grad_compress"],
+        "mode": config["mode"],
+        **({key: config[key] for key in ("regroup", "regroup_every", "correction", "shrinkage")}
+           if config["mode"] == "gradient-only" else {}),
         "input_cache": not config["no_input_cache"],
     }
 

@@ -3,6 +3,7 @@ adjacency with its halo plan (:class:`DistEdgeIndex`)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -149,6 +150,8 @@ class DistData:
         rank (int): This rank (= the part it holds).
         world_size (int): Number of ranks (= parts).
         meta (PartitionMeta): The partition's metadata.
+        folder (pathlib.Path): The partition folder it was loaded from
+            (:obj:`None` when built by hand).
     """
 
     def __init__(
@@ -158,9 +161,11 @@ class DistData:
         edge_attrs: dict[str, Tensor],
         meta: PartitionMeta,
         rank: int,
+        folder: str | os.PathLike | None = None,
     ) -> None:
         self.edge_index = edge_index
         self.meta = meta
+        self.folder = None if folder is None else Path(folder)
         self.rank = rank
         self.world_size = meta.num_parts
         self._node_keys = sorted(node_attrs)
@@ -242,7 +247,7 @@ class DistData:
             graph["rowptr"], graph["col"], graph["edge_id"], graph["halo_in_degree"],
             graph["halo_self_loops"], channel, graph["global_id"], HaloRegistry(halo),
         )
-        data = cls(edge_index, content["node"], content["edge"], meta, rank)
+        data = cls(edge_index, content["node"], content["edge"], meta, rank, out_dir)
         device = torch.device(device) if device is not None else distributed.default_device()
         return data.to(device) if device.type != "cpu" else data
 

@@ -71,11 +71,15 @@ class GNN(nn.Module):
         for conv in self.convs:
             conv.reset_parameters()  # type: ignore[operator]
 
-    def forward(self, x: Tensor, edge_index: Any) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Any, edge_weight: Tensor | None = None) -> Tensor:
+        if edge_weight is not None and self.kind != "gcn":
+            raise ValueError(
+                f"'GNN' got edge weights, which only its gcn layers take (this one is "
+                f"{self.kind}); with gradient-only training use correction='batch' or 'none'")
         conv: Any
         for k, conv in enumerate(self.convs):
             x = dropout(x, self.dropout, self.training, edge_index)
-            x = conv(x, edge_index)
+            x = conv(x, edge_index) if edge_weight is None else conv(x, edge_index, edge_weight)
             if k < len(self.convs) - 1:
                 x = F.elu(x) if self.kind == "gat" else x.relu()
         return x

@@ -15,11 +15,13 @@ from torch import Tensor, nn
 from pyg_dist import distributed
 from pyg_dist.checkpoint import load_checkpoint, save_checkpoint
 from pyg_dist.grads import GradientSync
+from pyg_dist.regroup import GradientOnly
 
 __all__ = ["train", "evaluate", "TrainResult", "EpochStats", "sync_parameters",
            "all_reduce_gradients", "global_loss", "halo_choices"]
 
 MASKS = ("train_mask", "val_mask", "test_mask")
+MODES = ("exact", "gradient-only")
 
 
 @dataclass
@@ -33,7 +35,8 @@ class EpochStats:
     the time exchanges travelled while it computed (pipelining).
     ``grad_bytes`` are the bytes all ranks handed the parameter gradients'
     all-reduce (compressed or not), ``grad_seconds`` the time the average
-    rank waited for it after backward.
+    rank waited for it after backward; ``regroup_seconds`` the time the
+    average rank spent loading clusters (gradient-only mode).
     """
 
     epoch: int
@@ -49,6 +52,7 @@ class EpochStats:
     seconds: float
     grad_bytes: int = 0
     grad_seconds: float = 0.0
+    regroup_seconds: float = 0.0
 
 
 @dataclass
@@ -91,6 +95,7 @@ class TrainResult:
             "comm_seconds": round(comm, 4),
             "grad_bytes": int(self.total("grad_bytes")),
             "grad_seconds": round(self.total("grad_seconds"), 4),
+            "regroup_seconds": round(self.total("regroup_seconds"), 4),
             "overlap_fraction": round(overlapped / (comm + overlapped), 4)
             if comm + overlapped > 0 else 0.0,
             "seconds": round(self.seconds, 3),
@@ -116,6 +121,11 @@ def train(
     eval_every: int = 1,
     eval_halo: Any = None,
     grad_compress: str | None = None,
+    mode: str = "exact",
+    regroup_every: int = 50,
+    regroup: str = "sweep",
+    correction: str = "node",
+    shrinkage: float = 0.0,
 ) -> TrainResult:
     r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` (or a
     plain PyG ``Data`` in one process).
@@ -162,8 +172,22 @@ def train(
             ``"powersgd:R"``, ``"covap:K"`` or ``"covap:auto"`` (DDP hooks
             overlapping with backward; see :mod:`pyg_dist.grads`). Booked as
             ``grad_bytes``. (default: :obj:`None`)
+        mode (str, optional): ``"exact"`` (graph parallel: every layer's halo
+            under the data's policies) or ``"gradient-only"``: each rank trains
+            on a group of clusters of the partition folder (cut with
+            ``clusters_per_part`` :math:`\ge 2`) with no halo exchange at all,
+            regrouped every ``regroup_every`` epochs (``regroup="sweep"`` or
+            ``"random"``), with a coverage ``correction`` (``"node"``,
+            ``"batch"`` or ``"none"``) and its ``shrinkage`` in [0, 1] (see
+            :mod:`pyg_dist.regroup`); evaluation stays on ``data``, exact.
+            Under ``correction="node"`` the model is called with edge weights,
+            ``model(x, edge_index, edge_weight)``. (default: :obj:`"exact"`)
     """
     _check_data(data)
+    if mode not in MODES:
+        raise ValueError(f"'train' got mode='{mode}'; use one of {', '.join(MODES)}")
+    runner = (GradientOnly(data, regroup_every, regroup, correction, shrinkage)
+              if mode == "gradient-only" else None)
     _set_halo_plan(data, eval_halo, epochs)
     if (resume or checkpoint_every) and checkpoint is None:
         raise ValueError("'train' needs checkpoint=<folder> to write or resume checkpoints")
@@ -183,7 +207,11 @@ def train(
     for epoch in range(first, epochs + 1):
         epoch_start = time.perf_counter()
         step = ledger.step if ledger is not None else 0
-        loss = train_step(model, data, optimizer, sync)
+        if runner is None:
+            loss = train_step(model, data, optimizer, sync)
+        else:
+            group = runner.prepare(epoch)
+            loss = train_step(model, group.data, optimizer, sync, runner.inputs(), runner.scale)
         evaluated = eval_every <= 1 or epoch % eval_every == 0 or epoch == epochs
         if evaluated:
             accs = evaluate(model, data)
@@ -192,7 +220,7 @@ def train(
             ledger.next_step()
         stats = EpochStats(epoch, loss, accs[0], accs[1], accs[2], traffic[0], traffic[1],
                            traffic[2], traffic[3], traffic[4], time.perf_counter() - epoch_start,
-                           traffic[5], traffic[6])
+                           traffic[5], traffic[6], traffic[7])
         result.history.append(stats)
         if evaluated and (stats.val_acc > result.val_acc or result.best_epoch == 0):
             result.best_epoch = epoch
@@ -276,15 +304,18 @@ def _result_from(state: dict[str, Any]) -> TrainResult:
 
 
 def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
-               sync: GradientSync | None = None) -> float:
+               sync: GradientSync | None = None, inputs: tuple[Any, ...] | None = None,
+               loss_scale: float = 1.0) -> float:
     """One optimisation step on the global loss; returns the global loss.
-    ``sync`` (default: a plain one) runs the model and sums the gradients."""
+    ``sync`` (default: a plain one) runs the model on ``inputs`` (default:
+    ``data.x, data.edge_index``) and sums the gradients of this rank's share
+    of the loss times ``loss_scale``."""
     sync = sync or GradientSync(model)
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    out = sync(data.x, data.edge_index)
+    out = sync(*(inputs or (data.x, data.edge_index)))
     loss, value = global_loss(out, data.y, data.train_mask)
-    sync.backward(loss)
+    sync.backward(loss * loss_scale if loss_scale != 1.0 else loss)
     optimizer.step()
     return value
 
@@ -351,16 +382,17 @@ def _keys(data: Any) -> list[str]:
 def _ledger_totals(ledger: Any, step: int) -> tuple[Any, ...]:
     """Halo bytes sent forward, backward and in evaluation in ``step``, summed
     over ranks; blocked and overlapped halo seconds of the average rank; the
-    gradient all-reduce's bytes (all ranks) and wait (average rank)."""
+    gradient all-reduce's bytes (all ranks) and wait (average rank); the
+    average rank's seconds of regrouping."""
     if ledger is None:
-        return 0, 0, 0, 0.0, 0.0, 0, 0.0
+        return 0, 0, 0, 0.0, 0.0, 0, 0.0, 0.0
     totals = ledger.totals(step)
     keys = ("bytes_fwd", "bytes_bwd", "bytes_eval", "seconds", "overlapped", "bytes_grad",
-            "seconds_grad")
+            "seconds_grad", "seconds_regroup")
     stats = distributed.all_reduce_values([float(totals.get(k, 0.0)) for k in keys])
     ranks = distributed.world_size()
     return (int(stats[0]), int(stats[1]), int(stats[2]), stats[3] / ranks, stats[4] / ranks,
-            int(stats[5]), stats[6] / ranks)
+            int(stats[5]), stats[6] / ranks, stats[7] / ranks)
 
 
 def _progress(total: int, done: int) -> Any:

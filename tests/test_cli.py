@@ -124,6 +124,16 @@ def test_train_under_torchrun_joins_the_group():
     assert result["grad_compress"] == "covap:2" and result["grad_bytes"] == 4 * 2 * 4 * 1176 // 2
 
 
+def test_gradient_only_training_sends_no_halo_in_training(tmp_path):
+    out = run(CLI + ["train", "--dataset", "synthetic", "--num-nodes", "800", "--parts", "2",
+                     "--mode", "gradient-only", "--clusters-per-part", "3", "--regroup-every",
+                     "2", "--correction", "batch", "--epochs", "4", "--no-progress"])
+    result = last_json(out.stdout)
+    assert result["mode"] == "gradient-only" and result["correction"] == "batch"
+    assert result["halo_bytes_fwd"] == 0 and result["halo_bytes_bwd"] == 0
+    assert result["grad_bytes"] == 4 * 2 * 4 * 1176 and result["regroup_seconds"] > 0
+
+
 def test_bad_gradient_compression_is_refused_before_any_rank_starts():
     from pyg_dist.cli import main
 

@@ -59,7 +59,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.halo.exact import Exact
-from pyg_dist.halo.ledger import GRADIENTS
+from pyg_dist.halo.ledger import APART
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState, transient
 from pyg_dist.halo.reuse import ReuseState
 from pyg_dist.halo.stale import Stale
@@ -367,7 +367,7 @@ def _warmup_steps(ctx: FetchContext, starts: dict[int, float]) -> tuple[float, f
     first, last = 1, ctx.step
     moved = exchanges = 0.0
     for (step, _, direction), e in ctx.channel.ledger.entries.items():
-        if first <= step < last and direction != GRADIENTS:
+        if first <= step < last and direction not in APART:
             moved += e.bytes_sent + e.bytes_recv
             exchanges += e.exchanges
     steps = last - first

@@ -5,13 +5,18 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Ledger", "LedgerEntry", "DIRECTIONS", "GRADIENTS"]
+__all__ = ["Ledger", "LedgerEntry", "DIRECTIONS", "GRADIENTS", "REGROUP"]
 
 #: Directions of halo traffic.
 DIRECTIONS = ("fwd", "bwd", "eval")
 #: The direction of the gradient all-reduce (layer ``"gradients"``), counted
 #: apart from halo traffic.
 GRADIENTS = "grad"
+#: The direction of loading a new group of clusters in gradient-only training
+#: (layer ``"regroup"``: the bytes read, the seconds).
+REGROUP = "regroup"
+#: Directions counted apart from halo traffic.
+APART = (GRADIENTS, REGROUP)
 
 
 @dataclass
@@ -25,8 +30,9 @@ class LedgerEntry:
             ``<layer>/flags`` for Adaptive's announcements, ``degree`` for the
             halo degrees of a weighted GCN.
         direction: ``"fwd"`` (halo rows in training), ``"bwd"`` (halo gradients),
-            ``"eval"`` (halo rows in evaluation) or ``"grad"`` (the parameter
-            gradients' all-reduce, layer ``"gradients"``).
+            ``"eval"`` (halo rows in evaluation), ``"grad"`` (the parameter
+            gradients' all-reduce, layer ``"gradients"``) or ``"regroup"``
+            (loading clusters in gradient-only training).
         bytes_sent / bytes_recv: Payload bytes this rank sent / received (for
             ``"grad"``: the bytes this rank hands the all-reduce).
         exchanges: Exchanges done (0 when the policy reused what it had).
@@ -69,7 +75,7 @@ class Ledger:
     def record(self, layer: str, direction: str, **amounts: float) -> LedgerEntry:
         """Adds ``amounts`` (fields of :class:`LedgerEntry`) to the current step's
         entry; ``staleness`` is kept as the maximum, not summed."""
-        assert direction in (*DIRECTIONS, GRADIENTS), f"direction must be one of {DIRECTIONS}"
+        assert direction in (*DIRECTIONS, *APART), f"direction must be one of {DIRECTIONS}"
         key = (self.step, layer, direction)
         entry = self.entries.get(key)
         if entry is None:
@@ -88,28 +94,29 @@ class Ledger:
     def totals(self, step: int | None = None) -> dict[str, float]:
         """Sums over all entries (or one step's): bytes per direction, and of
         the halo traffic exchanges, skipped, seconds, overlapped and the
-        largest staleness; the gradient all-reduce's seconds as
-        ``seconds_grad`` and ``overlapped_grad``."""
+        largest staleness; the gradient all-reduce's and regrouping's seconds
+        as ``seconds_grad``, ``overlapped_grad``, ``seconds_regroup``."""
         out: dict[str, float] = defaultdict(float)
         for (s, _, direction), e in self.entries.items():
             if step is not None and s != step:
                 continue
             out[f"bytes_{direction}"] += e.bytes_sent
             out[f"bytes_recv_{direction}"] += e.bytes_recv
-            if direction == GRADIENTS:
-                out["seconds_grad"] += e.seconds
-                out["overlapped_grad"] += e.overlapped
+            if direction in APART:
+                out[f"seconds_{direction}"] += e.seconds
+                out[f"overlapped_{direction}"] += e.overlapped
                 continue
             out["exchanges"] += e.exchanges
             out["skipped"] += e.skipped
             out["seconds"] += e.seconds
             out["overlapped"] += e.overlapped
             out["staleness"] = max(out["staleness"], e.staleness)
-        for d in (*DIRECTIONS, GRADIENTS):
+        for d in (*DIRECTIONS, *APART):
             out.setdefault(f"bytes_{d}", 0.0)
             out.setdefault(f"bytes_recv_{d}", 0.0)
-        out.setdefault("seconds_grad", 0.0)
-        out.setdefault("overlapped_grad", 0.0)
+        for d in APART:
+            out.setdefault(f"seconds_{d}", 0.0)
+            out.setdefault(f"overlapped_{d}", 0.0)
         return dict(out)
 
     def layer_totals(self, layer: str, since: int = 0) -> dict[str, float]:

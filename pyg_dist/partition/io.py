@@ -24,10 +24,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["PartitionMeta", "write_folder", "read_meta", "read_part", "FORMAT_VERSION"]
+__all__ = ["PartitionMeta", "write_folder", "read_meta", "read_part", "FORMAT_VERSION",
+           "CLUSTERS_DIR"]
 
 FORMAT_VERSION = 2
 META_FILE = "meta.json"
+#: The subfolder of a partition folder cut with ``clusters_per_part > 1``: a
+#: folder of the same format with one part per cluster.
+CLUSTERS_DIR = "clusters"
 
 
 @dataclass
@@ -52,6 +56,9 @@ class PartitionMeta:
         edge_attrs: Names of the edge-level attributes stored per part.
         part_sha256: sha256 of each part file, in part order.
         format_version: Version of this on-disk format.
+        clusters_per_part: Clusters each part is the union of (1: none);
+            above 1, :data:`CLUSTERS_DIR` holds one part per cluster
+            (cluster :math:`c` lies in part :math:`\\lfloor c / m \\rfloor`).
     """
 
     num_parts: int
@@ -70,6 +77,7 @@ class PartitionMeta:
     edge_attrs: list[str] = field(default_factory=list)
     part_sha256: list[str] = field(default_factory=list)
     format_version: int = FORMAT_VERSION
+    clusters_per_part: int = 1
 
     @property
     def halo_fraction(self) -> float:
@@ -85,27 +93,36 @@ def part_file(p: int) -> str:
 
 
 def write_folder(out_dir: Path, meta: PartitionMeta, parts: Iterable[dict[str, Any]],
-                 overwrite: bool) -> None:
+                 overwrite: bool,
+                 subfolders: dict[str, tuple[PartitionMeta, Iterable[dict[str, Any]]]]
+                 | None = None) -> None:
     """Writes ``parts`` (one at a time, as the iterable makes them: a part is
-    freed before the next is made) and ``meta`` into a temporary sibling
-    folder, then renames it to ``out_dir``: a failure at any point leaves no
-    half-written folder."""
+    freed before the next is made) and ``meta``, and each of ``subfolders``
+    alike, into a temporary sibling folder, then renames it to ``out_dir``: a
+    failure at any point leaves no half-written folder."""
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         tmp.mkdir()
-        meta.part_sha256 = []
-        for content in parts:  # no enumerate: its reused tuple would keep the last part alive
-            path = tmp / part_file(len(meta.part_sha256))
-            torch.save(content, path)
-            del content  # before the next part is made
-            meta.part_sha256.append(_sha256(path))
-        (tmp / META_FILE).write_text(meta.to_json())
+        _write_parts(tmp, meta, parts)
+        for name, (sub_meta, sub_parts) in (subfolders or {}).items():
+            (tmp / name).mkdir()
+            _write_parts(tmp / name, sub_meta, sub_parts)
         _replace(tmp, out_dir, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _write_parts(folder: Path, meta: PartitionMeta, parts: Iterable[dict[str, Any]]) -> None:
+    meta.part_sha256 = []
+    for content in parts:  # no enumerate: its reused tuple would keep the last part alive
+        path = folder / part_file(len(meta.part_sha256))
+        torch.save(content, path)
+        del content  # before the next part is made
+        meta.part_sha256.append(_sha256(path))
+    (folder / META_FILE).write_text(meta.to_json())
 
 
 def _replace(tmp: Path, out_dir: Path, overwrite: bool) -> None:

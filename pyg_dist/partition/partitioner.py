@@ -12,7 +12,7 @@ from torch import Tensor
 
 from pyg_dist.partition.arrays import CHUNK, chunks
 from pyg_dist.partition.cut import METHODS, coarse_metis_cut, metis_cut, random_cut
-from pyg_dist.partition.io import FORMAT_VERSION, PartitionMeta, write_folder
+from pyg_dist.partition.io import CLUSTERS_DIR, FORMAT_VERSION, PartitionMeta, write_folder
 from pyg_dist.partition.plan import LocalPart, PartPlan
 
 __all__ = ["partition"]
@@ -25,6 +25,7 @@ def partition(
     method: str = "metis",
     seed: int = 0,
     overwrite: bool = False,
+    clusters_per_part: int = 1,
 ) -> PartitionMeta:
     r"""Cuts a graph into ``num_parts`` parts and writes one folder that the
     ranks of a distributed run load from (:meth:`pyg_dist.DistData.load`).
@@ -60,12 +61,20 @@ def partition(
         seed (int, optional): Seed of the cut. (default: :obj:`0`)
         overwrite (bool, optional): Replace an existing ``out_dir``.
             (default: :obj:`False`)
+        clusters_per_part (int, optional): Cut the graph into
+            :math:`C = m \cdot` ``num_parts`` clusters with ``method`` and make
+            part :math:`p` the union of clusters :math:`pm, \dots, pm + m - 1`;
+            the folder then also holds one part per cluster in
+            ``out_dir/clusters/`` for gradient-only training
+            (``train(mode="gradient-only")``), which regroups clusters over the
+            ranks as it trains. (default: :obj:`1`)
 
     Returns:
         :class:`PartitionMeta`, also written to ``out_dir/meta.json``.
     """
     edge_index, num_nodes = _check_graph(data)
     num_parts = _check_num_parts(num_parts, num_nodes)
+    clusters = _check_clusters(clusters_per_part, num_parts, num_nodes)
     if method not in METHODS:
         raise ValueError(f"'partition' got method='{method}'; use one of {', '.join(METHODS)}")
     node_attrs, edge_attrs = _attributes(data, num_nodes, edge_index.size(1))
@@ -75,30 +84,36 @@ def partition(
     balance = train.bool() if train is not None and train.dtype == torch.bool else None
     cut = {"metis": metis_cut, "metis-coarse": coarse_metis_cut}.get(method)
     if cut is not None:
-        part = cut(edge_index, num_nodes, num_parts, seed, balance)
+        labels = cut(edge_index, num_nodes, clusters, seed, balance)
     else:
-        part = random_cut(num_nodes, num_parts, seed, balance)
+        labels = random_cut(num_nodes, clusters, seed, balance)
+    part = labels // clusters_per_part
+    fingerprint = _fingerprint(edge_index, num_nodes, node_attrs, edge_attrs)
 
-    plan = PartPlan.create(edge_index, part, num_parts)
-    meta = PartitionMeta(
-        num_parts=num_parts,
-        num_nodes=num_nodes,
-        num_edges=edge_index.size(1),
-        edge_cut=plan.edge_cut,
-        part_sizes=plan.part_sizes,
-        halo_sizes=plan.halo_sizes,
-        train_sizes=[] if balance is None else _train_sizes(balance, part, num_parts),
-        method=method,
-        seed=seed,
-        fingerprint=_fingerprint(edge_index, num_nodes, node_attrs, edge_attrs),
-        num_classes=_num_classes(node_attrs.get("y")),
-        node_attrs=sorted(node_attrs),
-        edge_attrs=sorted(edge_attrs),
-    )
-    contents = (
-        _part_content(p, plan.build(p), meta, node_attrs, edge_attrs) for p in range(num_parts)
-    )
-    write_folder(Path(out_dir), meta, contents, overwrite)
+    def folder(assignment: Tensor, count: int, per_part: int) -> tuple[PartitionMeta, Any]:
+        plan = PartPlan.create(edge_index, assignment, count)
+        meta = PartitionMeta(
+            num_parts=count,
+            num_nodes=num_nodes,
+            num_edges=edge_index.size(1),
+            edge_cut=plan.edge_cut,
+            part_sizes=plan.part_sizes,
+            halo_sizes=plan.halo_sizes,
+            train_sizes=[] if balance is None else _train_sizes(balance, assignment, count),
+            method=method,
+            seed=seed,
+            fingerprint=fingerprint,
+            num_classes=_num_classes(node_attrs.get("y")),
+            node_attrs=sorted(node_attrs),
+            edge_attrs=sorted(edge_attrs),
+            clusters_per_part=per_part,
+        )
+        return meta, (_part_content(p, plan.build(p), meta, node_attrs, edge_attrs)
+                      for p in range(count))
+
+    meta, contents = folder(part, num_parts, clusters_per_part)
+    subfolders = {} if clusters_per_part == 1 else {CLUSTERS_DIR: folder(labels, clusters, 1)}
+    write_folder(Path(out_dir), meta, contents, overwrite, subfolders)
     return meta
 
 
@@ -154,6 +169,22 @@ def _check_graph(data: Any) -> tuple[Tensor, int]:
             f"'data.num_nodes' to the true number of nodes or fix the edge list"
         )
     return edge_index, num_nodes
+
+
+def _check_clusters(clusters_per_part: Any, num_parts: int, num_nodes: int) -> int:
+    """The number of clusters, :math:`m` times ``num_parts``."""
+    if isinstance(clusters_per_part, bool) or not isinstance(clusters_per_part, int) \
+            or clusters_per_part < 1:
+        raise ValueError(f"'partition' needs clusters_per_part >= 1 (got {clusters_per_part!r}); "
+                         f"1 cuts no clusters")
+    clusters = clusters_per_part * num_parts
+    if clusters > num_nodes:
+        raise ValueError(
+            f"'partition' got clusters_per_part={clusters_per_part} with num_parts={num_parts}: "
+            f"{clusters} clusters for a graph of {num_nodes} nodes; choose clusters_per_part <= "
+            f"{num_nodes // num_parts}"
+        )
+    return clusters
 
 
 def _check_num_parts(num_parts: Any, num_nodes: int) -> int:

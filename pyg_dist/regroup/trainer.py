@@ -1,0 +1,120 @@
+"""Gradient-only training: what :func:`pyg_dist.train.train` runs with
+``mode="gradient-only"``. Each rank trains on its clusters' subgraph (no halo
+exchange at all), regroups every ``regroup_every`` epochs, and weighs
+messages or its gradient by the coverage correction; only gradients cross
+the network."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from pyg_dist import distributed
+from pyg_dist.halo.ledger import REGROUP
+from pyg_dist.partition.io import CLUSTERS_DIR, read_meta
+from pyg_dist.regroup.correction import CORRECTIONS, batch_weight, edge_weights, shrink
+from pyg_dist.regroup.group import ClusterGroup
+from pyg_dist.regroup.schedule import SCHEMES, groups, inclusion
+
+__all__ = ["GradientOnly", "LAYER"]
+
+#: The ledger's name for loading a new group of clusters.
+LAYER = "regroup"
+
+
+class GradientOnly:
+    r"""Gradient-only training on the clusters of a partition folder cut
+    with ``clusters_per_part`` :math:`m > 1`: in period
+    :math:`t = \lfloor (\text{epoch} - 1) / R \rfloor` rank :math:`r` holds
+    :func:`~pyg_dist.regroup.schedule.groups` ``(C, P, t)[r]`` and trains
+    on the edges between them (see :mod:`pyg_dist.regroup.correction` for
+    the corrections). Loading a group is booked in the ledger (layer
+    ``"regroup"``: the cluster files' bytes and the seconds).
+
+    Args:
+        data (DistData): This rank's part of the folder (its ledger books the
+            regroups; evaluation runs on it, exactly).
+        regroup_every (int, optional): :math:`R`. (default: :obj:`50`)
+        regroup (str, optional): ``"sweep"`` or ``"random"``. (default: :obj:`"sweep"`)
+        correction (str, optional): ``"node"``, ``"batch"`` or ``"none"``.
+            (default: :obj:`"node"`)
+        shrinkage (float, optional): :math:`\lambda \in [0, 1]`. (default: :obj:`0.0`)
+        seed (int, optional): Seed of the grouping. (default: :obj:`0`)
+    """
+
+    def __init__(self, data: Any, regroup_every: int = 50, regroup: str = "sweep",
+                 correction: str = "node", shrinkage: float = 0.0, seed: int = 0) -> None:
+        _check(data, regroup_every, regroup, correction, shrinkage)
+        self.folder = Path(data.folder) / CLUSTERS_DIR
+        self.meta = read_meta(self.folder)
+        self.ledger = data.ledger
+        self.rank, self.world = distributed.rank(), distributed.world_size()
+        self.every, self.scheme, self.seed = regroup_every, regroup, seed
+        self.correction, self.shrinkage = correction, shrinkage
+        self.pi = inclusion(self.meta.num_parts, self.world, regroup, seed)
+        self.group: ClusterGroup | None = None
+        self.edge_weight: Tensor | None = None
+        self.scale = 1.0
+
+    def prepare(self, epoch: int) -> ClusterGroup:
+        """This rank's group for ``epoch`` (1-based), loaded when the period
+        changes; collective then (the batch weights)."""
+        period = (epoch - 1) // self.every
+        mine = groups(self.meta.num_parts, self.world, period, self.scheme, self.seed)[self.rank]
+        if self.group is None or self.group.clusters != mine:
+            start = time.perf_counter()
+            self.group = ClusterGroup.load(self.folder, self.meta, mine)
+            self._weigh(self.group)
+            self.ledger.record(LAYER, REGROUP, bytes_recv=self.group.bytes_read, exchanges=1,
+                               seconds=time.perf_counter() - start)
+        assert self.group is not None, "loaded above"
+        return self.group
+
+    def inputs(self) -> tuple[Any, ...]:
+        """What the model is called with: ``(x, edge_index)``, plus the edge
+        weights under ``correction="node"``."""
+        assert self.group is not None, "prepare() first"
+        data = self.group.data
+        if self.edge_weight is None:
+            return data.x, data.edge_index
+        return data.x, data.edge_index, self.edge_weight
+
+    def _weigh(self, group: ClusterGroup) -> None:
+        if self.correction == "node":
+            self.edge_weight = shrink(edge_weights(group, self.pi), self.shrinkage)
+        elif self.correction == "batch":
+            mine = batch_weight(group, self.pi)
+            mean = distributed.all_reduce_values([mine])[0] / self.world
+            self.scale = ((1.0 - self.shrinkage) * mine + self.shrinkage * mean) / mean
+
+
+def _check(data: Any, regroup_every: Any, regroup: str, correction: str,
+           shrinkage: Any) -> None:
+    meta = getattr(data, "meta", None)
+    if getattr(data, "folder", None) is None or meta is None:
+        raise ValueError("'train' in gradient-only mode needs a DistData loaded from a "
+                         "partition folder (pyg_dist.DistData.load(folder))")
+    if meta.clusters_per_part < 2:
+        raise ValueError(
+            f"'train' in gradient-only mode needs a partition folder cut into clusters, but "
+            f"'{data.folder}' has none; re-partition with pyg_dist.partition(..., "
+            f"clusters_per_part=m) for some m >= 2 (CLI: --clusters-per-part m)")
+    if isinstance(regroup_every, bool) or not isinstance(regroup_every, int) \
+            or regroup_every < 1:
+        raise ValueError(f"'train' needs regroup_every >= 1 epochs (got {regroup_every!r})")
+    if regroup not in SCHEMES:
+        raise ValueError(f"'train' got regroup='{regroup}'; use one of {', '.join(SCHEMES)}")
+    if correction not in CORRECTIONS:
+        raise ValueError(f"'train' got correction='{correction}'; use one of "
+                         f"{', '.join(CORRECTIONS)}")
+    if not isinstance(shrinkage, (int, float)) or not 0.0 <= shrinkage <= 1.0:
+        raise ValueError(f"'train' needs shrinkage in [0, 1] (got {shrinkage!r}): 0 keeps the "
+                         f"correction, 1 gives every weight their mean")
+    default = data.edge_index.registry.default
+    if default is not None and default.spec() != "exact":
+        raise ValueError(
+            f"'train' in gradient-only mode exchanges no halo, but the data's halo policy is "
+            f"'{default.spec()}'; load the data with the exact policy (the default) — "
+            f"evaluation uses it")

@@ -1,0 +1,90 @@
+"""The coverage corrections: the node-level weighted aggregation is unbiased
+over random groupings (Monte Carlo), the batch weight is its closed form,
+shrinkage's extremes; the group's subgraph is the induced one."""
+import pytest
+import torch
+from graphs import awkward_graph
+
+import pyg_dist
+from pyg_dist.partition.io import read_meta
+from pyg_dist.regroup import (
+    ClusterGroup,
+    batch_weight,
+    edge_weights,
+    groups,
+    inclusion,
+    node_weights,
+)
+from pyg_dist.regroup.correction import shrink
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    graph = awkward_graph(num_nodes=120, num_edges=700, num_features=3)
+    out = tmp_path_factory.mktemp("clusters") / "parts"
+    pyg_dist.partition(graph, 2, out, method="random", clusters_per_part=4)
+    return graph, out / "clusters", read_meta(out / "clusters")
+
+
+def test_a_group_is_the_induced_subgraph_of_its_clusters(folder):
+    graph, path, meta = folder
+    group = ClusterGroup.load(path, meta, [1, 3, 6])
+    gid = group.data.global_id
+    inside = torch.zeros(graph.num_nodes, dtype=torch.bool)
+    inside[gid] = True
+    src, dst = graph.edge_index
+    expected = sorted(zip(src[inside[src] & inside[dst]].tolist(),
+                          dst[inside[src] & inside[dst]].tolist()))
+    ours = gid[group.data.edge_index]
+    assert sorted(zip(ours[0].tolist(), ours[1].tolist())) == expected
+    assert torch.equal(group.data.x, graph.x[gid])
+    assert torch.equal(group.in_degree, torch.bincount(dst, minlength=graph.num_nodes)[gid])
+    kept = torch.bincount(group.data.edge_index[1], minlength=gid.numel())
+    assert torch.allclose(group.coverage[group.in_degree > 0],
+                          (kept / group.in_degree)[group.in_degree > 0])
+
+
+def test_node_correction_averages_to_the_full_graph_aggregation(folder):
+    """Horvitz-Thompson: over random groupings, each node's weighted sum of
+    its retained in-neighbours' features averages to the sum over all of
+    them (within four standard errors)."""
+    graph, path, meta = folder
+    pi = inclusion(meta.num_parts, 2, "random")
+    full = torch.zeros(graph.num_nodes, 3, dtype=torch.float64).index_add_(
+        0, graph.edge_index[1], graph.x[graph.edge_index[0]].double())
+    trials, total, squares = 200, torch.zeros_like(full), torch.zeros_like(full)
+    for period in range(trials):
+        for clusters in groups(meta.num_parts, 2, period, "random"):
+            group = ClusterGroup.load(path, meta, clusters)
+            src, dst = group.data.edge_index
+            agg = torch.zeros(group.data.num_nodes, 3, dtype=torch.float64).index_add_(
+                0, dst, group.data.x[src].double() * edge_weights(group, pi).double()[:, None])
+            total[group.data.global_id] += agg
+            squares[group.data.global_id] += agg ** 2
+    mean = total / trials
+    error = ((squares / trials - mean ** 2).clamp(min=0) / trials).sqrt()
+    assert ((mean - full).abs() <= 4 * error + 1e-9).float().mean() > 0.99
+    uncorrected_gap = 0.0
+    for clusters in groups(meta.num_parts, 2, 0, "random"):  # without weights: biased low
+        group = ClusterGroup.load(path, meta, clusters)
+        uncorrected_gap += float(group.coverage.mean())
+    assert uncorrected_gap / 2 < 0.7
+
+
+def test_batch_weight_is_the_least_squares_fit_to_the_node_weights(folder):
+    _, path, meta = folder
+    pi = inclusion(meta.num_parts, 2, "random")
+    group = ClusterGroup.load(path, meta, [0, 2, 5, 7])
+    omega = node_weights(group, pi)[group.data.train_mask]
+    w = batch_weight(group, pi)
+    assert w == pytest.approx(float(omega.mean()))
+    for nearby in (w - 1e-3, w + 1e-3):  # the minimum of sum (w - omega)^2
+        assert ((omega - nearby) ** 2).sum() > ((omega - w) ** 2).sum()
+    assert w > 1.0  # cut edges make every correction an up-weighting
+
+
+def test_shrinkage_extremes():
+    weights = torch.tensor([1.0, 2.0, 6.0])
+    assert torch.equal(shrink(weights, 0.0), weights)
+    assert torch.equal(shrink(weights, 1.0), torch.full((3,), 3.0))
+    assert torch.allclose(shrink(weights, 0.5), torch.tensor([2.0, 2.5, 4.5]))
