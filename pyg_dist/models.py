@@ -27,7 +27,10 @@ class GNN(nn.Module):
     heads of ``hidden_channels`` each (concatenated), an output layer of one
     head, ELU in between, and ``dropout`` on the attention coefficients too.
     ``"gin"`` runs :class:`~torch_geometric.nn.GINConv` layers (a two-layer
-    MLP each) through the generic distributed path.
+    MLP each) through the generic distributed path. With ``residual``, every
+    layer whose output is as wide as its input adds its input,
+    :math:`\mathbf{H}^{(l+1)} = \mathbf{H}^{(l)} + \sigma(\mathrm{conv}(\mathbf{H}^{(l)}))`
+    (residual GCN / SAGE for deep models).
 
     Runs on a plain ``edge_index`` (single process) and on a
     :class:`~pyg_dist.DistEdgeIndex` (distributed). Distributed, dropout is
@@ -45,12 +48,14 @@ class GNN(nn.Module):
         halo (optional): Halo policy for every layer. (default: :obj:`None`)
         heads (int, optional): Attention heads of the hidden GAT layers.
             (default: :obj:`8`)
+        residual (bool, optional): Residual connections around the layers
+            of equal input and output width. (default: :obj:`False`)
         **kwargs (optional): Arguments of every convolution (e.g. ``aggr``).
     """
 
     def __init__(self, kind: str, in_channels: int, hidden_channels: int, out_channels: int,
                  layers: int = 2, dropout: float = 0.5, halo: Any = None, heads: int = 8,
-                 **kwargs: Any) -> None:
+                 residual: bool = False, **kwargs: Any) -> None:
         super().__init__()
         if kind not in MODELS:
             raise ValueError(f"'GNN' got kind='{kind}'; use one of {', '.join(MODELS)}")
@@ -65,7 +70,7 @@ class GNN(nn.Module):
         )
         for k, layer in enumerate(self.convs):
             layer.halo_name = f"convs.{k}"  # type: ignore[assignment]
-        self.dropout = dropout
+        self.dropout, self.residual = dropout, residual
 
     def reset_parameters(self) -> None:
         for conv in self.convs:
@@ -78,10 +83,11 @@ class GNN(nn.Module):
                 f"{self.kind}); with gradient-only training use correction='batch' or 'none'")
         conv: Any
         for k, conv in enumerate(self.convs):
-            x = dropout(x, self.dropout, self.training, edge_index)
-            x = conv(x, edge_index) if edge_weight is None else conv(x, edge_index, edge_weight)
+            h = dropout(x, self.dropout, self.training, edge_index)
+            h = conv(h, edge_index) if edge_weight is None else conv(h, edge_index, edge_weight)
             if k < len(self.convs) - 1:
-                x = F.elu(x) if self.kind == "gat" else x.relu()
+                h = F.elu(h) if self.kind == "gat" else h.relu()
+            x = x + h if self.residual and h.shape == x.shape else h
         return x
 
 

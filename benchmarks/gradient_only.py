@@ -1,0 +1,176 @@
+"""Gradient-only training and compressed gradient all-reduces against exact
+training, on local gloo ranks.
+
+    python benchmarks/gradient_only.py [--graphs cora community] [--models gcn sage]
+        [--layers 2 4 8] [--seeds 3] [--seeds-deep 1] [--parts 4] [--clusters-per-part 4]
+        [--regroup-every 50] [--epochs-cora 200] [--epochs-community 20]
+        [--community-nodes 100000] [--eval-every 5] [--compress-only] [--json out.json]
+
+For each graph, model and depth (residual connections from 3 layers on), one
+row per training mode: exact; ``auto`` (the halo policy that picks for
+itself); ``isolated`` (each part alone, fixed, no correction); gradient-only
+with each correction (``node`` for GCN only: it weighs edges). Test accuracy
+(mean over seeds, at the best validation epoch, evaluated exactly on the
+whole graph) and its difference to exact, training bytes per epoch (halo rows
+and gradients both directions, and the gradient all-reduce, all ranks),
+median epoch time and its ratio to exact. Then, on exact training of the
+2-layer GCN, each gradient compression against the plain all-reduce:
+accuracy, gradient bytes per epoch and their ratio, epoch time. Baselines are
+measured in the same run.
+
+``community`` is the arxiv-shaped community graph of :mod:`pyg_dist.datasets`
+resized to ``--community-nodes``.
+"""
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+import pyg_dist
+from pyg_dist.halo import parse_policy
+from pyg_dist.models import GNN
+from pyg_dist.train import train
+
+#: The Cora raw files shipped with the tests.
+CORA_ROOT = Path(__file__).resolve().parents[1] / "tests" / "data"
+HIDDEN = {"cora": 16, "community": 128}
+
+# (label, train() options, halo policy)
+MODES = [
+    ("exact", {}, "exact"),
+    ("auto", {}, "auto"),
+    ("isolated, no correction", {}, "isolated"),
+    ("gradient-only, node", {"mode": "gradient-only", "correction": "node"}, "exact"),
+    ("gradient-only, batch", {"mode": "gradient-only", "correction": "batch"}, "exact"),
+    ("gradient-only, none", {"mode": "gradient-only", "correction": "none"}, "exact"),
+]
+COMPRESSIONS = ["none", "fp16", "powersgd:4", "covap:2", "covap:4", "covap:auto"]
+
+
+def rank_body(parts_dir, kind, layers, hidden, classes, seed, epochs, runs, eval_every,
+              regroup_every):
+    rows = []
+    for label, options, halo in runs:
+        data = pyg_dist.DistData.load(parts_dir, halo=parse_policy(halo))
+        torch.manual_seed(seed)
+        model = GNN(kind, data.x.size(1), hidden, classes, layers=layers, dropout=0.5,
+                    residual=layers > 2)
+        torch.manual_seed(seed * 1000 + data.rank)
+        if options.get("mode") == "gradient-only":
+            options = {**options, "regroup_every": regroup_every}
+        result = train(model, data, epochs=epochs, progress=False, eval_every=eval_every,
+                       **options)
+        summary = result.summary()
+        rows.append({
+            "mode": label, "test_acc": result.test_acc,
+            "halo_bytes": (summary["halo_bytes_fwd"] + summary["halo_bytes_bwd"]) / epochs,
+            "grad_bytes": summary["grad_bytes"] / epochs,
+            "epoch_s": statistics.median(e.seconds for e in result.history[1:]),
+            "regroup_s": summary["regroup_seconds"],
+        })
+    return rows if data.rank == 0 else None
+
+
+def load_graph(name, args, tmp):
+    if name == "cora":
+        from pyg_dist.datasets import planetoid
+
+        copy = Path(tmp) / "planetoid"
+        shutil.copytree(Path(args.cora_root) / "Cora" / "raw", copy / "Cora" / "raw")
+        return planetoid("cora", copy), args.epochs_cora
+    if name == "community":
+        from pyg_dist.datasets import community_graph, preset
+
+        config = preset("synthetic-arxiv", num_nodes=args.community_nodes)
+        return community_graph(config, seed=0), args.epochs_community
+    raise SystemExit(f"unknown --graphs entry '{name}'; use cora or community")
+
+
+def table(title, runs, base_label):
+    """runs: one list of rows per seed; prints and returns the lines."""
+    by_mode = {}
+    for rows in runs:
+        for row in rows:
+            by_mode.setdefault(row["mode"], []).append(row)
+    base = by_mode[base_label]
+    base_acc = statistics.mean(r["test_acc"] for r in base)
+    base_time = statistics.median(r["epoch_s"] for r in base)
+    base_grad = base[0]["grad_bytes"]
+    print(f"\n{title}; {len(runs)} seed(s)")
+    print("| mode | test acc | Δ acc | halo MB/epoch | grad MB/epoch | grad vs "
+          f"{base_label} | epoch s | vs {base_label} |\n|---|---|---|---|---|---|---|---|")
+    lines = []
+    for label, rows in by_mode.items():
+        acc = statistics.mean(r["test_acc"] for r in rows)
+        line = {"title": title, "mode": label, "test_acc": acc, "delta": acc - base_acc,
+                "seeds": [r["test_acc"] for r in rows],
+                "halo_mb": rows[0]["halo_bytes"] / 1e6, "grad_mb": rows[0]["grad_bytes"] / 1e6,
+                "grad_ratio": rows[0]["grad_bytes"] / max(base_grad, 1),
+                "epoch_s": statistics.median(r["epoch_s"] for r in rows)}
+        line["ratio"] = line["epoch_s"] / base_time
+        lines.append(line)
+        print(f"| {label} | {100 * acc:.2f}% | {100 * line['delta']:+.2f} | "
+              f"{line['halo_mb']:.3f} | {line['grad_mb']:.3f} | {line['grad_ratio']:.2f}x | "
+              f"{line['epoch_s']:.3f} | {line['ratio']:.2f}x |", flush=True)
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graphs", nargs="+", default=["cora", "community"])
+    parser.add_argument("--models", nargs="+", default=["gcn", "sage"])
+    parser.add_argument("--layers", nargs="+", type=int, default=[2, 4, 8])
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of the 2-layer runs")
+    parser.add_argument("--seeds-deep", type=int, default=1, help="seeds of deeper runs")
+    parser.add_argument("--parts", type=int, default=4)
+    parser.add_argument("--clusters-per-part", type=int, default=4)
+    parser.add_argument("--regroup-every", type=int, default=50)
+    parser.add_argument("--cora-root", default=str(CORA_ROOT))
+    parser.add_argument("--community-nodes", type=int, default=100_000)
+    parser.add_argument("--epochs-cora", type=int, default=200)
+    parser.add_argument("--epochs-community", type=int, default=20)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--compress-only", action="store_true",
+                        help="only the gradient compressions")
+    parser.add_argument("--json", default=None, help="write the table rows here")
+    args = parser.parse_args()
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="pyg_dist-bench-") as tmp:
+        for graph in args.graphs:
+            data, epochs = load_graph(graph, args, tmp)
+            parts = Path(tmp) / f"{graph}-parts"
+            meta = pyg_dist.partition(data, args.parts, parts, method="metis",
+                                      clusters_per_part=args.clusters_per_part)
+            clusters = json.loads((parts / "clusters" / "meta.json").read_text())
+            print(f"\n{graph}: {data.num_nodes} nodes, {data.num_edges} edges, {epochs} epochs; "
+                  f"{args.parts} parts of {args.clusters_per_part} METIS clusters: parts cut "
+                  f"{meta.edge_cut / meta.num_edges:.1%} of edges, clusters "
+                  f"{clusters['edge_cut'] / meta.num_edges:.1%}", flush=True)
+            classes = meta.num_classes
+            hidden = HIDDEN[graph]
+
+            def launch(kind, layers, runs, seeds):
+                return [pyg_dist.launch(rank_body, args.parts, timeout=7200, args=(
+                    str(parts), kind, layers, hidden, classes, seed, epochs, runs,
+                    args.eval_every, args.regroup_every))[0] for seed in range(seeds)]
+
+            if not args.compress_only:
+                for kind in args.models:
+                    runs = [m for m in MODES if kind == "gcn" or m[1].get("correction") != "node"]
+                    for layers in args.layers:
+                        seeds = args.seeds if layers == 2 else args.seeds_deep
+                        lines += table(f"{graph}, {kind}, {layers} layers",
+                                       launch(kind, layers, runs, seeds), "exact")
+            runs = [(spec, {"grad_compress": spec}, "exact") for spec in COMPRESSIONS]
+            lines += table(f"{graph}, gcn, 2 layers, exact, gradient compression",
+                           launch("gcn", 2, runs, args.seeds), "none")
+            if args.json:
+                Path(args.json).write_text(json.dumps(lines, indent=1))
+
+
+if __name__ == "__main__":
+    main()
