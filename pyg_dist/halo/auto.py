@@ -178,7 +178,7 @@ class Auto(HaloPolicy):
         rows = _rows(ctx)
         ctx.channel.ledger.notes[f"{_NOTE}/{ctx.layer}"] = {
             "choice": state.choice, "cache_input": True, "from_step": ctx.step, "steps": 1,
-            "predicted_bytes": int(rows["sent_fwd"] * 4 * state.static_width),
+            "predicted_bytes": int(rows["sent_fwd"] * self._static_row(state.static_width)),
             "predicted_seconds": 0.0,  # the link is not measured yet
         }
 
@@ -218,7 +218,12 @@ class Auto(HaloPolicy):
         return self.codec.name
 
     def fetch_static(self, x: Tensor, ctx: FetchContext) -> HaloRows:
-        return Exact().fetch_static(x, ctx)  # a static halo is fetched once: exactly
+        # fetched once, with the compression where it makes rows smaller
+        return Exact(compress=self._codec_for(x.size(-1))).fetch_static(x, ctx)
+
+    def _static_row(self, width: int) -> int:
+        """Bytes of one row of a static input of ``width`` as it is fetched."""
+        return _row_bytes(width, self._codec_for(width))
 
     def flush(self, state: PolicyState) -> None:
         assert isinstance(state, AutoState), "Auto keeps an AutoState"
@@ -262,7 +267,8 @@ class Auto(HaloPolicy):
         state.choice = chosen.spec()
         if cache:  # this step still exchanges transformed rows, then the input's halo once
             this_step = self.predict(rows, state.width, None, 1, 1, link, once=False)
-            once = self.predict(rows, state.static_width, None, 1, steps, link, once=True)
+            once = self.predict(rows, state.static_width, self._codec_for(state.static_width),
+                                1, steps, link, once=True)
             predicted = {k: this_step[k] + once[k] for k in once}
         else:
             predicted = self.predict(rows, state.width, codec, every, steps, link, once=False,
@@ -290,14 +296,23 @@ class Auto(HaloPolicy):
         aggregating it every step beats exchanging transformed rows of
         ``width`` (with ``codec`` every ``every`` steps) for the remaining
         ``steps``; ``spmm`` holds seconds of one aggregation per width. A
-        static input no wider than the transformed rows is always cached."""
+        static input no wider than the transformed rows is always cached;
+        when both take the same time, within ``negligible`` of the run's
+        compute, the one that sends fewer bytes wins."""
         if static_width <= width:
             return True
-        once = _tau(rows["fwd"], 4 * static_width, link, exchanges=1)
+        static_row = self._static_row(static_width)
+        once = _tau(rows["fwd"], static_row, link, exchanges=1)
         cache = once + steps * spmm[static_width]
         tau = _tau(rows["moved"], _row_bytes(width, codec), link)
         exchange = steps * (tau / every + 2 * spmm[width])
-        return cache < exchange
+        if abs(cache - exchange) > self.negligible * link["compute"] * steps:
+            return cache < exchange
+        # as fast either way, within the negligible share of the run: fewer bytes
+        cached_bytes = rows["sent_fwd"] * static_row
+        exchanged_bytes = (math.ceil(steps / every) * (rows["sent_fwd"] + rows["sent_bwd"])
+                           * _row_bytes(width, codec))
+        return cached_bytes <= exchanged_bytes
 
     def predict(self, rows: dict[str, float], width: int, codec: str | None, every: int,
                 steps: int, link: dict[str, float], once: bool,
@@ -305,8 +320,8 @@ class Auto(HaloPolicy):
         """Bytes all ranks will send and seconds the average rank will wait
         over ``steps`` steps whose first refresh is ``first`` steps away."""
         if once:
-            sent = rows["sent_fwd"] * 4 * width
-            seconds = _tau(rows["fwd"], 4 * width, link, exchanges=1)
+            sent = rows["sent_fwd"] * _row_bytes(width, codec)
+            seconds = _tau(rows["fwd"], _row_bytes(width, codec), link, exchanges=1)
             return {"predicted_bytes": int(sent), "predicted_seconds": round(seconds, 6)}
         refreshes = math.ceil(max(0, steps - first) / every)
         row = _row_bytes(width, codec)

@@ -46,14 +46,25 @@ def test_costly_exchange_gets_int8_then_the_least_staleness_that_hides_it():
 
 
 def test_caching_a_wide_input_pays_only_over_many_steps_or_slow_aggregation():
-    auto = Auto()
+    auto = Auto(compress=None)
+    busy = {**GBIT, "compute": 0.02}  # 1% of a step: 0.2 ms
     cheap = {16: 1e-4, 1433: 1e-4}  # aggregation costs the same at any width
     costly = {16: 1e-4, 1433: 5e-3}  # aggregating 1433 columns: 50x the time
     # once: 1000 rows x 5732 B / 125 MB/s = 46 ms; exchanging 16 columns: ~0.5 ms a step
-    assert auto.cache_pays(1433, 16, ROWS, GBIT, None, 1, 200, cheap)
-    assert not auto.cache_pays(1433, 16, ROWS, GBIT, None, 1, 20, cheap)
-    assert not auto.cache_pays(1433, 16, ROWS, GBIT, None, 1, 200, costly)
-    assert auto.cache_pays(64, 128, ROWS, GBIT, None, 1, 1, costly)  # narrower: always
+    assert auto.cache_pays(1433, 16, ROWS, busy, None, 1, 200, cheap)
+    assert not auto.cache_pays(1433, 16, ROWS, busy, None, 1, 20, cheap)
+    assert not auto.cache_pays(1433, 16, ROWS, busy, None, 1, 200, costly)
+    assert auto.cache_pays(64, 128, ROWS, busy, None, 1, 1, costly)  # narrower: always
+
+
+def test_caching_or_exchanging_in_the_same_time_sends_fewer_bytes():
+    # a 0.5 s step: 0.9 s over 200 steps is under 1% of the run's compute
+    costly = {16: 1e-4, 1433: 5e-3}
+    # cached: 1500 rows x 1433 x 4 B = 8.6 MB; exchanged: 200 x 3000 rows x 64 B = 38 MB
+    assert Auto(compress=None).cache_pays(1433, 16, ROWS, GBIT, None, 1, 200, costly)
+    # int8: the one fetch is 1500 x 1437 B = 2.2 MB; the exchange 200 x 3000 x 20 B = 12 MB
+    assert Auto().cache_pays(1433, 16, ROWS, GBIT, "int8", 1, 200, costly)
+    assert not Auto().cache_pays(1433, 16, ROWS, GBIT, "int8", 4, 20, costly)
 
 
 def test_prediction_counts_every_refresh_and_both_directions():
@@ -63,6 +74,8 @@ def test_prediction_counts_every_refresh_and_both_directions():
     assert predicted["predicted_seconds"] == pytest.approx(3 * _tau(2000, 20, GBIT))
     once = auto.predict(ROWS, 1433, None, 1, 10, GBIT, once=True)
     assert once["predicted_bytes"] == 1500 * 4 * 1433
+    once = auto.predict(ROWS, 1433, "int8", 1, 10, GBIT, once=True)
+    assert once["predicted_bytes"] == 1500 * (1433 + 4)
 
 
 class Interrupted(Exception):
