@@ -1,7 +1,7 @@
 """Gradient-only training and compressed gradient all-reduces against exact
 training, on local gloo ranks.
 
-    python benchmarks/gradient_only.py [--graphs cora community] [--models gcn sage]
+    python benchmarks/gradient_only.py [--datasets cora community] [--models gcn sage]
         [--layers 2 4 8] [--seeds 3] [--seeds-deep 1] [--parts 4] [--clusters-per-part 4]
         [--regroup-every 50] [--epochs-cora 200] [--epochs-community 20]
         [--community-nodes 100000] [--eval-every 5] [--compress-only] [--json out.json]
@@ -23,20 +23,18 @@ resized to ``--community-nodes``.
 """
 import argparse
 import json
-import shutil
 import statistics
 import tempfile
 from pathlib import Path
 
 import torch
+from cluster import CORA_ROOT, load_graph
 
 import pyg_dist
 from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
 from pyg_dist.train import train
 
-#: The Cora raw files shipped with the tests.
-CORA_ROOT = Path(__file__).resolve().parents[1] / "tests" / "data"
 HIDDEN = {"cora": 16, "community": 128}
 
 # (label, train() options, halo policy)
@@ -75,21 +73,6 @@ def rank_body(parts_dir, kind, layers, hidden, classes, seed, epochs, runs, eval
     return rows if data.rank == 0 else None
 
 
-def load_graph(name, args, tmp):
-    if name == "cora":
-        from pyg_dist.datasets import planetoid
-
-        copy = Path(tmp) / "planetoid"
-        shutil.copytree(Path(args.cora_root) / "Cora" / "raw", copy / "Cora" / "raw")
-        return planetoid("cora", copy), args.epochs_cora
-    if name == "community":
-        from pyg_dist.datasets import community_graph, preset
-
-        config = preset("synthetic-arxiv", num_nodes=args.community_nodes)
-        return community_graph(config, seed=0), args.epochs_community
-    raise SystemExit(f"unknown --graphs entry '{name}'; use cora or community")
-
-
 def table(title, runs, base_label):
     """runs: one list of rows per seed; prints and returns the lines."""
     by_mode = {}
@@ -119,9 +102,17 @@ def table(title, runs, base_label):
     return lines
 
 
+def launch(args, setup, kind, layers, runs, seeds):
+    """Every run of ``runs`` on fresh ranks, once per seed; rank 0's rows."""
+    parts, hidden, classes, epochs = setup
+    return [pyg_dist.launch(rank_body, args.parts, timeout=7200, args=(
+        parts, kind, layers, hidden, classes, seed, epochs, runs, args.eval_every,
+        args.regroup_every))[0] for seed in range(seeds)]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--graphs", nargs="+", default=["cora", "community"])
+    parser.add_argument("--datasets", nargs="+", default=["cora", "community"])
     parser.add_argument("--models", nargs="+", default=["gcn", "sage"])
     parser.add_argument("--layers", nargs="+", type=int, default=[2, 4, 8])
     parser.add_argument("--seeds", type=int, default=3, help="seeds of the 2-layer runs")
@@ -140,7 +131,7 @@ def main():
     args = parser.parse_args()
     lines = []
     with tempfile.TemporaryDirectory(prefix="pyg_dist-bench-") as tmp:
-        for graph in args.graphs:
+        for graph in args.datasets:
             data, epochs = load_graph(graph, args, tmp)
             parts = Path(tmp) / f"{graph}-parts"
             meta = pyg_dist.partition(data, args.parts, parts, method="metis",
@@ -150,13 +141,7 @@ def main():
                   f"{args.parts} parts of {args.clusters_per_part} METIS clusters: parts cut "
                   f"{meta.edge_cut / meta.num_edges:.1%} of edges, clusters "
                   f"{clusters['edge_cut'] / meta.num_edges:.1%}", flush=True)
-            classes = meta.num_classes
-            hidden = HIDDEN[graph]
-
-            def launch(kind, layers, runs, seeds):
-                return [pyg_dist.launch(rank_body, args.parts, timeout=7200, args=(
-                    str(parts), kind, layers, hidden, classes, seed, epochs, runs,
-                    args.eval_every, args.regroup_every))[0] for seed in range(seeds)]
+            setup = (str(parts), HIDDEN[graph], meta.num_classes, epochs)
 
             if not args.compress_only:
                 for kind in args.models:
@@ -164,10 +149,10 @@ def main():
                     for layers in args.layers:
                         seeds = args.seeds if layers == 2 else args.seeds_deep
                         lines += table(f"{graph}, {kind}, {layers} layers",
-                                       launch(kind, layers, runs, seeds), "exact")
+                                       launch(args, setup, kind, layers, runs, seeds), "exact")
             runs = [(spec, {"grad_compress": spec}, "exact") for spec in COMPRESSIONS]
             lines += table(f"{graph}, gcn, 2 layers, exact, gradient compression",
-                           launch("gcn", 2, runs, args.seeds), "none")
+                           launch(args, setup, "gcn", 2, runs, args.seeds), "none")
             if args.json:
                 Path(args.json).write_text(json.dumps(lines, indent=1))
 
