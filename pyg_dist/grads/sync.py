@@ -110,16 +110,18 @@ class GradientSync:
                 numel = sum(p.numel() * p.element_size() for p in params)
                 self._book(numel, 1, end - begin, 0.0)
             return
-        before = self._sent()
+        before = self._counted
         (loss * self.scale).backward()
         end = time.perf_counter()
         last = max(self._launched, default=end)
         blocked = max(end - last, 0.0)
         span = max(self._done, default=end) - min(self._launched, default=end)
-        self._book(self._sent() - before, len(self._launched), blocked, max(span - blocked, 0.0))
-        self._timings.append((span, end - start - blocked))
-        if self.compress is not None and self.compress.auto and self.steps == self.warmup:
-            self._choose_shards()
+        self._book(self._counted - before, len(self._launched), blocked,
+                   max(span - blocked, 0.0))
+        if isinstance(self.state, CovapState) and self.state.shards == 0:  # covap:auto measures
+            self._timings.append((span, end - start - blocked))
+            if self.steps == self.warmup:
+                self._choose_shards()
 
     def _book(self, sent: int, exchanges: int, blocked: float, overlapped: float) -> None:
         self.steps += 1
@@ -127,20 +129,14 @@ class GradientSync:
             self.ledger.record(LAYER, GRADIENTS, bytes_sent=sent, bytes_recv=sent,
                                exchanges=exchanges, seconds=blocked, overlapped=overlapped)
 
-    def _sent(self) -> int:
-        """Bytes handed to the all-reduce so far (by the hook's own count)."""
-        if isinstance(self.state, CovapState):
-            return self.state.sent * 4
-        return self._counted
-
     def _timed(self, hook: Any) -> Any:
         def run(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks annotations
             self._launched.append(time.perf_counter())
             plain = _plain_bytes(self.compress, state, bucket)
-            before = getattr(state, "total_numel_after_compression", 0)
+            before = _elements_sent(state)
             future = hook(state, bucket)
-            if plain is None:  # PowerSGD counts the elements it all-reduces
-                plain = 4 * (state.total_numel_after_compression - before)
+            if plain is None:  # the hook counts the elements it all-reduces
+                plain = 4 * (_elements_sent(state) - before)
             self._counted += plain
 
             def done(fut: torch.futures.Future[Tensor]) -> Tensor:
@@ -199,12 +195,20 @@ def _hook(compress: GradCompress, group: Any, planned_steps: int) -> tuple[Any, 
 
 def _plain_bytes(compress: GradCompress | None, state: Any, bucket: Any) -> int | None:
     """Bytes one bucket hands the all-reduce, where that follows from its
-    size (COVAP counts its own: 0; PowerSGD once compressing: :obj:`None`)."""
+    size; :obj:`None` where the hook counts them (COVAP, PowerSGD once
+    compressing)."""
     if compress is None or compress.kind == "covap":
-        return 0
+        return None
     numel = bucket.buffer().numel()
     if compress.kind == "fp16":
         return 2 * numel
     if state.iter < state.start_powerSGD_iter:  # a plain all-reduce at first
         return 4 * numel
     return None
+
+
+def _elements_sent(state: Any) -> int:
+    """The elements a hook's state says it has all-reduced so far."""
+    if isinstance(state, CovapState):
+        return state.sent
+    return getattr(state, "total_numel_after_compression", 0)
