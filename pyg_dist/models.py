@@ -1,18 +1,21 @@
-"""The small models the CLI and demos train: GCN, GraphSAGE, GAT and GIN."""
+"""The models the CLI and demos train: GCN, GraphSAGE, GAT and GIN stacks, and
+deep models (GCNII, residual GCN and GraphSAGE) for 8-64 layers."""
 from __future__ import annotations
 
 from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn import GINConv
+from torch_geometric.nn import GCN2Conv, GINConv
 
 from pyg_dist.halo import dropout
 from pyg_dist.nn import DistGATConv, DistGCNConv, DistMessagePassing, DistSAGEConv
 
-__all__ = ["GNN", "MODELS"]
+__all__ = ["GNN", "DeepGNN", "MODELS", "DEEP_MODELS"]
 
 MODELS = ("gcn", "sage", "gat", "gin")
+#: Kinds of :class:`DeepGNN`.
+DEEP_MODELS = ("gcn2", "resgcn", "ressage")
 
 
 class GNN(nn.Module):
@@ -107,3 +110,91 @@ def _conv(kind: str, in_channels: int, out_channels: int, hidden_channels: int, 
     mlp = nn.Sequential(nn.Linear(in_channels, hidden_channels), nn.ReLU(),
                         nn.Linear(hidden_channels, out_channels))
     return DistMessagePassing(GINConv(mlp, **kwargs), halo=halo)
+
+
+class DeepGNN(nn.Module):
+    r"""A deep model of ``layers`` graph convolutions between an input and an
+    output projection: GCNII (``"gcn2"``, `"Simple and Deep Graph
+    Convolutional Networks" <https://arxiv.org/abs/2007.02133>`_) or a
+    residual GCN / GraphSAGE (``"resgcn"``, ``"ressage"``):
+
+    .. math::
+        \mathbf{H}^{(0)} &= \mathrm{ReLU}(\mathrm{drop}(\mathbf{X}) \mathbf{W}_{in}) \\
+        \mathbf{H}^{(l+1)} &= \mathrm{ReLU}(\mathrm{GCN2Conv}(\mathrm{drop}(\mathbf{H}^{(l)}),
+            \mathbf{H}^{(0)})) \quad \text{or} \quad \mathbf{H}^{(l)} +
+            \mathrm{ReLU}(\mathrm{conv}(\mathrm{drop}(\mathbf{H}^{(l)}))) \\
+        \mathbf{Z} &= \mathrm{drop}(\mathbf{H}^{(L)}) \mathbf{W}_{out}
+
+    The parameters are named as in PyG's GCNII example (``lins.0``,
+    ``convs.<k>``, ``lins.1``). Runs on a plain ``edge_index`` (single process),
+    on a :class:`~pyg_dist.DistEdgeIndex` (graph parallel) and split into layer
+    stages by :class:`pyg_dist.pipeline.Pipeline`.
+
+    Args:
+        kind (str): :obj:`"gcn2"`, :obj:`"resgcn"` or :obj:`"ressage"`.
+        in_channels (int): Input features.
+        hidden_channels (int): Width of every convolution.
+        out_channels (int): Classes.
+        layers (int, optional): Number of convolutions. (default: :obj:`16`)
+        dropout (float, optional): Dropout probability. (default: :obj:`0.5`)
+        alpha (float, optional): GCNII's initial-residual weight.
+            (default: :obj:`0.1`)
+        theta (float, optional): GCNII's identity-mapping strength.
+            (default: :obj:`0.5`)
+        halo (optional): Halo policy of every convolution. (default: :obj:`None`)
+    """
+
+    def __init__(self, kind: str, in_channels: int, hidden_channels: int, out_channels: int,
+                 layers: int = 16, dropout: float = 0.5, alpha: float = 0.1, theta: float = 0.5,
+                 halo: Any = None) -> None:
+        super().__init__()
+        if kind not in DEEP_MODELS:
+            raise ValueError(f"'DeepGNN' got kind='{kind}'; use one of {', '.join(DEEP_MODELS)}")
+        if layers < 1:
+            raise ValueError(f"'DeepGNN' needs layers >= 1 (got {layers})")
+        self.kind, self.dropout = kind, dropout
+        self.lins = nn.ModuleList([nn.Linear(in_channels, hidden_channels),
+                                   nn.Linear(hidden_channels, out_channels)])
+        self.convs = nn.ModuleList(_deep_conv(kind, hidden_channels, k, alpha, theta, halo)
+                                   for k in range(layers))
+        for k, layer in enumerate(self.convs):
+            layer.halo_name = f"convs.{k}"  # type: ignore[assignment]
+
+    def reset_parameters(self) -> None:
+        for module in (*self.lins, *self.convs):
+            module.reset_parameters()  # type: ignore[operator]
+
+    def forward(self, x: Tensor, edge_index: Any) -> Tensor:
+        x = self.inputs(dropout(x, self.dropout, self.training, edge_index))
+        x0 = x
+        for conv in self.convs:
+            x = self.block(conv, x, x0, edge_index)
+        return self.outputs(dropout(x, self.dropout, self.training, edge_index))
+
+    def inputs(self, x: Tensor) -> Tensor:
+        r""":math:`\mathbf{H}^{(0)}` of (dropped-out) input features."""
+        return self.lins[0](x).relu()
+
+    def outputs(self, h: Tensor) -> Tensor:
+        """Class logits of (dropped-out) last hidden rows."""
+        return self.lins[1](h)
+
+    def block(self, conv: nn.Module, h: Tensor, x0: Tensor, edge_index: Any) -> Tensor:
+        r"""One layer: :math:`\mathbf{H}^{(l)} \to \mathbf{H}^{(l+1)}`."""
+        h_in = dropout(h, self.dropout, self.training, edge_index)
+        out = conv(h_in, x0, edge_index) if self.kind == "gcn2" else conv(h_in, edge_index)
+        return self.combine(h, out)
+
+    def combine(self, h: Tensor, out: Tensor) -> Tensor:
+        """A layer's output from its input ``h`` and its convolution's ``out``."""
+        return out.relu() if self.kind == "gcn2" else h + out.relu()
+
+
+def _deep_conv(kind: str, channels: int, k: int, alpha: float, theta: float,
+               halo: Any) -> nn.Module:
+    """Layer ``k`` (from 0) of :class:`DeepGNN`."""
+    if kind == "gcn2":
+        return GCN2Conv(channels, alpha, theta, layer=k + 1)
+    if kind == "resgcn":
+        return DistGCNConv(channels, channels, halo=halo)
+    return DistSAGEConv(channels, channels, halo=halo)

@@ -5,7 +5,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Ledger", "LedgerEntry", "DIRECTIONS", "GRADIENTS", "REGROUP"]
+__all__ = ["Ledger", "LedgerEntry", "DIRECTIONS", "GRADIENTS", "REGROUP", "STAGE"]
 
 #: Directions of halo traffic.
 DIRECTIONS = ("fwd", "bwd", "eval")
@@ -15,8 +15,12 @@ GRADIENTS = "grad"
 #: The direction of loading a new group of clusters in gradient-only training
 #: (layer ``"regroup"``: the bytes read, the seconds).
 REGROUP = "regroup"
+#: The direction of activations and their gradients crossing from one layer
+#: stage to the next in a layer pipeline (layers ``"stages/fwd"``,
+#: ``"stages/bwd"``; seconds are the waits for them).
+STAGE = "stage"
 #: Directions counted apart from halo traffic.
-APART = (GRADIENTS, REGROUP)
+APART = (GRADIENTS, REGROUP, STAGE)
 
 
 @dataclass
@@ -28,11 +32,13 @@ class LedgerEntry:
         layer: Name of the exchange: the layer's (module path under
             :func:`to_distributed`, else ``layer<k>`` in order of first use),
             ``<layer>/flags`` for Adaptive's announcements, ``degree`` for the
-            halo degrees of a weighted GCN.
+            halo degrees of a weighted GCN, ``stages/fwd`` and ``stages/bwd``
+            for a layer pipeline's stage-boundary traffic.
         direction: ``"fwd"`` (halo rows in training), ``"bwd"`` (halo gradients),
             ``"eval"`` (halo rows in evaluation), ``"grad"`` (the parameter
-            gradients' all-reduce, layer ``"gradients"``) or ``"regroup"``
-            (loading clusters in gradient-only training).
+            gradients' all-reduce, layer ``"gradients"``), ``"regroup"``
+            (loading clusters in gradient-only training) or ``"stage"`` (a
+            layer pipeline's activations and gradients between stages).
         bytes_sent / bytes_recv: Payload bytes this rank sent / received (for
             ``"grad"``: the bytes this rank hands the all-reduce).
         exchanges: Exchanges done (0 when the policy reused what it had).

@@ -1,0 +1,385 @@
+"""Training a deep model as a layer pipeline on a grid of graph parts × stages."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pyg_dist import distributed
+from pyg_dist.data import DistData, DistEdgeIndex
+from pyg_dist.halo.exchange import exchange_route
+from pyg_dist.halo.ledger import STAGE
+from pyg_dist.ops import spmm
+from pyg_dist.partition.io import read_meta
+from pyg_dist.pipeline.chunks import Chunk, Chunking, chunk_labels
+from pyg_dist.pipeline.grid import Grid, grid
+from pyg_dist.pipeline.layers import adjacency, check_splittable, update
+from pyg_dist.pipeline.split import balance, measure_costs
+
+__all__ = ["Pipeline", "load"]
+
+MASKS = ("train_mask", "val_mask", "test_mask")
+
+
+def load(folder: Any, stages: int = 1) -> DistData:
+    """This rank's part of a partition folder cut into ``world size / stages``
+    parts, loaded in its stage's process group (collective).
+
+    Raises:
+        ValueError: If the folder's part count is not world size / stages.
+    """
+    layout = grid(stages)
+    meta = read_meta(folder)
+    if meta.num_parts != layout.parts:
+        raise ValueError(
+            f"'{folder}' holds {meta.num_parts} parts, but {distributed.world_size()} ranks in "
+            f"{stages} stages need {layout.parts} (world size / stages); re-partition with "
+            f"num_parts={layout.parts} or run {meta.num_parts * stages} ranks")
+    return DistData.load(folder, group=layout.group)
+
+
+@dataclass
+class HistoryTable:
+    """A layer's input as last computed, for every owned and halo row, with the
+    epoch each row was computed in (-1: the fill before the first epoch)."""
+
+    own: Tensor
+    halo: Tensor
+    stamp_own: Tensor
+    stamp_halo: Tensor
+
+    @classmethod
+    def empty(cls, num_owned: int, num_halo: int, width: int, dtype: torch.dtype) -> HistoryTable:
+        never = torch.iinfo(torch.int64).min
+        return cls(torch.zeros(num_owned, width, dtype=dtype),
+                   torch.zeros(num_halo, width, dtype=dtype),
+                   torch.full((num_owned,), never), torch.full((num_halo,), never))
+
+    def write(self, chunk: Chunk, rows: Tensor, halo: Tensor, epoch: int) -> None:
+        self.own[chunk.rows] = rows.detach()
+        self.stamp_own[chunk.rows] = epoch
+        if halo.numel():
+            self.halo[chunk.halo_rows] = halo.detach()
+            self.stamp_halo[chunk.halo_rows] = epoch
+
+    def age(self, col: Tensor, epoch: int) -> int:
+        """Largest age (epochs) of the rows at ``col`` (over ``[owned ; halo]``)."""
+        if col.numel() == 0:
+            return 0
+        stamp = torch.cat([self.stamp_own, self.stamp_halo])[col]
+        return int(epoch - int(stamp.min()))
+
+
+class Pipeline:
+    r"""A :class:`~pyg_dist.models.DeepGNN` trained on a grid of ``parts`` graph
+    parts × ``stages`` layer stages (GNNPipe's layer pipeline with graph
+    parallelism inside each stage).
+
+    Stage :math:`s` owns a run of consecutive layers (the input projection
+    goes with the first, the output projection with the last), balanced by
+    their measured cost unless ``balance`` gives the layers per stage. Each
+    rank's rows are cut into ``chunks`` (METIS on its graph); forward streams
+    the chunks through the stages (rows, and GCNII's initial rows, sent to the
+    same part's next stage), backward returns their gradients the same way,
+    GPipe's schedule: fill, steady state, drain; one optimiser step per epoch.
+
+    A layer aggregating chunk :math:`k` reads its current rows (the chunk's
+    own and its halo rows, exchanged within the stage exactly) and, for the
+    other chunks, its history table: this epoch's rows for chunks already
+    done, last epoch's for the rest (at most one epoch old; the ledger books
+    the largest age per layer). Gradients flow through the current rows only:
+    those into other chunks' rows, historical or this epoch's, are dropped.
+    With one chunk nothing is historical and the pipeline computes exactly
+    what the model computes on the whole graph. The tables are filled by one
+    forward pass before the first epoch.
+
+    Args:
+        model (DeepGNN): The model (every rank holds all of it; each trains
+            its stage's parameters, see :meth:`gather_parameters`).
+        data (DistData): This rank's part, loaded in its stage's group
+            (:func:`load`).
+        stages (int, optional): Layer stages. (default: :obj:`1`)
+        chunks (int, optional): Chunks per part. (default: :obj:`1`)
+        balance (list[int], optional): Layers per stage; measured if
+            :obj:`None`. (default: :obj:`None`)
+        seed (int, optional): METIS seed of the chunks. (default: :obj:`0`)
+    """
+
+    def __init__(self, model: nn.Module, data: Any, stages: int = 1, chunks: int = 1,
+                 balance: list[int] | None = None, seed: int = 0) -> None:
+        from pyg_dist.models import DeepGNN
+
+        if not isinstance(model, DeepGNN):
+            raise ValueError(
+                f"the layer pipeline splits a pyg_dist.models.DeepGNN (gcn2, resgcn, ressage), "
+                f"not {type(model).__name__}; train other models graph parallel (stages=1)")
+        for k, conv in enumerate(model.convs):
+            check_splittable(conv, f"convs.{k}")
+        self.grid: Grid = grid(stages)
+        graph = getattr(data, "edge_index", None)
+        if not isinstance(graph, DistEdgeIndex) or graph.channel.group is not self.grid.group:
+            raise ValueError(
+                "the layer pipeline needs this rank's part loaded in its stage's process group: "
+                "data = pyg_dist.pipeline.load(folder, stages)")
+        self.model, self.data, self.graph = model, data, graph
+        self.chunks = chunks
+        layers = len(model.convs)
+        if balance is None:
+            counts = _split(model, data, self.grid.stages, layers)
+        else:
+            counts = list(balance)
+            if len(counts) != stages or sum(counts) != layers or min(counts) < 1:
+                raise ValueError(f"balance={counts} must give each of the {stages} stages at "
+                                 f"least one of the {layers} layers")
+        starts = [sum(counts[:s]) for s in range(stages + 1)]
+        self.bounds = [(starts[s], starts[s + 1]) for s in range(stages)]
+        self.span = range(*self.bounds[self.grid.stage])
+        self.width: int = int(model.lins[0].out_features)  # type: ignore[arg-type]
+        self.state_width = self.width * (2 if model.kind == "gcn2" else 1)
+        labels = self._shared_labels(chunk_labels(graph, chunks, seed) if self.grid.first
+                                     else None)
+        self.training_chunks = Chunking.build(graph, chunks, labels)
+        self.whole = (self.training_chunks if chunks == 1
+                      else Chunking.build(graph, 1, torch.zeros_like(labels)))
+        dtype = data.x.dtype
+        self.tables = {k: HistoryTable.empty(graph.num_owned, graph.num_halo, self.width, dtype)
+                       for k in self.span} if chunks > 1 else {}
+        self.epoch = 0
+        self._sends: list[Any] = []
+        self._adjacency: dict[int, tuple[Any, tuple[Tensor, ...]]] = {}
+        self.train_count = max(distributed.all_reduce_values(
+            [float(data.train_mask.sum())], group=self.grid.group)[0], 1.0)
+        self.ledger.notes["pipeline"] = self.schedule()
+
+    @property
+    def ledger(self) -> Any:
+        return self.graph.ledger
+
+    def schedule(self) -> dict[str, Any]:
+        """The layout and GPipe schedule: fill and drain take ``stages - 1``
+        chunk steps each, the steady state ``chunks - stages + 1`` (when
+        positive); the idle share of an ideal schedule is
+        :math:`(S-1)/(K+S-1)`."""
+        s, k = self.grid.stages, self.chunks
+        return {"parts": self.grid.parts, "stages": s, "chunks": k,
+                "layers": [list(range(*b)) for b in self.bounds],
+                "fill_steps": s - 1, "steady_steps": max(k - s + 1, 0), "drain_steps": s - 1,
+                "ideal_bubble": (s - 1) / (k + s - 1)}
+
+    def modules(self, stage: int | None = None) -> list[nn.Module]:
+        """The modules of ``stage`` (default: this rank's)."""
+        stage = self.grid.stage if stage is None else stage
+        start, stop = self.bounds[stage]
+        out: list[nn.Module] = list(self.model.convs[start:stop])
+        if stage == 0:
+            out.insert(0, self.model.lins[0])
+        if stage == self.grid.stages - 1:
+            out.append(self.model.lins[1])
+        return out
+
+    def parameters(self, stage: int | None = None) -> list[nn.Parameter]:
+        """The parameters of ``stage`` (default: this rank's)."""
+        return [p for m in self.modules(stage) for p in m.parameters()]
+
+    def gather_parameters(self) -> None:
+        """Copies every stage's parameters to every rank (collective), so that
+        each rank's model is the trained one."""
+        if not distributed.is_distributed() or self.grid.stages == 1:
+            return
+        for s in range(self.grid.stages):
+            for p in self.parameters(s):
+                dist.broadcast(p.data, src=self.grid.stage_root(s))
+
+    # -- one epoch -----------------------------------------------------------------
+
+    def train_step(self, optimizer: torch.optim.Optimizer) -> float:
+        """One epoch: every chunk forward and backward through the stages, the
+        stage's gradients summed over its parts, one optimiser step. Returns
+        the global training loss (mean over all training nodes)."""
+        model, data, first, last = self.model, self.data, self.grid.first, self.grid.last
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        if self.tables and self.epoch == 0:
+            with torch.no_grad():
+                self._forward_only(self.whole, record=True, epoch=-1, direction="fwd")
+        ins: list[Tensor | None] = []
+        outs: list[Tensor] = []
+        loss = 0.0
+        for chunk in self.training_chunks.chunks:
+            state = None
+            if first:
+                h = model.inputs(F.dropout(data.x[chunk.rows], model.dropout, True))
+                x0 = h
+            else:
+                state = self._receive(chunk, "fwd").requires_grad_()
+                h, x0 = self._unpack(state)
+            h = self._layers(self.training_chunks, chunk, h, x0, self.epoch, "fwd",
+                             record=bool(self.tables))
+            if last:
+                out = self._loss(chunk, model.outputs(F.dropout(h, model.dropout, True)))
+                loss += float(out.detach())
+            else:
+                out = self._pack(h, x0)
+                self._send(chunk, out.detach(), "fwd")
+            ins.append(state)
+            outs.append(out)
+        for chunk in reversed(self.training_chunks.chunks):
+            out, state = outs[chunk.index], ins[chunk.index]
+            if last:
+                out.backward()
+            else:
+                out.backward(self._receive(chunk, "bwd"))
+            if state is not None:
+                grad = state.grad if state.grad is not None else torch.zeros_like(state)
+                self._send(chunk, grad, "bwd")
+        self._finish_sends()
+        distributed.all_reduce_gradients(self.parameters(), self.grid.group)
+        optimizer.step()
+        self.epoch += 1
+        return distributed.all_reduce_values([loss])[0]
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float, float]:
+        """Global accuracy on the train, validation and test masks: the whole
+        model, exactly (one chunk, no history)."""
+        self.model.eval()
+        logits = self._forward_only(self.whole, record=False, epoch=self.epoch,
+                                    direction="eval")
+        counts = []
+        for name in MASKS:
+            mask = getattr(self.data, name, None) if name in self.data.keys() else None
+            if logits is None or mask is None:
+                counts += [0.0, 0.0]
+                continue
+            pred = logits.argmax(dim=-1)
+            counts += [float((pred[mask] == self.data.y[mask]).sum()), float(mask.sum())]
+        stats = distributed.all_reduce_values(counts)
+        return tuple(  # type: ignore[return-value]
+            stats[2 * i] / stats[2 * i + 1] if stats[2 * i + 1] > 0 else float("nan")
+            for i in range(3))
+
+    def _forward_only(self, chunking: Chunking, record: bool, epoch: int,
+                      direction: str) -> Tensor | None:
+        """The whole graph forward in one chunk; the last stage's logits."""
+        model, chunk = self.model, chunking.chunks[0]
+        if self.grid.first:
+            h = model.inputs(F.dropout(self.data.x, model.dropout, model.training))
+            x0 = h
+        else:
+            h, x0 = self._unpack(self._receive(chunk, direction))
+        h = self._layers(chunking, chunk, h, x0, epoch, direction, record)
+        if self.grid.last:
+            return model.outputs(F.dropout(h, model.dropout, model.training))
+        self._send(chunk, self._pack(h, x0), direction)
+        self._finish_sends()
+        return None
+
+    def _layers(self, chunking: Chunking, chunk: Chunk, h: Tensor, x0: Tensor, epoch: int,
+                direction: str, record: bool) -> Tensor:
+        """This stage's layers on one chunk's rows."""
+        model = self.model
+        for index in self.span:
+            conv = model.convs[index]
+            h_in = F.dropout(h, model.dropout, model.training)
+            name = str(conv.halo_name or f"convs.{index}")
+            halo = None
+            if self.grid.parts > 1:
+                halo = exchange_route(h_in, self.graph.channel, name, chunk.route,
+                                      direction=direction)
+            adj = chunking.adjacency(*self._conv_adjacency(index))[chunk.index]
+            rowptr, col, value = adj.current
+            agg = spmm(rowptr, col, h_in, value, "sum", x_halo=halo)
+            if adj.reads_history:
+                table = self.tables[index]
+                rowptr, col, value = adj.other
+                agg = agg + spmm(rowptr, col, table.own, value, "sum", x_halo=table.halo)
+                self.ledger.record(name, direction, staleness=table.age(col, epoch))
+            if record:
+                self.tables[index].write(chunk, h_in, h_in.new_zeros(0) if halo is None else halo,
+                                         epoch)
+            h = model.combine(h, update(conv, agg, h_in, x0))
+        return h
+
+    def _conv_adjacency(self, index: int) -> tuple[Any, Tensor, Tensor, Tensor]:
+        if index not in self._adjacency:
+            self._adjacency[index] = adjacency(self.model.convs[index], self.graph,
+                                               self.data.x.dtype)
+        key, (rowptr, col, value) = self._adjacency[index]
+        return key, rowptr, col, value
+
+    def _loss(self, chunk: Chunk, logits: Tensor) -> Tensor:
+        mask = self.data.train_mask[chunk.rows]
+        y = self.data.y[chunk.rows]
+        return F.cross_entropy(logits[mask], y[mask], reduction="sum") / self.train_count
+
+    # -- between stages ---------------------------------------------------------------
+
+    def _pack(self, h: Tensor, x0: Tensor) -> Tensor:
+        return torch.cat([h, x0], dim=1) if self.model.kind == "gcn2" else h
+
+    def _unpack(self, state: Tensor) -> tuple[Tensor, Tensor]:
+        if self.model.kind == "gcn2":
+            h, x0 = state.split(self.width, dim=1)
+            return h, x0
+        return state, state
+
+    def _tag(self, chunk: Chunk, direction: str) -> int:
+        return 1 + 2 * chunk.index + (direction == "bwd")
+
+    def _send(self, chunk: Chunk, rows: Tensor, direction: str) -> None:
+        step = 1 if direction != "bwd" else -1
+        peer = self.grid.rank_of(self.grid.stage + step)
+        rows = rows.contiguous()
+        self._sends.append((dist.isend(rows, peer, tag=self._tag(chunk, direction)), rows))
+        self.ledger.record(*_stage_key(direction), bytes_sent=rows.numel() * rows.element_size(),
+                           exchanges=1)
+
+    def _receive(self, chunk: Chunk, direction: str) -> Tensor:
+        step = -1 if direction != "bwd" else 1
+        peer = self.grid.rank_of(self.grid.stage + step)
+        rows = torch.empty(chunk.rows.numel(), self.state_width, dtype=self.data.x.dtype)
+        start = time.perf_counter()
+        dist.recv(rows, peer, tag=self._tag(chunk, direction))
+        self.ledger.record(*_stage_key(direction), bytes_recv=rows.numel() * rows.element_size(),
+                           seconds=time.perf_counter() - start)
+        return rows
+
+    def _finish_sends(self) -> None:
+        for work, _ in self._sends:
+            work.wait()
+        self._sends = []
+
+    def _shared_labels(self, labels: Tensor | None) -> Tensor:
+        """The first stage's chunk labels, on every stage of the same part."""
+        if self.grid.stages == 1:
+            assert labels is not None
+            return labels
+        if labels is None:
+            labels = torch.empty(self.graph.num_owned, dtype=torch.long)
+            dist.recv(labels, self.grid.rank_of(0))
+        else:
+            for s in range(1, self.grid.stages):
+                dist.send(labels, self.grid.rank_of(s))
+        return labels
+
+
+def _stage_key(direction: str) -> tuple[str, str]:
+    """Ledger layer and direction of stage traffic: training as ``stage``,
+    evaluation with the evaluation traffic."""
+    if direction == "eval":
+        return "stages", "eval"
+    return f"stages/{direction}", STAGE
+
+
+def _split(model: Any, data: Any, stages: int, layers: int) -> list[int]:
+    if layers < stages:
+        raise ValueError(f"{layers} layers cannot be split into {stages} stages (each needs at "
+                         f"least one layer); use more layers or fewer stages")
+    if stages == 1:
+        return [layers]
+    return balance(measure_costs(model, data), stages)

@@ -1,0 +1,202 @@
+"""The layer pipeline on real gloo ranks: every grid layout with one chunk
+equals single-process training of the same deep model; with more chunks every
+row used is at most one epoch old and the bytes are the hand count; the
+errors name the fix."""
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import awkward_graph
+from tolerances import rel_err
+
+import pyg_dist
+from pyg_dist.models import DeepGNN
+from pyg_dist.pipeline import Pipeline, balance, best_layout, layout_costs, load
+
+KINDS = ("gcn2", "resgcn", "ressage")
+LAYERS, WIDTH, CLASSES, LR = 4, 8, 3, 0.5
+
+
+def graph():
+    data = awkward_graph(num_features=6)
+    gen = torch.Generator().manual_seed(1)
+    data.y = torch.randint(0, CLASSES, (data.num_nodes,), generator=gen)
+    data.train_mask = torch.rand(data.num_nodes, generator=gen) < 0.6
+    data.val_mask = ~data.train_mask
+    data.test_mask = ~data.train_mask
+    return data
+
+
+def model(kind):
+    torch.manual_seed(3)
+    return DeepGNN(kind, 6, WIDTH, CLASSES, layers=LAYERS, dropout=0.0)
+
+
+def reference(kind, steps=2):
+    """Single-process training with PyG's layers: losses and weights."""
+    data, net = graph(), model(kind)
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        out = net(data.x, data.edge_index)
+        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {k: v.clone() for k, v in net.state_dict().items()}
+
+
+def run_layout(folders, stages, kind, chunks, steps=2, balance_=None):
+    net = model(kind)
+    data = load(folders[pyg_dist.distributed.world_size() // stages], stages)
+    pipe = Pipeline(net, data, stages=stages, chunks=chunks, balance=balance_)
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    losses = []
+    for _ in range(steps):
+        losses.append(pipe.train_step(opt))
+        data.ledger.next_step()
+    accs = pipe.evaluate()
+    pipe.gather_parameters()
+    rows = data.ledger.rows()
+    return {"losses": losses, "state": {k: v.clone() for k, v in net.state_dict().items()},
+            "accs": accs, "rows": rows, "layers": pipe.schedule()["layers"],
+            "owned": data.edge_index.num_owned}
+
+
+def body(folders):
+    world = pyg_dist.distributed.world_size()
+    out = {}
+    for stages in [s for s in (1, 2, 4) if world % s == 0]:
+        for kind in KINDS:
+            out[(stages, kind, 1)] = run_layout(folders, stages, kind, 1,
+                                                balance_=None if kind == "gcn2" else
+                                                [LAYERS - stages + 1] + [1] * (stages - 1))
+        out[(stages, "gcn2", 4)] = run_layout(folders, stages, "gcn2", 4, steps=3)
+    errors = {}
+    for name, fn in {
+        "stages": lambda: load(folders[1], 3),
+        "folder": lambda: load(folders[world], 2),
+        "chunks": lambda: Pipeline(model("resgcn"), load(folders[world], 1), chunks=0),
+        "too many chunks": lambda: Pipeline(model("resgcn"), load(folders[world], 1),
+                                            chunks=10**6),
+        "layers": lambda: Pipeline(DeepGNN("resgcn", 6, WIDTH, CLASSES, layers=1),
+                                   load(folders[world // 2], 2), stages=2),
+        "balance": lambda: Pipeline(model("resgcn"), load(folders[world // 2], 2), stages=2,
+                                    balance=[LAYERS, 0]),
+        "model": lambda: Pipeline(pyg_dist.models.GNN("gat", 6, 8, 3),
+                                  load(folders[world], 1)),
+    }.items():
+        try:
+            fn()
+        except ValueError as error:
+            errors[name] = str(error)
+    out["errors"] = errors
+    return out
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def runs(request, tmp_path_factory):
+    world = request.param
+    root = tmp_path_factory.mktemp(f"pipeline{world}")
+    folders = {}
+    for parts in sorted({world, world // 2, 1, world // 4 or 1}):
+        folders[parts] = str(root / f"parts{parts}")
+        pyg_dist.partition(graph(), parts, folders[parts])
+    return world, folders, pyg_dist.launch(body, world, args=(folders,), timeout=600)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_layout_with_one_chunk_equals_single_process_training(runs, kind):
+    world, _, results = runs
+    losses, state = reference(kind)
+    for stages in [s for s in (1, 2, 4) if world % s == 0]:
+        for rank, result in enumerate(results):
+            run = result[(stages, kind, 1)]
+            assert run["losses"] == pytest.approx(losses, rel=1e-5), (stages, rank)
+            for key, ref in state.items():
+                assert rel_err(run["state"][key], ref) <= 1e-5, (stages, rank, key)
+
+
+def test_many_chunks_read_rows_at_most_one_epoch_old(runs):
+    world, _, results = runs
+    for stages in [s for s in (1, 2, 4) if world % s == 0]:
+        ages = [r["staleness"] for result in results
+                for r in result[(stages, "gcn2", 4)]["rows"] if r["direction"] == "fwd"]
+        assert max(ages) == 1, stages  # history is read, never older than one epoch
+        one = [r["staleness"] for result in results
+               for r in result[(stages, "gcn2", 1)]["rows"]]
+        assert max(one) == 0
+
+
+def test_stage_bytes_are_the_hand_count(runs):
+    world, folders, results = runs
+    num_nodes = graph().num_nodes
+    for stages in [s for s in (1, 2, 4) if world % s == 0]:
+        for chunks in (1, 4):
+            sent = {}
+            for result in results:
+                for r in result[(stages, "gcn2", chunks)]["rows"]:
+                    if r["step"] == 1 and r["direction"] in ("stage", "fwd", "bwd"):
+                        key = "stage" if r["direction"] == "stage" else "halo"
+                        sent[key] = sent.get(key, 0) + r["bytes_sent"]
+            parts = world // stages
+            predicted = {c.name: c for c in layout_costs(
+                world, num_nodes, {d: _halo_rows(f) for d, f in folders.items() if d > 1},
+                LAYERS, WIDTH,
+                2 * WIDTH)}[f"{parts}x{stages}"]
+            # step 1 (the second epoch): no fill pass; GCNII carries h and x0.
+            assert sent.get("stage", 0) == 2 * (stages - 1) * num_nodes * 2 * WIDTH * 4
+            assert sent.get("stage", 0) == predicted.stage_bytes
+            assert sent.get("halo", 0) == predicted.halo_bytes
+
+
+def _halo_rows(folder):
+    from pyg_dist.pipeline import halo_rows
+
+    return halo_rows(folder)
+
+
+def test_stages_split_the_layers_as_asked_or_by_cost(runs):
+    world, _, results = runs
+    for stages in [s for s in (2, 4) if world % s == 0]:
+        layers = results[0][(stages, "resgcn", 1)]["layers"]
+        assert [len(x) for x in layers] == [LAYERS - stages + 1] + [1] * (stages - 1)
+        assert sum(len(x) for x in results[0][(stages, "gcn2", 1)]["layers"]) == LAYERS
+
+
+def test_errors_name_the_fix(runs):
+    world, _, results = runs
+    errors = results[0]["errors"]
+    assert "does not divide the world size" in errors["stages"]
+    assert "re-partition with num_parts" in errors["folder"]
+    assert "between 1 and" in errors["chunks"] and "between 1 and" in errors["too many chunks"]
+    assert "fewer stages" in errors["layers"] and "at least one" in errors["balance"]
+    assert "DeepGNN" in errors["model"]
+
+
+def test_balance_minimises_the_largest_stage():
+    assert balance([10, 1, 1, 1, 1, 1], 2) == [1, 5]
+    assert balance([1, 1, 1, 1], 4) == [1, 1, 1, 1]
+    assert sum(balance([3, 1, 2, 5, 1, 1, 4], 3)) == 7
+    with pytest.raises(ValueError, match="fewer stages"):
+        balance([1, 1], 3)
+
+
+def test_cost_model_prefers_the_pipeline_when_deep():
+    shallow = layout_costs(4, 1000, {4: 800, 2: 500}, layers=2, width=64)
+    deep = layout_costs(4, 1000, {4: 800, 2: 500}, layers=32, width=64)
+    assert best_layout(shallow).name == "4x1"
+    assert best_layout(deep).name == "1x4"
+    assert {c.name for c in deep} == {"4x1", "2x2", "1x4"}
+
+
+def test_a_single_process_pipeline_with_one_chunk_is_the_model(tmp_path):
+    pyg_dist.partition(graph(), 1, tmp_path / "one")
+    for kind in KINDS:
+        net = model(kind)
+        data = pyg_dist.DistData.load(tmp_path / "one")
+        pipe = Pipeline(net, data, chunks=1)
+        pipe.train_step(torch.optim.SGD(net.parameters(), lr=LR))
+        _, state = reference(kind, steps=1)
+        for key, value in state.items():
+            assert rel_err(net.state_dict()[key], value) <= 1e-5, (kind, key)
