@@ -6,6 +6,8 @@
     pyg-dist partition --dataset synthetic-products --parts 4 --method metis-coarse --out parts/
     pyg-dist train --dataset cora --root data --parts 4 --model gcn
     pyg-dist train --dataset cora --root data --parts 4 --model gat
+    pyg-dist train --dataset cora --root data --parts 4 --model gcn2 --layers 16 \
+        --stages 2 --chunks 4
     torchrun --nproc-per-node 4 -m pyg_dist.cli train --dataset synthetic --parts 4
     pyg-dist check --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 10.0.0.1 \
         --parts-dir parts
@@ -31,13 +33,20 @@ from pyg_dist.partition.cut import METHODS
 __all__ = ["main", "build_parser", "RECIPES"]
 
 #: Defaults of ``train`` per model: the published recipes (GCN: Kipf & Welling;
-#: GAT: Velickovic et al., Cora), which SAGE and GIN share with GCN here.
-_GCN_RECIPE = {"hidden": 16, "heads": 1, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}
+#: GAT: Velickovic et al.; GCNII: Chen et al., Cora), which SAGE and GIN share
+#: with GCN and the residual GCN / SAGE with GCNII here.
+_GCN_RECIPE = {"hidden": 16, "heads": 1, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4,
+               "layers": 2}
+_DEEP_RECIPE = {"hidden": 64, "heads": 1, "dropout": 0.6, "lr": 0.01, "weight_decay": 5e-4,
+                "layers": 16}
 RECIPES: dict[str, dict[str, Any]] = {
     "gcn": _GCN_RECIPE,
     "sage": _GCN_RECIPE,
-    "gat": {"hidden": 8, "heads": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4},
+    "gat": {**_GCN_RECIPE, "hidden": 8, "heads": 8, "dropout": 0.6, "lr": 0.005},
     "gin": _GCN_RECIPE,
+    "gcn2": _DEEP_RECIPE,
+    "resgcn": _DEEP_RECIPE,
+    "ressage": _DEEP_RECIPE,
 }
 
 DEFAULT_PARTS = 4
@@ -79,10 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--parts-dir", default=None,
                        help="existing partition folder to use (default: partition first)")
     train.add_argument("--model", default="gcn", choices=list(RECIPES),
-                       help="gcn | sage | gat | gin; the defaults of --hidden, --heads, "
-                            "--dropout, --lr and --weight-decay are the model's published "
-                            "recipe (GCN: 16, -, 0.5, 0.01, 5e-4; GAT: 8, 8, 0.6, 0.005, 5e-4)")
-    train.add_argument("--layers", type=int, default=2)
+                       help="gcn | sage | gat | gin | gcn2 | resgcn | ressage; the defaults "
+                            "of --layers, --hidden, --heads, --dropout, --lr and "
+                            "--weight-decay are the model's published recipe (GCN: 2, 16, -, "
+                            "0.5, 0.01, 5e-4; GAT: 2, 8, 8, 0.6, 0.005, 5e-4; GCNII and the "
+                            "residual models: 16, 64, -, 0.6, 0.01, 5e-4)")
+    train.add_argument("--layers", type=int, default=None)
+    train.add_argument("--stages", type=int, default=1, metavar="S",
+                       help="layer stages of a layer pipeline (deep models): the --parts "
+                            "ranks form a grid of parts/S graph parts x S stages")
+    train.add_argument("--chunks", type=int, default=1, metavar="K",
+                       help="chunks per graph part flowing through the layer pipeline; "
+                            "above 1, rows of other chunks come from history tables "
+                            "(at most one epoch old)")
     train.add_argument("--hidden", type=int, default=None,
                        help="hidden features (per head for gat)")
     train.add_argument("--heads", type=int, default=None, help="attention heads of gat")
@@ -178,7 +196,8 @@ def _partition(args: argparse.Namespace, out: Path, overwrite: bool = False) -> 
     clusters = args.clusters_per_part
     if clusters is None:
         clusters = 4 if getattr(args, "mode", "exact") == "gradient-only" else 1
-    return pyg_dist.partition(data, args.parts or DEFAULT_PARTS, out, method=args.method,
+    parts = (args.parts or DEFAULT_PARTS) // getattr(args, "stages", 1)
+    return pyg_dist.partition(data, parts, out, method=args.method,
                               seed=args.seed, overwrite=overwrite, clusters_per_part=clusters)
 
 
@@ -210,6 +229,7 @@ def _train_command(args: argparse.Namespace) -> int:
     parse_grad_compress(args.grad_compress)
     if (args.resume or args.checkpoint_every) and not args.checkpoint:
         raise SystemExit("--resume and --checkpoint-every need --checkpoint DIR")
+    _check_pipeline(args)
     start = time.perf_counter()
     under_torchrun = env.under_torchrun()
     config = vars(args).copy()
@@ -222,7 +242,9 @@ def _train_command(args: argparse.Namespace) -> int:
         result = record(_run_joined)(config)
     else:
         if args.parts is None:
-            args.parts = _folder_parts(args.parts_dir) if args.parts_dir else DEFAULT_PARTS
+            args.parts = (_folder_parts(args.parts_dir) * args.stages if args.parts_dir
+                          else DEFAULT_PARTS)
+        _check_pipeline(args)
         config["parts"] = args.parts
         with tempfile.TemporaryDirectory(prefix="pyg_dist-parts-") as tmp:
             parts_dir = args.parts_dir or str(Path(tmp) / "parts")
@@ -237,6 +259,26 @@ def _train_command(args: argparse.Namespace) -> int:
         result["seconds"] = round(time.perf_counter() - start, 3)
         print(json.dumps(result), flush=True)
     return 0
+
+
+def _check_pipeline(args: argparse.Namespace) -> None:
+    """Fails early, naming the fix, on a layer pipeline the options cannot make."""
+    from pyg_dist.models import DEEP_MODELS
+
+    if args.stages < 1 or args.chunks < 1:
+        raise SystemExit(f"--stages and --chunks must be at least 1 (got {args.stages}, "
+                         f"{args.chunks})")
+    if args.stages == 1 and args.chunks == 1:
+        return
+    if args.model not in DEEP_MODELS:
+        raise SystemExit(f"--stages/--chunks split a deep model into a layer pipeline; use "
+                         f"--model {' | '.join(DEEP_MODELS)} (got --model {args.model})")
+    if args.parts is not None and args.parts % args.stages:
+        raise SystemExit(f"--stages {args.stages} does not divide --parts {args.parts} (the "
+                         f"ranks); the graph is cut into parts / stages parts")
+    if args.layers < args.stages:
+        raise SystemExit(f"--layers {args.layers} cannot fill --stages {args.stages}; use at "
+                         f"least as many layers as stages")
 
 
 def _folder_parts(parts_dir: str) -> int:
@@ -309,21 +351,31 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
     import torch
 
     import pyg_dist
-    from pyg_dist import distributed
+    from pyg_dist import distributed, pipeline
     from pyg_dist.halo import parse_policy
-    from pyg_dist.models import GNN
+    from pyg_dist.models import DEEP_MODELS, GNN, DeepGNN
     from pyg_dist.train import train
 
     policy = parse_policy(config["halo"], config["compress"], not config["no_input_cache"])
     eval_policy = parse_policy(config["eval_halo"])
-    data = pyg_dist.DistData.load(config["parts_dir"], halo=policy)
+    stages, chunks = config["stages"], config["chunks"]
+    if stages > 1 or chunks > 1:
+        data = pipeline.load(config["parts_dir"], stages)
+    else:
+        data = pyg_dist.DistData.load(config["parts_dir"], halo=policy)
     if data.meta.num_classes is None:
         raise SystemExit(f"'{config['parts_dir']}' has no class labels (integer 'y'); "
                          f"partition a graph with node labels to train on it")
     torch.manual_seed(config["seed"])
-    model = GNN(config["model"], data.x.size(1), config["hidden"], data.meta.num_classes,
-                layers=config["layers"], dropout=config["dropout"],
-                heads=config["heads"]).to(data.x.device)
+    model: Any
+    if config["model"] in DEEP_MODELS:
+        model = DeepGNN(config["model"], data.x.size(1), config["hidden"],
+                        data.meta.num_classes, layers=config["layers"],
+                        dropout=config["dropout"]).to(data.x.device)
+    else:
+        model = GNN(config["model"], data.x.size(1), config["hidden"], data.meta.num_classes,
+                    layers=config["layers"], dropout=config["dropout"],
+                    heads=config["heads"]).to(data.x.device)
     rank = distributed.rank()
     torch.manual_seed(config["seed"] * 1000 + rank)  # dropout differs per rank
     log_every = config["log_every"]
@@ -343,7 +395,8 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
                    eval_every=config["eval_every"], eval_halo=eval_policy,
                    grad_compress=config["grad_compress"], mode=config["mode"],
                    regroup_every=config["regroup_every"], regroup=config["regroup"],
-                   correction=config["correction"], shrinkage=config["shrinkage"])
+                   correction=config["correction"], shrinkage=config["shrinkage"],
+                   stages=stages, chunks=chunks)
     if rank != 0:
         return None
     return {
@@ -354,6 +407,8 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
         "model": config["model"],
         "layers": config["layers"],
         "hidden": config["hidden"],
+        "stages": stages,
+        "chunks": chunks,
         **({"heads": config["heads"]} if config["model"] == "gat" else {}),
         "halo": policy.spec(),
         "eval_halo": eval_policy.spec(),

@@ -36,7 +36,10 @@ class EpochStats:
     ``grad_bytes`` are the bytes all ranks handed the parameter gradients'
     all-reduce (compressed or not), ``grad_seconds`` the time the average
     rank waited for it after backward; ``regroup_seconds`` the time the
-    average rank spent loading clusters (gradient-only mode).
+    average rank spent loading clusters (gradient-only mode). In a layer
+    pipeline, ``stage_bytes`` are the activations and gradients all ranks sent
+    between stages in training (evaluation's count as ``halo_bytes_eval``),
+    ``stage_seconds`` the time the average rank waited for them.
     """
 
     epoch: int
@@ -53,6 +56,8 @@ class EpochStats:
     grad_bytes: int = 0
     grad_seconds: float = 0.0
     regroup_seconds: float = 0.0
+    stage_bytes: int = 0
+    stage_seconds: float = 0.0
 
 
 @dataclass
@@ -96,6 +101,8 @@ class TrainResult:
             "grad_bytes": int(self.total("grad_bytes")),
             "grad_seconds": round(self.total("grad_seconds"), 4),
             "regroup_seconds": round(self.total("regroup_seconds"), 4),
+            "stage_bytes": int(self.total("stage_bytes")),
+            "stage_seconds": round(self.total("stage_seconds"), 4),
             "overlap_fraction": round(overlapped / (comm + overlapped), 4)
             if comm + overlapped > 0 else 0.0,
             "seconds": round(self.seconds, 3),
@@ -126,6 +133,8 @@ def train(
     regroup: str = "sweep",
     correction: str = "node",
     shrinkage: float = 0.0,
+    stages: int = 1,
+    chunks: int = 1,
 ) -> TrainResult:
     r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` (or a
     plain PyG ``Data`` in one process).
@@ -182,10 +191,19 @@ def train(
             :mod:`pyg_dist.regroup`); evaluation stays on ``data``, exact.
             Under ``correction="node"`` the model is called with edge weights,
             ``model(x, edge_index, edge_weight)``. (default: :obj:`"exact"`)
+        stages (int, optional): Layer stages of a layer pipeline
+            (:class:`pyg_dist.pipeline.Pipeline`; ``model`` a
+            :class:`~pyg_dist.models.DeepGNN`, ``data`` loaded by
+            :func:`pyg_dist.pipeline.load`): the ranks form a grid of world
+            size / ``stages`` graph parts × ``stages``. (default: :obj:`1`)
+        chunks (int, optional): Chunks per part flowing through the pipeline;
+            above 1, layers read other chunks' rows from history tables (at most
+            one epoch old). (default: :obj:`1`)
     """
     _check_data(data)
     if mode not in MODES:
         raise ValueError(f"'train' got mode='{mode}'; use one of {', '.join(MODES)}")
+    pipe = _pipeline(model, data, stages, chunks, mode, grad_compress, checkpoint_every, resume)
     runner = (GradientOnly(data, regroup_every, regroup, correction, shrinkage)
               if mode == "gradient-only" else None)
     _set_halo_plan(data, eval_halo, epochs)
@@ -194,11 +212,13 @@ def train(
     sync_parameters(model)
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     ledger = getattr(data, "ledger", None)
-    sync = GradientSync(model, grad_compress, ledger, planned_steps=epochs)
+    sync = (GradientSync(model, grad_compress, ledger, planned_steps=epochs) if pipe is None
+            else None)
     result, first = TrainResult(), 1
     if resume:
         done, extra = load_checkpoint(checkpoint, model, optimizer, data)  # type: ignore[arg-type]
         result = _result_from(extra)
+        assert sync is not None, "a layer pipeline takes no checkpoints"
         sync.load_state_dict(extra.get("grad_sync", {}))
         first = done + 1
     bar = _progress(epochs, first - 1) if progress and distributed.rank() == 0 else None
@@ -207,20 +227,22 @@ def train(
     for epoch in range(first, epochs + 1):
         epoch_start = time.perf_counter()
         step = ledger.step if ledger is not None else 0
-        if runner is None:
+        if pipe is not None:
+            loss = pipe.train_step(optimizer)
+        elif runner is None:
             loss = train_step(model, data, optimizer, sync)
         else:
             group = runner.prepare(epoch)
             loss = train_step(model, group.data, optimizer, sync, runner.inputs(), runner.scale)
         evaluated = eval_every <= 1 or epoch % eval_every == 0 or epoch == epochs
         if evaluated:
-            accs = evaluate(model, data)
+            accs = evaluate(model, data) if pipe is None else pipe.evaluate()
         traffic = _ledger_totals(ledger, step)
         if ledger is not None:
             ledger.next_step()
         stats = EpochStats(epoch, loss, accs[0], accs[1], accs[2], traffic[0], traffic[1],
                            traffic[2], traffic[3], traffic[4], time.perf_counter() - epoch_start,
-                           traffic[5], traffic[6], traffic[7])
+                           *traffic[5:])
         result.history.append(stats)
         if evaluated and (stats.val_acc > result.val_acc or result.best_epoch == 0):
             result.best_epoch = epoch
@@ -228,7 +250,8 @@ def train(
         result.seconds = time.perf_counter() - start
         if checkpoint_every and epoch % checkpoint_every == 0:
             save_checkpoint(checkpoint, epoch, model, optimizer, data,  # type: ignore[arg-type]
-                            extra={**_result_state(result), "grad_sync": sync.state_dict()})
+                            extra={**_result_state(result),
+                                   "grad_sync": sync.state_dict() if sync else {}})
         if bar is not None:
             bar.set_postfix(loss=f"{loss:.4f}", val=f"{stats.val_acc:.3f}",
                             test=f"{stats.test_acc:.3f}", halo_MB=f"{result.halo_bytes / 1e6:.1f}")
@@ -237,11 +260,31 @@ def train(
             callback(stats)
     if bar is not None:
         bar.close()
+    if pipe is not None:
+        pipe.gather_parameters()
     if hasattr(getattr(data, "edge_index", None), "flush"):
         data.edge_index.flush()
     if ledger is not None:
         result.halo_choices = halo_choices(ledger, result.history)
     return result
+
+
+def _pipeline(model: nn.Module, data: Any, stages: int, chunks: int, mode: str,
+              grad_compress: str | None, checkpoint_every: int, resume: bool) -> Any:
+    """The layer pipeline of ``stages`` and ``chunks`` (:obj:`None`: graph parallel)."""
+    if stages == 1 and chunks == 1:
+        return None
+    clashes = [name for name, given in (("mode='gradient-only'", mode != "exact"),
+                                        ("grad_compress", grad_compress not in (None, "none")),
+                                        ("checkpoints", bool(checkpoint_every or resume)))
+               if given]
+    if clashes:
+        raise ValueError(f"'train' with stages={stages}, chunks={chunks} (a layer pipeline) "
+                         f"does not take {', '.join(clashes)}; leave them out or train graph "
+                         f"parallel (stages=1, chunks=1)")
+    from pyg_dist.pipeline import Pipeline
+
+    return Pipeline(model, data, stages=stages, chunks=chunks)
 
 
 def halo_choices(ledger: Any, history: list[EpochStats]) -> dict[str, dict[str, Any]]:
@@ -383,16 +426,17 @@ def _ledger_totals(ledger: Any, step: int) -> tuple[Any, ...]:
     """Halo bytes sent forward, backward and in evaluation in ``step``, summed
     over ranks; blocked and overlapped halo seconds of the average rank; the
     gradient all-reduce's bytes (all ranks) and wait (average rank); the
-    average rank's seconds of regrouping."""
+    average rank's seconds of regrouping; the stage-boundary bytes (all
+    ranks) and wait (average rank) of a layer pipeline."""
     if ledger is None:
-        return 0, 0, 0, 0.0, 0.0, 0, 0.0, 0.0
+        return 0, 0, 0, 0.0, 0.0, 0, 0.0, 0.0, 0, 0.0
     totals = ledger.totals(step)
     keys = ("bytes_fwd", "bytes_bwd", "bytes_eval", "seconds", "overlapped", "bytes_grad",
-            "seconds_grad", "seconds_regroup")
+            "seconds_grad", "seconds_regroup", "bytes_stage", "seconds_stage")
     stats = distributed.all_reduce_values([float(totals.get(k, 0.0)) for k in keys])
     ranks = distributed.world_size()
     return (int(stats[0]), int(stats[1]), int(stats[2]), stats[3] / ranks, stats[4] / ranks,
-            int(stats[5]), stats[6] / ranks, stats[7] / ranks)
+            int(stats[5]), stats[6] / ranks, stats[7] / ranks, int(stats[8]), stats[9] / ranks)
 
 
 def _progress(total: int, done: int) -> Any:

@@ -139,3 +139,27 @@ def test_bad_gradient_compression_is_refused_before_any_rank_starts():
 
     with pytest.raises(ValueError, match="shard count K >= 1"):
         main(["train", "--grad-compress", "covap:0"])
+
+
+def test_a_layer_pipeline_counts_its_stage_boundaries(tmp_path):
+    out = run(CLI + ["train", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "2",
+                     "--model", "resgcn", "--layers", "3", "--hidden", "8", "--stages", "2",
+                     "--chunks", "2", "--epochs", "3", "--no-progress"])
+    result = last_json(out.stdout)
+    assert result["stages"] == 2 and result["chunks"] == 2 and result["model"] == "resgcn"
+    # one part of 400 rows, 8 wide, both ways each epoch, plus the fill pass's forward
+    assert result["stage_bytes"] == 3 * 2 * 400 * 8 * 4 + 400 * 8 * 4
+    assert result["halo_bytes_fwd"] == 0  # one part per stage: no halo
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--parts", "4", "--stages", "3", "--model", "gcn2"], "does not divide --parts 4"),
+    (["--stages", "2", "--model", "gcn"], "--model gcn2 | resgcn | ressage"),
+    (["--parts", "4", "--stages", "4", "--model", "gcn2", "--layers", "2"], "at least as many"),
+    (["--chunks", "0", "--model", "gcn2"], "at least 1"),
+])
+def test_bad_pipeline_options_are_refused_before_any_rank_starts(args, message):
+    from pyg_dist.cli import main
+
+    with pytest.raises(SystemExit, match=message):
+        main(["train", *args])
