@@ -2,6 +2,7 @@
 from pyg_dist.halo.dropout import dropout
 from pyg_dist.nn.convert import TWINS, to_distributed
 from pyg_dist.nn.gat_conv import DistGATConv
+from pyg_dist.nn.gcn2_conv import DistGCN2Conv
 from pyg_dist.nn.gcn_conv import DistGCNConv
 from pyg_dist.nn.generic import EXACT, DistMessagePassing, register_exact
 from pyg_dist.nn.norm import DistBatchNorm, DistGraphNorm, DistLayerNorm
@@ -12,6 +13,7 @@ __all__ = [
     "DistGCNConv",
     "DistSAGEConv",
     "DistGATConv",
+    "DistGCN2Conv",
     "DistMessagePassing",
     "DistLayer",
     "DistBatchNorm",

@@ -4,9 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 from torch import nn
-from torch_geometric.nn import GATConv, GCNConv, MessagePassing, SAGEConv
+from torch_geometric.nn import GATConv, GCN2Conv, GCNConv, MessagePassing, SAGEConv
 
 from pyg_dist.nn.gat_conv import DistGATConv
+from pyg_dist.nn.gcn2_conv import DistGCN2Conv
 from pyg_dist.nn.gcn_conv import DistGCNConv
 from pyg_dist.nn.generic import DistMessagePassing, exactness
 from pyg_dist.nn.norm import NORMS
@@ -16,19 +17,21 @@ from pyg_dist.nn.twin import DistLayer
 __all__ = ["to_distributed", "TWINS"]
 
 #: PyG layers with a specialised Dist twin (a subclass with a faster exact path).
-TWINS: dict[type, type] = {GCNConv: DistGCNConv, SAGEConv: DistSAGEConv, GATConv: DistGATConv}
+TWINS: dict[type, type] = {GCNConv: DistGCNConv, SAGEConv: DistSAGEConv, GATConv: DistGATConv,
+                           GCN2Conv: DistGCN2Conv}
 
 
 def to_distributed(model: nn.Module, halo: Any = None) -> nn.Module:
     """Returns ``model`` with every layer made distributed, in place: each
     message-passing layer becomes its specialised twin (:class:`DistGCNConv`,
-    :class:`DistSAGEConv`, :class:`DistGATConv`) or runs through the generic path
-    (:class:`DistMessagePassing`), each norm of :data:`~pyg_dist.nn.norm.NORMS`
-    takes its statistics over all ranks. Layers keep their parameters,
-    buffers, state-dict keys and training mode (their class becomes a
-    subclass of their own); each message-passing layer is named by its module
-    path in the ledger. A layer that cannot run distributed exactly raises,
-    naming the alternatives, and leaves ``model`` unchanged.
+    :class:`DistSAGEConv`, :class:`DistGATConv`, :class:`DistGCN2Conv`) or runs
+    through the generic path (:class:`DistMessagePassing`), each norm of
+    :data:`~pyg_dist.nn.norm.NORMS` takes its statistics over all ranks.
+    Layers keep their parameters, buffers, state-dict keys and training mode
+    (their class becomes a subclass of their own); each message-passing layer
+    is named by its module path in the ledger. A layer that cannot run
+    distributed exactly raises, naming the alternatives, and leaves ``model``
+    unchanged.
 
     Args:
         model (torch.nn.Module): A model, or a single layer.

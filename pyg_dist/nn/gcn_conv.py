@@ -10,7 +10,7 @@ from torch_geometric.nn import GCNConv
 from pyg_dist.data import DistEdgeIndex
 from pyg_dist.halo import HaloRows, LayerHalo
 from pyg_dist.nn.checks import check_distributed
-from pyg_dist.nn.gcn_norm import dist_gcn_norm, halo_degree
+from pyg_dist.nn.gcn_norm import gcn_adjacency
 from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import spmm
 
@@ -135,21 +135,8 @@ class DistGCNConv(DistLayer, GCNConv):
         the policy left some out (cached per graph otherwise, and with ``cached``)."""
         if fetched.mask is None and self._dist_cache is not None:
             return self._dist_cache
-        graph, weight, deg_halo = edge_index, edge_weight, None
-        loops = bool(self.add_self_loops)
-        if self.normalize and fetched.remote:  # halo sources keep their whole-graph degree
-            deg_halo = halo_degree(edge_index, edge_weight, self.improved, loops, dtype, halo)
-        elif self.normalize:  # no halo edges are left: their degrees are never read
-            deg_halo = torch.zeros(edge_index.num_halo, dtype=dtype, device=edge_index.device)
-        if fetched.mask is not None:
-            graph, keep = edge_index.restrict(fetched.mask)
-            weight = None if edge_weight is None else edge_weight[keep]
-        adjacency: tuple[Tensor, Tensor, Tensor | None]
-        if self.normalize:
-            assert deg_halo is not None, "normalisation needs the halo degrees"
-            adjacency = dist_gcn_norm(graph, weight, self.improved, loops, dtype, deg_halo)
-        else:
-            adjacency = (graph.rowptr, graph.col, weight)
+        adjacency = gcn_adjacency(edge_index, edge_weight, fetched, halo, dtype, self.normalize,
+                                  self.improved, bool(self.add_self_loops))
         if self.cached and fetched.mask is None:
             self._dist_cache = adjacency
         return adjacency

@@ -15,10 +15,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.halo import LayerHalo, exchange_halo
+from pyg_dist.halo import HaloRows, LayerHalo, exchange_halo
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
 
-__all__ = ["dist_gcn_norm", "owned_degree", "halo_degree", "self_loop_structure"]
+__all__ = [
+    "gcn_adjacency",
+    "dist_gcn_norm",
+    "owned_degree",
+    "halo_degree",
+    "self_loop_structure",
+]
 
 
 def self_loop_structure(edge_index: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -128,3 +134,31 @@ def halo_degree(
     if known is None or known.shape != edge_weight.shape or not torch.equal(known, edge_weight):
         cache["degree"], cache["weights"] = exchange("degree"), edge_weight.detach().clone()
     return cache["degree"]
+
+
+def gcn_adjacency(
+    edge_index: Any,
+    edge_weight: Tensor | None,
+    fetched: HaloRows,
+    halo: LayerHalo,
+    dtype: torch.dtype,
+    normalize: bool,
+    improved: bool,
+    add_self_loops: bool,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``(rowptr, col, value)`` of the local adjacency a GCN-style layer
+    aggregates over: :func:`dist_gcn_norm` when ``normalize`` (halo sources
+    keep their whole-graph degree), else the graph and ``edge_weight`` as they
+    are; over the halo rows present only when the policy left some out."""
+    graph, weight, deg_halo = edge_index, edge_weight, None
+    if normalize and fetched.remote:
+        deg_halo = halo_degree(edge_index, edge_weight, improved, add_self_loops, dtype, halo)
+    elif normalize:  # no halo edges are left: their degrees are never read
+        deg_halo = torch.zeros(edge_index.num_halo, dtype=dtype, device=edge_index.device)
+    if fetched.mask is not None:
+        graph, keep = edge_index.restrict(fetched.mask)
+        weight = None if edge_weight is None else edge_weight[keep]
+    if not normalize:
+        return graph.rowptr, graph.col, weight
+    assert deg_halo is not None, "normalisation needs the halo degrees"
+    return dist_gcn_norm(graph, weight, improved, add_self_loops, dtype, deg_halo)

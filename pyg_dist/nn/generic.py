@@ -80,7 +80,7 @@ EXACT: dict[type, Exact] = {
 #: Layers it cannot run exactly, and what to use instead.
 REFUSED: dict[type, str] = {
     GCNConv: "normalises by source degrees: use pyg_dist.nn.DistGCNConv",
-    GCN2Conv: "normalises by source degrees like GCNConv",
+    GCN2Conv: "normalises by source degrees: use pyg_dist.nn.DistGCN2Conv",
     ChebConv: "normalises by source degrees and runs K hops per call",
     ClusterGCNConv: "normalises by source degrees",
     LGConv: "normalises by source degrees",
