@@ -6,10 +6,16 @@ from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn import GCN2Conv, GINConv
+from torch_geometric.nn import GINConv
 
 from pyg_dist.halo import dropout
-from pyg_dist.nn import DistGATConv, DistGCNConv, DistMessagePassing, DistSAGEConv
+from pyg_dist.nn import (
+    DistGATConv,
+    DistGCN2Conv,
+    DistGCNConv,
+    DistMessagePassing,
+    DistSAGEConv,
+)
 
 __all__ = ["GNN", "DeepGNN", "MODELS", "DEEP_MODELS"]
 
@@ -194,7 +200,7 @@ def _deep_conv(kind: str, channels: int, k: int, alpha: float, theta: float,
                halo: Any) -> nn.Module:
     """Layer ``k`` (from 0) of :class:`DeepGNN`."""
     if kind == "gcn2":
-        return GCN2Conv(channels, alpha, theta, layer=k + 1)
+        return DistGCN2Conv(channels, alpha, theta, layer=k + 1, halo=halo)
     if kind == "resgcn":
         return DistGCNConv(channels, channels, halo=halo)
     return DistSAGEConv(channels, channels, halo=halo)

@@ -63,9 +63,20 @@ def run_layout(folders, stages, kind, chunks, steps=2, balance_=None):
             "owned": data.edge_index.num_owned}
 
 
+def graph_parallel(folder, kind, steps=2):
+    """The deep model's own forward on a DistEdgeIndex (no pipeline)."""
+    from pyg_dist.train import train_step
+
+    net = model(kind)
+    data = pyg_dist.DistData.load(folder)
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    losses = [train_step(net, data, opt) for _ in range(steps)]
+    return {"losses": losses, "state": {k: v.clone() for k, v in net.state_dict().items()}}
+
+
 def body(folders):
     world = pyg_dist.distributed.world_size()
-    out = {}
+    out = {("graph parallel", kind): graph_parallel(folders[world], kind) for kind in KINDS}
     for stages in [s for s in (1, 2, 4) if world % s == 0]:
         for kind in KINDS:
             out[(stages, kind, 1)] = run_layout(folders, stages, kind, 1,
@@ -115,6 +126,17 @@ def test_every_layout_with_one_chunk_equals_single_process_training(runs, kind):
             assert run["losses"] == pytest.approx(losses, rel=1e-5), (stages, rank)
             for key, ref in state.items():
                 assert rel_err(run["state"][key], ref) <= 1e-5, (stages, rank, key)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_deep_model_graph_parallel_equals_single_process_training(runs, kind):
+    _, _, results = runs
+    losses, state = reference(kind)
+    for result in results:
+        run = result[("graph parallel", kind)]
+        assert run["losses"] == pytest.approx(losses, rel=1e-5)
+        for key, ref in state.items():
+            assert rel_err(run["state"][key], ref) <= 1e-5, key
 
 
 def test_many_chunks_read_rows_at_most_one_epoch_old(runs):
