@@ -1,0 +1,169 @@
+"""Deep GNNs on a grid of graph parts × layer stages, against exact graph-parallel
+training of the same model, on local gloo ranks.
+
+    python benchmarks/pipeline.py [--datasets cora community] [--layers 8 16 32]
+        [--ranks 4] [--chunks 4] [--model gcn2] [--accuracy-layers 16] [--seeds 3]
+        [--epochs-cora 300] [--epochs-timing 8] [--community-nodes 100000]
+        [--eval-every 10] [--json out.json]
+
+For each graph and depth, every layout of ``--ranks`` ranks (parts × stages:
+4x1 is graph parallelism, 1x4 a pure layer pipeline) trained with
+``--chunks`` chunks, and the baseline: 4x1 with one chunk (exact graph
+parallel). Per row: training bytes per epoch of all ranks (halo rows and
+their gradients, stage-boundary activations and their gradients; counted,
+and predicted by :mod:`pyg_dist.pipeline.cost`), their ratio to the
+baseline's, the median epoch time and its ratio, the bubble (share of an
+epoch the average rank waited on a stage boundary) and, at the depths of
+``--accuracy-layers``, test accuracy (mean over seeds, best validation epoch)
+and its difference to the baseline. Other depths train ``--epochs-timing``
+epochs, one seed. The cost model's pick per depth is printed and checked
+against the counted bytes. Baselines are measured in the same run.
+
+``community`` is the arxiv-shaped community graph of :mod:`pyg_dist.datasets`
+resized to ``--community-nodes``. The GCNII recipe (hidden 64, dropout 0.6,
+Adam lr 0.01, weight decay 0.01 on convolutions and 5e-4 on the projections).
+"""
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+from cluster import CORA_ROOT, load_graph
+
+import pyg_dist
+from pyg_dist import pipeline
+from pyg_dist.models import DeepGNN
+from pyg_dist.pipeline import best_layout, halo_rows, layout_costs
+from pyg_dist.train import train
+
+HIDDEN = 64
+
+
+def layouts(ranks, layers, chunks):
+    """(name, parts, stages, chunks): the baseline first."""
+    out = [(f"{ranks}x1", ranks, 1, 1)]
+    for stages in range(1, ranks + 1):
+        if ranks % stages == 0 and stages <= layers:
+            out.append((f"{ranks // stages}x{stages}", ranks // stages, stages, chunks))
+    return out
+
+
+def rank_body(folders, kind, layers, classes, seed, epochs, eval_every, runs):
+    rows = []
+    for name, parts, stages, chunks in runs:
+        if stages == 1 and chunks == 1:
+            data = pyg_dist.DistData.load(folders[parts])
+        else:
+            data = pipeline.load(folders[parts], stages)
+        torch.manual_seed(seed)
+        model = DeepGNN(kind, data.x.size(1), HIDDEN, classes, layers=layers, dropout=0.6)
+        torch.manual_seed(seed * 1000 + pyg_dist.distributed.rank())
+        optimizer = torch.optim.Adam([
+            {"params": model.convs.parameters(), "weight_decay": 0.01},
+            {"params": model.lins.parameters(), "weight_decay": 5e-4}], lr=0.01)
+        result = train(model, data, epochs=epochs, optimizer=optimizer, progress=False,
+                       eval_every=eval_every, stages=stages, chunks=chunks)
+        later = result.history[1:]  # the first epoch fills the history tables
+        rows.append({
+            "layout": name, "chunks": chunks, "test_acc": result.test_acc,
+            "bytes": statistics.mean(e.halo_bytes_fwd + e.halo_bytes_bwd + e.stage_bytes
+                                     for e in later),
+            "stage_bytes": statistics.mean(e.stage_bytes for e in later),
+            "epoch_s": statistics.median(e.seconds for e in later),
+            "bubble": statistics.median(e.stage_seconds / e.seconds for e in later),
+        })
+    return rows if pyg_dist.distributed.rank() == 0 else None
+
+
+def table(title, runs, costs, baseline, accuracy):
+    """runs: one list of rows per seed; ``baseline`` the exact graph-parallel
+    layout's name; prints and returns the lines."""
+    by_run = {}
+    for rows in runs:
+        for row in rows:
+            by_run.setdefault((row["layout"], row["chunks"]), []).append(row)
+    base = by_run[(baseline, 1)]
+    base_acc = statistics.mean(r["test_acc"] for r in base)
+    base_time = statistics.median(r["epoch_s"] for r in base)
+    base_bytes = base[0]["bytes"]
+    print(f"\n{title}; {len(runs)} seed(s)")
+    print("| layout | chunks | MB/epoch | predicted | vs exact | epoch s | vs exact | bubble | "
+          "test acc | Δ acc |\n|---|---|---|---|---|---|---|---|---|---|")
+    lines = []
+    for (layout, chunks), rows in by_run.items():
+        acc = statistics.mean(r["test_acc"] for r in rows)
+        line = {"title": title, "layout": layout, "chunks": chunks, "test_acc": acc,
+                "delta": acc - base_acc, "seeds": [r["test_acc"] for r in rows],
+                "mb": rows[0]["bytes"] / 1e6, "predicted_mb": costs[layout].total / 1e6,
+                "bytes_ratio": rows[0]["bytes"] / max(base_bytes, 1),
+                "epoch_s": statistics.median(r["epoch_s"] for r in rows),
+                "bubble": statistics.median(r["bubble"] for r in rows)}
+        line["ratio"] = line["epoch_s"] / base_time
+        lines.append(line)
+        acc_cells = (f"{100 * acc:.2f}% | {100 * line['delta']:+.2f}" if accuracy else "- | -")
+        print(f"| {layout} | {chunks} | {line['mb']:.3f} | {line['predicted_mb']:.3f} | "
+              f"{line['bytes_ratio']:.3f}x | {line['epoch_s']:.3f} | {line['ratio']:.2f}x | "
+              f"{line['bubble']:.2f} | {acc_cells} |", flush=True)
+    pick = best_layout(list(costs.values()))
+    counted = {line["layout"]: line["mb"] for line in lines
+               if (line["layout"], line["chunks"]) != (baseline, 1)}
+    fewest = min(counted, key=counted.get)
+    exact_mb = base_bytes / 1e6
+    predicted_factor = costs[baseline].total / max(pick.total, 1)
+    print(f"cost model picks {pick.name} (predicted {predicted_factor:.2f}x fewer bytes than "
+          f"exact graph parallel); counted: fewest bytes {fewest}, "
+          f"{exact_mb / max(counted[pick.name], 1e-12):.2f}x fewer for {pick.name}", flush=True)
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", nargs="+", default=["cora", "community"])
+    parser.add_argument("--layers", nargs="+", type=int, default=[8, 16, 32])
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--chunks", type=int, default=4)
+    parser.add_argument("--model", default="gcn2", choices=["gcn2", "resgcn", "ressage"])
+    parser.add_argument("--accuracy-layers", nargs="*", type=int, default=[16],
+                        help="depths trained for accuracy (cora only), over --seeds")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--cora-root", default=str(CORA_ROOT))
+    parser.add_argument("--community-nodes", type=int, default=100_000)
+    parser.add_argument("--epochs-cora", type=int, default=300)
+    parser.add_argument("--epochs-community", type=int, default=4)
+    parser.add_argument("--epochs-timing", type=int, default=8)
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--json", default=None, help="write the table rows here")
+    args = parser.parse_args()
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="pyg_dist-bench-") as tmp:
+        for graph in args.datasets:
+            data, epochs = load_graph(graph, args, tmp)
+            folders, halo = {}, {}
+            for parts in [d for d in range(1, args.ranks + 1) if args.ranks % d == 0]:
+                folders[parts] = str(Path(tmp) / f"{graph}-{parts}")
+                meta = pyg_dist.partition(data, parts, folders[parts], method="metis")
+                halo[parts] = halo_rows(folders[parts])
+            print(f"\n{graph}: {data.num_nodes} nodes, {data.num_edges} edges; halo rows per "
+                  f"cut: {halo}", flush=True)
+            for layers in args.layers:
+                accuracy = graph == "cora" and layers in args.accuracy_layers
+                seeds = args.seeds if accuracy else 1
+                run_epochs = epochs if accuracy else min(epochs, args.epochs_timing)
+                eval_every = args.eval_every if accuracy else run_epochs
+                runs = layouts(args.ranks, layers, args.chunks)
+                costs = {c.name: c for c in layout_costs(
+                    args.ranks, data.num_nodes, halo, layers, HIDDEN,
+                    2 * HIDDEN if args.model == "gcn2" else HIDDEN)}
+                results = [pyg_dist.launch(rank_body, args.ranks, timeout=4 * 3600, args=(
+                    folders, args.model, layers, meta.num_classes, seed, run_epochs, eval_every,
+                    runs))[0] for seed in range(seeds)]
+                lines += table(f"{graph}, {args.model}, {layers} layers, {run_epochs} epochs",
+                               results, costs, runs[0][0], accuracy)
+                if args.json:
+                    Path(args.json).write_text(json.dumps(lines, indent=1))
+
+
+if __name__ == "__main__":
+    main()
