@@ -360,7 +360,7 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
     eval_policy = parse_policy(config["eval_halo"])
     stages, chunks = config["stages"], config["chunks"]
     if stages > 1 or chunks > 1:
-        data = pipeline.load(config["parts_dir"], stages)
+        data = pipeline.load(config["parts_dir"], stages, halo=policy)
     else:
         data = pyg_dist.DistData.load(config["parts_dir"], halo=policy)
     if data.meta.num_classes is None:

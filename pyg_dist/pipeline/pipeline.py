@@ -26,9 +26,10 @@ __all__ = ["Pipeline", "load"]
 MASKS = ("train_mask", "val_mask", "test_mask")
 
 
-def load(folder: Any, stages: int = 1) -> DistData:
+def load(folder: Any, stages: int = 1, halo: Any = None) -> DistData:
     """This rank's part of a partition folder cut into ``world size / stages``
-    parts, loaded in its stage's process group (collective).
+    parts, loaded in its stage's process group (collective), with ``halo`` as
+    its default policy (see :class:`~pyg_dist.DistData`).
 
     Raises:
         ValueError: If the folder's part count is not world size / stages.
@@ -40,7 +41,7 @@ def load(folder: Any, stages: int = 1) -> DistData:
             f"'{folder}' holds {meta.num_parts} parts, but {distributed.world_size()} ranks in "
             f"{stages} stages need {layout.parts} (world size / stages); re-partition with "
             f"num_parts={layout.parts} or run {meta.num_parts * stages} ranks")
-    return DistData.load(folder, group=layout.group)
+    return DistData.load(folder, group=layout.group, halo=halo)
 
 
 @dataclass
@@ -88,8 +89,10 @@ class Pipeline:
     same part's next stage), backward returns their gradients the same way,
     GPipe's schedule: fill, steady state, drain; one optimiser step per epoch.
 
-    A layer aggregating chunk :math:`k` reads its current rows (the chunk's
-    own and its halo rows, exchanged within the stage exactly) and, for the
+    With one chunk, each stage runs the model's own layers on its part, so
+    the graph's halo policies (:func:`load`'s ``halo``) apply within a stage.
+    With more, a layer aggregating chunk :math:`k` reads its current rows (the
+    chunk's own and its halo rows, exchanged within the stage exactly) and, for the
     other chunks, its history table: this epoch's rows for chunks already
     done, last epoch's for the rest (at most one epoch old; the ledger books
     the largest age per layer). Gradients flow through the current rows only:
@@ -281,8 +284,13 @@ class Pipeline:
 
     def _layers(self, chunking: Chunking, chunk: Chunk, h: Tensor, x0: Tensor, epoch: int,
                 direction: str, record: bool) -> Tensor:
-        """This stage's layers on one chunk's rows."""
+        """This stage's layers on one chunk's rows: with one chunk (and no
+        table to fill), the model's own layers under the graph's halo policies."""
         model = self.model
+        if chunking.count == 1 and not record:
+            for index in self.span:
+                h = model.block(model.convs[index], h, x0, self.graph)
+            return h
         for index in self.span:
             conv = model.convs[index]
             h_in = F.dropout(h, model.dropout, model.training)
