@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="chunks per graph part flowing through the layer pipeline; "
                             "above 1, rows of other chunks come from history tables "
                             "(at most one epoch old)")
+    train.add_argument("--initial-rows", default="send", choices=["send", "recompute"],
+                       help="gcn2 in a layer pipeline: send the initial rows along the "
+                            "stages, or recompute them on every stage (half the bytes)")
     train.add_argument("--hidden", type=int, default=None,
                        help="hidden features (per head for gat)")
     train.add_argument("--heads", type=int, default=None, help="attention heads of gat")
@@ -396,7 +399,7 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
                    grad_compress=config["grad_compress"], mode=config["mode"],
                    regroup_every=config["regroup_every"], regroup=config["regroup"],
                    correction=config["correction"], shrinkage=config["shrinkage"],
-                   stages=stages, chunks=chunks)
+                   stages=stages, chunks=chunks, initial_rows=config["initial_rows"])
     if rank != 0:
         return None
     return {
@@ -409,6 +412,7 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
         "hidden": config["hidden"],
         "stages": stages,
         "chunks": chunks,
+        **({"initial_rows": config["initial_rows"]} if stages > 1 else {}),
         **({"heads": config["heads"]} if config["model"] == "gat" else {}),
         "halo": policy.spec(),
         "eval_halo": eval_policy.spec(),

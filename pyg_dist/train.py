@@ -135,6 +135,7 @@ def train(
     shrinkage: float = 0.0,
     stages: int = 1,
     chunks: int = 1,
+    initial_rows: str = "send",
 ) -> TrainResult:
     r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` (or a
     plain PyG ``Data`` in one process).
@@ -199,11 +200,15 @@ def train(
         chunks (int, optional): Chunks per part flowing through the pipeline;
             above 1, layers read other chunks' rows from history tables (at most
             one epoch old). (default: :obj:`1`)
+        initial_rows (str, optional): How a pipeline's later stages get
+            GCNII's initial rows: ``"send"`` or ``"recompute"`` (see
+            :class:`~pyg_dist.pipeline.Pipeline`). (default: :obj:`"send"`)
     """
     _check_data(data)
     if mode not in MODES:
         raise ValueError(f"'train' got mode='{mode}'; use one of {', '.join(MODES)}")
-    pipe = _pipeline(model, data, stages, chunks, mode, grad_compress, checkpoint_every, resume)
+    pipe = _pipeline(model, data, stages, chunks, initial_rows, mode, grad_compress,
+                     checkpoint_every, resume)
     runner = (GradientOnly(data, regroup_every, regroup, correction, shrinkage)
               if mode == "gradient-only" else None)
     _set_halo_plan(data, eval_halo, epochs)
@@ -269,8 +274,8 @@ def train(
     return result
 
 
-def _pipeline(model: nn.Module, data: Any, stages: int, chunks: int, mode: str,
-              grad_compress: str | None, checkpoint_every: int, resume: bool) -> Any:
+def _pipeline(model: nn.Module, data: Any, stages: int, chunks: int, initial_rows: str,
+              mode: str, grad_compress: str | None, checkpoint_every: int, resume: bool) -> Any:
     """The layer pipeline of ``stages`` and ``chunks`` (:obj:`None`: graph parallel)."""
     if stages == 1 and chunks == 1:
         return None
@@ -284,7 +289,7 @@ def _pipeline(model: nn.Module, data: Any, stages: int, chunks: int, mode: str,
                          f"parallel (stages=1, chunks=1)")
     from pyg_dist.pipeline import Pipeline
 
-    return Pipeline(model, data, stages=stages, chunks=chunks)
+    return Pipeline(model, data, stages=stages, chunks=chunks, initial_rows=initial_rows)
 
 
 def halo_choices(ledger: Any, history: list[EpochStats]) -> dict[str, dict[str, Any]]:

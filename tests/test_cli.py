@@ -143,11 +143,14 @@ def test_bad_gradient_compression_is_refused_before_any_rank_starts():
 
 def test_a_layer_pipeline_counts_its_stage_boundaries(tmp_path):
     out = run(CLI + ["train", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "2",
-                     "--model", "resgcn", "--layers", "3", "--hidden", "8", "--stages", "2",
-                     "--chunks", "2", "--epochs", "3", "--no-progress"])
+                     "--model", "gcn2", "--layers", "3", "--hidden", "8", "--stages", "2",
+                     "--chunks", "2", "--initial-rows", "recompute", "--epochs", "3",
+                     "--no-progress"])
     result = last_json(out.stdout)
-    assert result["stages"] == 2 and result["chunks"] == 2 and result["model"] == "resgcn"
-    # one part of 400 rows, 8 wide, both ways each epoch, plus the fill pass's forward
+    assert result["stages"] == 2 and result["chunks"] == 2 and result["model"] == "gcn2"
+    assert result["initial_rows"] == "recompute"
+    # one part of 400 rows, 8 wide (the initial rows are recomputed), both ways
+    # each epoch, plus the fill pass's forward
     assert result["stage_bytes"] == 3 * 2 * 400 * 8 * 4 + 400 * 8 * 4
     assert result["halo_bytes_fwd"] == 0  # one part per stage: no halo
 

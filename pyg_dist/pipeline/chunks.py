@@ -142,16 +142,17 @@ def chunk_labels(graph: DistEdgeIndex, count: int, seed: int = 0) -> Tensor:
         raise ValueError(
             f"chunks={count} must be between 1 and the {num_owned} rows this rank owns; "
             f"use fewer chunks (or fewer parts, so that each holds more rows)")
+    device = graph.col.device
     if count == 1:
-        return torch.zeros(num_owned, dtype=torch.long)
-    contiguous = torch.arange(num_owned) * count // num_owned
+        return torch.zeros(num_owned, dtype=torch.long, device=device)
+    contiguous = torch.arange(num_owned, device=device) * count // num_owned
     if not pyg_dist_typing.WITH_METIS:
         return contiguous
     from pyg_dist.partition.cut import metis_cut
 
-    row, col = graph.row(), graph.col
+    row, col = graph.row().cpu(), graph.col.cpu()
     own = col < num_owned
-    labels = metis_cut(torch.stack([col[own], row[own]]), num_owned, count, seed)
+    labels = metis_cut(torch.stack([col[own], row[own]]), num_owned, count, seed).to(device)
     counts = torch.bincount(labels, minlength=count)
     return contiguous if bool((counts == 0).any()) else labels
 
@@ -161,7 +162,7 @@ def _positions(labels: Tensor, count: int) -> Tensor:
     position = torch.empty_like(labels)
     for k in range(count):
         rows = (labels == k).nonzero().view(-1)
-        position[rows] = torch.arange(rows.numel())
+        position[rows] = torch.arange(rows.numel(), device=labels.device)
     return position
 
 

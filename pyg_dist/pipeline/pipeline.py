@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from pyg_dist import distributed
 from pyg_dist.data import DistData, DistEdgeIndex
 from pyg_dist.halo.exchange import exchange_route
-from pyg_dist.halo.ledger import STAGE
+from pyg_dist.halo.ledger import GRADIENTS, STAGE
 from pyg_dist.ops import spmm
 from pyg_dist.partition.io import read_meta
 from pyg_dist.pipeline.chunks import Chunk, Chunking, chunk_labels
@@ -24,6 +24,8 @@ from pyg_dist.pipeline.split import balance, measure_costs
 __all__ = ["Pipeline", "load"]
 
 MASKS = ("train_mask", "val_mask", "test_mask")
+#: How later stages get GCNII's initial rows.
+INITIAL_ROWS = ("send", "recompute")
 
 
 def load(folder: Any, stages: int = 1, halo: Any = None) -> DistData:
@@ -55,11 +57,12 @@ class HistoryTable:
     stamp_halo: Tensor
 
     @classmethod
-    def empty(cls, num_owned: int, num_halo: int, width: int, dtype: torch.dtype) -> HistoryTable:
+    def empty(cls, num_owned: int, num_halo: int, like: Tensor) -> HistoryTable:
+        """Tables of rows as wide as ``like``'s, of its dtype and device."""
         never = torch.iinfo(torch.int64).min
-        return cls(torch.zeros(num_owned, width, dtype=dtype),
-                   torch.zeros(num_halo, width, dtype=dtype),
-                   torch.full((num_owned,), never), torch.full((num_halo,), never))
+        return cls(like.new_zeros(num_owned, like.size(1)), like.new_zeros(num_halo, like.size(1)),
+                   torch.full((num_owned,), never, device=like.device),
+                   torch.full((num_halo,), never, device=like.device))
 
     def write(self, chunk: Chunk, rows: Tensor, halo: Tensor, epoch: int) -> None:
         self.own[chunk.rows] = rows.detach()
@@ -85,8 +88,9 @@ class Pipeline:
     goes with the first, the output projection with the last), balanced by
     their measured cost unless ``balance`` gives the layers per stage. Each
     rank's rows are cut into ``chunks`` (METIS on its graph); forward streams
-    the chunks through the stages (rows, and GCNII's initial rows, sent to the
-    same part's next stage), backward returns their gradients the same way,
+    the chunks through the stages (rows, and GCNII's initial rows unless
+    ``initial_rows="recompute"``, sent to the same part's next stage), backward
+    returns their gradients the same way,
     GPipe's schedule: fill, steady state, drain; one optimiser step per epoch.
 
     With one chunk, each stage runs the model's own layers on its part, so
@@ -111,10 +115,19 @@ class Pipeline:
         balance (list[int], optional): Layers per stage; measured if
             :obj:`None`. (default: :obj:`None`)
         seed (int, optional): METIS seed of the chunks. (default: :obj:`0`)
+        initial_rows (str, optional): How later stages of GCNII get the initial
+            rows :math:`\mathbf{H}^{(0)}`: ``"send"`` them along with the rows
+            (stage boundaries carry twice the width, their gradients come back)
+            or ``"recompute"`` them from the input features with a replica of
+            the input projection on every stage (its gradients summed over all
+            ranks; input dropout masks shared by the stages of a part): half
+            the boundary bytes for the projection's compute on every stage.
+            (default: :obj:`"send"`)
     """
 
     def __init__(self, model: nn.Module, data: Any, stages: int = 1, chunks: int = 1,
-                 balance: list[int] | None = None, seed: int = 0) -> None:
+                 balance: list[int] | None = None, seed: int = 0,
+                 initial_rows: str = "send") -> None:
         from pyg_dist.models import DeepGNN
 
         if not isinstance(model, DeepGNN):
@@ -129,8 +142,12 @@ class Pipeline:
             raise ValueError(
                 "the layer pipeline needs this rank's part loaded in its stage's process group: "
                 "data = pyg_dist.pipeline.load(folder, stages)")
+        if initial_rows not in INITIAL_ROWS:
+            raise ValueError(f"initial_rows='{initial_rows}': use one of "
+                             f"{', '.join(INITIAL_ROWS)}")
         self.model, self.data, self.graph = model, data, graph
         self.chunks = chunks
+        self.recompute = initial_rows == "recompute" and model.kind == "gcn2" and stages > 1
         layers = len(model.convs)
         if balance is None:
             counts = _split(model, data, self.grid.stages, layers)
@@ -143,14 +160,17 @@ class Pipeline:
         self.bounds = [(starts[s], starts[s + 1]) for s in range(stages)]
         self.span = range(*self.bounds[self.grid.stage])
         self.width: int = int(model.lins[0].out_features)  # type: ignore[arg-type]
-        self.state_width = self.width * (2 if model.kind == "gcn2" else 1)
+        self.state_width = self.width * (2 if model.kind == "gcn2" and not self.recompute else 1)
+        # Input dropout masks of a recomputed H0: drawn alike on every stage.
+        self._mask_seed = (int(distributed.broadcast(torch.randint(2**31 - 1, (1,))))
+                           if self.recompute else 0)
         labels = self._shared_labels(chunk_labels(graph, chunks, seed) if self.grid.first
                                      else None)
         self.training_chunks = Chunking.build(graph, chunks, labels)
         self.whole = (self.training_chunks if chunks == 1
                       else Chunking.build(graph, 1, torch.zeros_like(labels)))
-        dtype = data.x.dtype
-        self.tables = {k: HistoryTable.empty(graph.num_owned, graph.num_halo, self.width, dtype)
+        like = data.x.new_empty(0, self.width)
+        self.tables = {k: HistoryTable.empty(graph.num_owned, graph.num_halo, like)
                        for k in self.span} if chunks > 1 else {}
         self.epoch = 0
         self._sends: list[Any] = []
@@ -171,6 +191,7 @@ class Pipeline:
         s, k = self.grid.stages, self.chunks
         return {"parts": self.grid.parts, "stages": s, "chunks": k,
                 "layers": [list(range(*b)) for b in self.bounds],
+                "initial_rows": "recompute" if self.recompute else "send",
                 "fill_steps": s - 1, "steady_steps": max(k - s + 1, 0), "drain_steps": s - 1,
                 "ideal_bubble": (s - 1) / (k + s - 1)}
 
@@ -179,7 +200,7 @@ class Pipeline:
         stage = self.grid.stage if stage is None else stage
         start, stop = self.bounds[stage]
         out: list[nn.Module] = list(self.model.convs[start:stop])
-        if stage == 0:
+        if stage == 0 or self.recompute:
             out.insert(0, self.model.lins[0])
         if stage == self.grid.stages - 1:
             out.append(self.model.lins[1])
@@ -204,7 +225,7 @@ class Pipeline:
         """One epoch: every chunk forward and backward through the stages, the
         stage's gradients summed over its parts, one optimiser step. Returns
         the global training loss (mean over all training nodes)."""
-        model, data, first, last = self.model, self.data, self.grid.first, self.grid.last
+        model, last = self.model, self.grid.last
         model.train()
         optimizer.zero_grad(set_to_none=True)
         if self.tables and self.epoch == 0:
@@ -214,13 +235,7 @@ class Pipeline:
         outs: list[Tensor] = []
         loss = 0.0
         for chunk in self.training_chunks.chunks:
-            state = None
-            if first:
-                h = model.inputs(F.dropout(data.x[chunk.rows], model.dropout, True))
-                x0 = h
-            else:
-                state = self._receive(chunk, "fwd").requires_grad_()
-                h, x0 = self._unpack(state)
+            h, x0, state = self._enter(self.training_chunks, chunk, self.epoch, "fwd")
             h = self._layers(self.training_chunks, chunk, h, x0, self.epoch, "fwd",
                              record=bool(self.tables))
             if last:
@@ -241,7 +256,7 @@ class Pipeline:
                 grad = state.grad if state.grad is not None else torch.zeros_like(state)
                 self._send(chunk, grad, "bwd")
         self._finish_sends()
-        distributed.all_reduce_gradients(self.parameters(), self.grid.group)
+        self._sum_gradients()
         optimizer.step()
         self.epoch += 1
         return distributed.all_reduce_values([loss])[0]
@@ -270,11 +285,7 @@ class Pipeline:
                       direction: str) -> Tensor | None:
         """The whole graph forward in one chunk; the last stage's logits."""
         model, chunk = self.model, chunking.chunks[0]
-        if self.grid.first:
-            h = model.inputs(F.dropout(self.data.x, model.dropout, model.training))
-            x0 = h
-        else:
-            h, x0 = self._unpack(self._receive(chunk, direction))
+        h, x0, _ = self._enter(chunking, chunk, epoch, direction)
         h = self._layers(chunking, chunk, h, x0, epoch, direction, record)
         if self.grid.last:
             return model.outputs(F.dropout(h, model.dropout, model.training))
@@ -313,6 +324,44 @@ class Pipeline:
             h = model.combine(h, update(conv, agg, h_in, x0))
         return h
 
+    def _enter(self, chunking: Chunking, chunk: Chunk, epoch: int,
+               direction: str) -> tuple[Tensor, Tensor, Tensor | None]:
+        """A chunk's rows entering this stage: ``(h, x0, received)``, the
+        received rows requiring grad in training (their gradient goes back)."""
+        if self.grid.first:
+            h = self._initial(chunking, chunk, epoch)
+            return h, h, None
+        state = self._receive(chunk, direction)
+        if torch.is_grad_enabled():
+            state.requires_grad_()
+        if self.recompute:
+            return state, self._initial(chunking, chunk, epoch), state
+        h, x0 = self._unpack(state)
+        return h, x0, state
+
+    def _initial(self, chunking: Chunking, chunk: Chunk, epoch: int) -> Tensor:
+        r""":math:`\mathbf{H}^{(0)}` of a chunk's rows."""
+        model, x = self.model, self.data.x[chunk.rows]
+        if not self.recompute or not model.training or model.dropout == 0:
+            return model.inputs(F.dropout(x, model.dropout, model.training))
+        generator = torch.Generator(device=x.device)
+        generator.manual_seed(hash((self._mask_seed, epoch, chunking.count, chunk.index))
+                              % (2**63 - 1))
+        keep = torch.rand(x.shape, generator=generator, device=x.device) >= model.dropout
+        return model.inputs(x * keep / (1 - model.dropout))
+
+    def _sum_gradients(self) -> None:
+        """Sums this stage's gradients over its parts (a recomputed input
+        projection's over all ranks), booked as layer ``gradients``."""
+        shared = set(self.model.lins[0].parameters()) if self.recompute else set()
+        own = [p for p in self.parameters() if p not in shared]
+        groups = [(own, self.grid.group), (list(shared), None)]
+        for params, group in groups:
+            if params and distributed.is_distributed(group):
+                distributed.all_reduce_gradients(params, group)
+                self.ledger.record("gradients", GRADIENTS,
+                                   bytes_sent=sum(p.numel() * p.element_size() for p in params))
+
     def _conv_adjacency(self, index: int) -> tuple[Any, Tensor, Tensor, Tensor]:
         if index not in self._adjacency:
             self._adjacency[index] = adjacency(self.model.convs[index], self.graph,
@@ -328,10 +377,10 @@ class Pipeline:
     # -- between stages ---------------------------------------------------------------
 
     def _pack(self, h: Tensor, x0: Tensor) -> Tensor:
-        return torch.cat([h, x0], dim=1) if self.model.kind == "gcn2" else h
+        return torch.cat([h, x0], dim=1) if self.state_width > self.width else h
 
     def _unpack(self, state: Tensor) -> tuple[Tensor, Tensor]:
-        if self.model.kind == "gcn2":
+        if self.state_width > self.width:
             h, x0 = state.split(self.width, dim=1)
             return h, x0
         return state, state
@@ -350,7 +399,7 @@ class Pipeline:
     def _receive(self, chunk: Chunk, direction: str) -> Tensor:
         step = -1 if direction != "bwd" else 1
         peer = self.grid.rank_of(self.grid.stage + step)
-        rows = torch.empty(chunk.rows.numel(), self.state_width, dtype=self.data.x.dtype)
+        rows = self.data.x.new_empty(chunk.rows.numel(), self.state_width)
         start = time.perf_counter()
         dist.recv(rows, peer, tag=self._tag(chunk, direction))
         self.ledger.record(*_stage_key(direction), bytes_recv=rows.numel() * rows.element_size(),
@@ -368,7 +417,8 @@ class Pipeline:
             assert labels is not None
             return labels
         if labels is None:
-            labels = torch.empty(self.graph.num_owned, dtype=torch.long)
+            labels = torch.empty(self.graph.num_owned, dtype=torch.long,
+                                 device=self.graph.col.device)
             dist.recv(labels, self.grid.rank_of(0))
         else:
             for s in range(1, self.grid.stages):

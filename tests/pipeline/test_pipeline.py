@@ -46,10 +46,12 @@ def reference(kind, steps=2):
     return losses, {k: v.clone() for k, v in net.state_dict().items()}
 
 
-def run_layout(folders, stages, kind, chunks, steps=2, balance_=None, halo=None):
+def run_layout(folders, stages, kind, chunks, steps=2, balance_=None, halo=None,
+               initial_rows="send"):
     net = model(kind)
     data = load(folders[pyg_dist.distributed.world_size() // stages], stages, halo=halo)
-    pipe = Pipeline(net, data, stages=stages, chunks=chunks, balance=balance_)
+    pipe = Pipeline(net, data, stages=stages, chunks=chunks, balance=balance_,
+                    initial_rows=initial_rows)
     opt = torch.optim.SGD(net.parameters(), lr=LR)
     losses = []
     for _ in range(steps):
@@ -83,6 +85,9 @@ def body(folders):
                                                 balance_=None if kind == "gcn2" else
                                                 [LAYERS - stages + 1] + [1] * (stages - 1))
         out[(stages, "gcn2", 4)] = run_layout(folders, stages, "gcn2", 4, steps=3)
+        for chunks in (1, 4):
+            out[(stages, "recompute", chunks)] = run_layout(folders, stages, "gcn2", chunks,
+                                                            initial_rows="recompute")
         if world > stages:  # a halo within each stage: the graph's policy applies
             out[(stages, "stale")] = run_layout(folders, stages, "gcn2", 1, steps=3,
                                                 halo=pyg_dist.halo.Stale(every=3))
@@ -125,10 +130,11 @@ def test_every_layout_with_one_chunk_equals_single_process_training(runs, kind):
     losses, state = reference(kind)
     for stages in [s for s in (1, 2, 4) if world % s == 0]:
         for rank, result in enumerate(results):
-            run = result[(stages, kind, 1)]
-            assert run["losses"] == pytest.approx(losses, rel=1e-5), (stages, rank)
-            for key, ref in state.items():
-                assert rel_err(run["state"][key], ref) <= 1e-5, (stages, rank, key)
+            for run in [result[(stages, kind, 1)]] + (
+                    [result[(stages, "recompute", 1)]] if kind == "gcn2" else []):
+                assert run["losses"] == pytest.approx(losses, rel=1e-5), (stages, rank)
+                for key, ref in state.items():
+                    assert rel_err(run["state"][key], ref) <= 1e-5, (stages, rank, key)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -178,23 +184,22 @@ def test_a_halo_policy_applies_within_each_stage(runs):
 def test_stage_bytes_are_the_hand_count(runs):
     world, folders, results = runs
     num_nodes = graph().num_nodes
+    halo = {d: _halo_rows(f) for d, f in folders.items() if d > 1}
     for stages in [s for s in (1, 2, 4) if world % s == 0]:
-        for chunks in (1, 4):
-            sent = {}
+        for chunks, run in [(k, r) for k in (1, 4) for r in ("gcn2", "recompute")]:
+            sent = {"stage": 0, "halo": 0}
             for result in results:
-                for r in result[(stages, "gcn2", chunks)]["rows"]:
+                for r in result[(stages, run, chunks)]["rows"]:
                     if r["step"] == 1 and r["direction"] in ("stage", "fwd", "bwd"):
-                        key = "stage" if r["direction"] == "stage" else "halo"
-                        sent[key] = sent.get(key, 0) + r["bytes_sent"]
-            parts = world // stages
-            predicted = {c.name: c for c in layout_costs(
-                world, num_nodes, {d: _halo_rows(f) for d, f in folders.items() if d > 1},
-                LAYERS, WIDTH,
-                2 * WIDTH)}[f"{parts}x{stages}"]
-            # step 1 (the second epoch): no fill pass; GCNII carries h and x0.
-            assert sent.get("stage", 0) == 2 * (stages - 1) * num_nodes * 2 * WIDTH * 4
-            assert sent.get("stage", 0) == predicted.stage_bytes
-            assert sent.get("halo", 0) == predicted.halo_bytes
+                        sent["stage" if r["direction"] == "stage" else "halo"] += r["bytes_sent"]
+            # GCNII carries h and x0 across a boundary unless each stage recomputes x0.
+            state = WIDTH if run == "recompute" and stages > 1 else 2 * WIDTH
+            predicted = {c.name: c for c in layout_costs(world, num_nodes, halo, LAYERS, WIDTH,
+                                                         state)}[f"{world // stages}x{stages}"]
+            # step 1, the second epoch: no fill pass
+            assert sent["stage"] == 2 * (stages - 1) * num_nodes * state * 4
+            assert sent["stage"] == predicted.stage_bytes
+            assert sent["halo"] == predicted.halo_bytes
 
 
 def _halo_rows(folder):
