@@ -2,7 +2,8 @@
 training of the same model, on local gloo ranks.
 
     python benchmarks/pipeline.py [--datasets cora community] [--layers 8 16 32]
-        [--ranks 4] [--chunks 4] [--model gcn2] [--accuracy-layers 16] [--seeds 3]
+        [--ranks 4] [--chunks 4] [--model gcn2] [--initial-rows recompute]
+        [--accuracy-layers 16] [--seeds 3]
         [--epochs-cora 300] [--epochs-timing 8] [--community-nodes 100000]
         [--eval-every 10] [--json out.json]
 
@@ -19,6 +20,8 @@ and its difference to the baseline. Other depths train ``--epochs-timing``
 epochs, one seed. The cost model's pick per depth is printed and checked
 against the counted bytes. Baselines are measured in the same run.
 
+GCNII's initial rows are recomputed on every stage unless ``--initial-rows
+send`` (then they cross every stage boundary with the rows).
 ``community`` is the arxiv-shaped community graph of :mod:`pyg_dist.datasets`
 resized to ``--community-nodes``. The GCNII recipe (hidden 64, dropout 0.6,
 Adam lr 0.01, weight decay 0.01 on convolutions and 5e-4 on the projections).
@@ -50,7 +53,7 @@ def layouts(ranks, layers, chunks):
     return out
 
 
-def rank_body(folders, kind, layers, classes, seed, epochs, eval_every, runs):
+def rank_body(folders, kind, layers, classes, seed, epochs, eval_every, runs, initial_rows):
     rows = []
     for name, parts, stages, chunks in runs:
         if stages == 1 and chunks == 1:
@@ -64,7 +67,8 @@ def rank_body(folders, kind, layers, classes, seed, epochs, eval_every, runs):
             {"params": model.convs.parameters(), "weight_decay": 0.01},
             {"params": model.lins.parameters(), "weight_decay": 5e-4}], lr=0.01)
         result = train(model, data, epochs=epochs, optimizer=optimizer, progress=False,
-                       eval_every=eval_every, stages=stages, chunks=chunks)
+                       eval_every=eval_every, stages=stages, chunks=chunks,
+                       initial_rows=initial_rows)
         later = result.history[1:]  # the first epoch fills the history tables
         rows.append({
             "layout": name, "chunks": chunks, "test_acc": result.test_acc,
@@ -125,6 +129,9 @@ def main():
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--chunks", type=int, default=4)
     parser.add_argument("--model", default="gcn2", choices=["gcn2", "resgcn", "ressage"])
+    parser.add_argument("--initial-rows", default="recompute", choices=["send", "recompute"],
+                        help="gcn2: send the initial rows across stage boundaries or "
+                             "recompute them on every stage")
     parser.add_argument("--accuracy-layers", nargs="*", type=int, default=[16],
                         help="depths trained for accuracy (cora only), over --seeds")
     parser.add_argument("--seeds", type=int, default=3)
@@ -155,10 +162,11 @@ def main():
                 runs = layouts(args.ranks, layers, args.chunks)
                 costs = {c.name: c for c in layout_costs(
                     args.ranks, data.num_nodes, halo, layers, HIDDEN,
-                    2 * HIDDEN if args.model == "gcn2" else HIDDEN)}
+                    2 * HIDDEN if args.model == "gcn2" and args.initial_rows == "send"
+                    else HIDDEN)}
                 results = [pyg_dist.launch(rank_body, args.ranks, timeout=4 * 3600, args=(
                     folders, args.model, layers, meta.num_classes, seed, run_epochs, eval_every,
-                    runs))[0] for seed in range(seeds)]
+                    runs, args.initial_rows))[0] for seed in range(seeds)]
                 lines += table(f"{graph}, {args.model}, {layers} layers, {run_epochs} epochs",
                                results, costs, runs[0][0], accuracy)
                 if args.json:
