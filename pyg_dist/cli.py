@@ -9,6 +9,7 @@
     pyg-dist train --dataset cora --root data --parts 4 --model gcn2 --layers 16 \
         --stages 2 --chunks 4
     torchrun --nproc-per-node 4 -m pyg_dist.cli train --dataset synthetic --parts 4
+    pyg-dist layouts --dataset cora --root data --parts 4 --model gcn2 --layers 32
     pyg-dist check --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 10.0.0.1 \
         --parts-dir parts
 
@@ -150,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--timeout", type=float, default=None,
                        help="seconds after which the spawned ranks are stopped")
 
+    layouts = sub.add_parser("layouts", help="bytes per epoch of every grid of graph parts x "
+                                             "layer stages for a deep model, and the best")
+    graph_args(layouts)
+    layouts.add_argument("--model", default="gcn2", choices=["gcn2", "resgcn", "ressage"])
+    layouts.add_argument("--layers", type=int, default=32)
+    layouts.add_argument("--hidden", type=int, default=64)
+    layouts.add_argument("--initial-rows", default="send", choices=["send", "recompute"])
+
     check = sub.add_parser("check", help="check this machine before torchrun starts a "
                                          "multi-host job (same flags as its torchrun)")
     check.add_argument("--nnodes", type=int, required=True)
@@ -169,7 +178,38 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "check":
         return _check_command(args)
+    if args.command == "layouts":
+        return _layouts_command(args)
     return _train_command(args)
+
+
+def _layouts_command(args: argparse.Namespace) -> int:
+    """Cuts the graph into every part count dividing --parts (in a temporary
+    folder) and prints each layout's predicted bytes per epoch, then the best."""
+    import pyg_dist
+    from pyg_dist.pipeline import best_layout, halo_rows, layout_costs
+
+    ranks = args.parts or DEFAULT_PARTS
+    data = _load_graph(args)
+    halo = {}
+    with tempfile.TemporaryDirectory(prefix="pyg_dist-layouts-") as tmp:
+        for parts in [d for d in range(2, ranks + 1) if ranks % d == 0]:
+            folder = Path(tmp) / str(parts)
+            pyg_dist.partition(data, parts, folder, method=args.method, seed=args.seed)
+            halo[parts] = halo_rows(folder)
+    state = 2 * args.hidden if args.model == "gcn2" and args.initial_rows == "send" else None
+    costs = layout_costs(ranks, data.num_nodes, halo, args.layers, args.hidden, state)
+    for cost in costs:
+        print(json.dumps({"layout": cost.name, "parts": cost.parts, "stages": cost.stages,
+                          "halo_bytes": cost.halo_bytes, "stage_bytes": cost.stage_bytes,
+                          "bytes": cost.total}))
+    best = best_layout(costs)
+    print(json.dumps({"best": best.name, "parts": best.parts, "stages": best.stages,
+                      "command": f"pyg-dist train --parts {ranks} --model {args.model} "
+                                 f"--layers {args.layers} --stages {best.stages}"
+                                 + (" --initial-rows recompute" if state is None
+                                    and args.model == "gcn2" and best.stages > 1 else "")}))
+    return 0
 
 
 def _check_command(args: argparse.Namespace) -> int:

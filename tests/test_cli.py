@@ -166,3 +166,15 @@ def test_bad_pipeline_options_are_refused_before_any_rank_starts(args, message):
 
     with pytest.raises(SystemExit, match=message):
         main(["train", *args])
+
+
+def test_layouts_prints_every_grid_and_the_one_moving_fewest_bytes(tmp_path):
+    out = run(CLI + ["layouts", "--dataset", "synthetic", "--num-nodes", "600", "--parts", "4",
+                     "--model", "resgcn", "--layers", "8", "--hidden", "16"])
+    lines = [json.loads(line) for line in out.stdout.strip().splitlines()]
+    layouts, best = lines[:-1], lines[-1]
+    assert [x["layout"] for x in layouts] == ["4x1", "2x2", "1x4"]
+    assert layouts[0]["stage_bytes"] == 0 and layouts[-1]["halo_bytes"] == 0
+    assert layouts[-1]["stage_bytes"] == 2 * 3 * 600 * 16 * 4  # 3 boundaries, both ways
+    assert best["best"] == min(layouts, key=lambda x: x["bytes"])["layout"]
+    assert f"--stages {best['stages']}" in best["command"]
