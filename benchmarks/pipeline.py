@@ -6,6 +6,7 @@ training of the same model, on local gloo ranks.
         [--accuracy-layers 16] [--seeds 3]
         [--epochs-cora 300] [--epochs-timing 8] [--community-nodes 100000]
         [--eval-every 10] [--json out.json]
+    sudo python benchmarks/pipeline.py --testbed 1gbit [--datasets community] [--layers 32] ...
 
 For each graph and depth, every layout of ``--ranks`` ranks (parts × stages:
 4x1 is graph parallelism, 1x4 a pure layer pipeline) trained with
@@ -23,12 +24,18 @@ against the counted bytes. Baselines are measured in the same run.
 GCNII's initial rows are recomputed on every stage unless ``--initial-rows
 send`` (then they cross every stage boundary with the rows).
 ``community`` is the arxiv-shaped community graph of :mod:`pyg_dist.datasets`
-resized to ``--community-nodes``. The GCNII recipe (hidden 64, dropout 0.6,
+resized to ``--community-nodes``. With ``--testbed LINK`` (root, iproute2) the
+ranks run one per host of the network-namespace testbed
+(:mod:`pyg_dist.testing.cluster`) on links shaped to ``LINK`` under torchrun,
+each host holding meta.json and its own part of every cut. The GCNII recipe (hidden 64, dropout 0.6,
 Adam lr 0.01, weight decay 0.01 on convolutions and 5e-4 on the projections).
 """
 import argparse
 import json
+import os
+import shutil
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -79,6 +86,46 @@ def rank_body(folders, kind, layers, classes, seed, epochs, eval_every, runs, in
             "bubble": statistics.median(e.stage_seconds / e.seconds for e in later),
         })
     return rows if pyg_dist.distributed.rank() == 0 else None
+
+
+def worker(args):
+    """A torchrun rank on the testbed: every layout; rank 0 prints one JSON line."""
+    pyg_dist.init()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    folders = {int(k): v for k, v in json.loads(args.folders).items()}
+    rows = rank_body(folders, args.model, args.worker_layers, args.classes, args.seed,
+                     args.epochs, args.eval_every, [tuple(r) for r in json.loads(args.runs)],
+                     args.initial_rows)
+    if rows is not None:
+        print("ROWS " + json.dumps(rows), flush=True)
+    pyg_dist.shutdown()
+
+
+def on_testbed(link, folders, layers, classes, seed, epochs, eval_every, runs, args):
+    """``rank_body`` on one host per rank of the namespace testbed."""
+    from pyg_dist.testing.cluster import Cluster
+
+    with Cluster(hosts=args.ranks, rate=link) as cluster:
+        for host in cluster.hosts:  # what a machine holds: its own part of every cut
+            for parts, folder in folders.items():
+                target = host.workdir / f"parts{parts}"
+                target.mkdir(parents=True)
+                shutil.copy(Path(folder) / "meta.json", target)
+                shutil.copy(Path(folder) / f"part_{host.index % parts}.pt", target)
+        worker_args = [str(Path(__file__).resolve()), "--worker", "--folders",
+                       json.dumps({p: f"parts{p}" for p in folders}), "--runs",
+                       json.dumps(runs), "--worker-layers", str(layers), "--classes",
+                       str(classes), "--seed", str(seed), "--epochs", str(epochs),
+                       "--eval-every", str(eval_every), "--model", args.model,
+                       "--initial-rows", args.initial_rows]
+        results = cluster.run(cluster.torchrun(worker_args),
+                              env={"OMP_NUM_THREADS": "1", "PYG_DIST_TIMEOUT": "3600"},
+                              timeout=6 * 3600)
+    for r in results:
+        if not r.ok:
+            raise SystemExit(f"testbed run failed: {r.describe()}")
+    return next(json.loads(line[5:]) for line in results[0].stdout.splitlines()
+                if line.startswith("ROWS "))
 
 
 def table(title, runs, costs, baseline, accuracy):
@@ -142,7 +189,19 @@ def main():
     parser.add_argument("--epochs-timing", type=int, default=8)
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--json", default=None, help="write the table rows here")
+    parser.add_argument("--testbed", default=None, metavar="LINK",
+                        help="one host per rank on the namespace testbed, links shaped to "
+                             "LINK (e.g. 1gbit); needs root")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--folders", help=argparse.SUPPRESS)
+    parser.add_argument("--runs", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-layers", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--classes", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        return worker(args)
     lines = []
     with tempfile.TemporaryDirectory(prefix="pyg_dist-bench-") as tmp:
         for graph in args.datasets:
@@ -164,14 +223,20 @@ def main():
                     args.ranks, data.num_nodes, halo, layers, HIDDEN,
                     2 * HIDDEN if args.model == "gcn2" and args.initial_rows == "send"
                     else HIDDEN)}
-                results = [pyg_dist.launch(rank_body, args.ranks, timeout=4 * 3600, args=(
-                    folders, args.model, layers, meta.num_classes, seed, run_epochs, eval_every,
-                    runs, args.initial_rows))[0] for seed in range(seeds)]
-                lines += table(f"{graph}, {args.model}, {layers} layers, {run_epochs} epochs",
-                               results, costs, runs[0][0], accuracy)
+                if args.testbed:
+                    results = [on_testbed(args.testbed, folders, layers, meta.num_classes,
+                                          seed, run_epochs, eval_every, runs, args)
+                               for seed in range(seeds)]
+                else:
+                    results = [pyg_dist.launch(rank_body, args.ranks, timeout=4 * 3600, args=(
+                        folders, args.model, layers, meta.num_classes, seed, run_epochs,
+                        eval_every, runs, args.initial_rows))[0] for seed in range(seeds)]
+                where = f", testbed {args.testbed}" if args.testbed else ""
+                lines += table(f"{graph}, {args.model}, {layers} layers, {run_epochs} "
+                               f"epochs{where}", results, costs, runs[0][0], accuracy)
                 if args.json:
                     Path(args.json).write_text(json.dumps(lines, indent=1))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
