@@ -8,17 +8,15 @@ from torch import Tensor
 from torch_geometric.nn import GCN2Conv
 
 from pyg_dist.data import DistEdgeIndex
-from pyg_dist.halo import HaloRows, LayerHalo
+from pyg_dist.halo import LayerHalo
 from pyg_dist.nn.checks import check_distributed
-from pyg_dist.nn.gcn_conv import REDUCTIONS
-from pyg_dist.nn.gcn_norm import gcn_adjacency
+from pyg_dist.nn.gcn_conv import REDUCTIONS, GCNAggregation
 from pyg_dist.nn.twin import DistLayer
-from pyg_dist.ops import spmm
 
-__all__ = ["DistGCN2Conv"]
+__all__ = ["DistGCN2Conv", "initial_residual"]
 
 
-class DistGCN2Conv(DistLayer, GCN2Conv):
+class DistGCN2Conv(GCNAggregation, DistLayer, GCN2Conv):
     r"""The graph convolutional operator with initial residual connections and
     identity mapping (GCNII) from the `"Simple and Deep Graph Convolutional
     Networks" <https://arxiv.org/abs/2007.02133>`_ paper, distributed.
@@ -76,7 +74,6 @@ class DistGCN2Conv(DistLayer, GCN2Conv):
     """
 
     pyg_class = GCN2Conv
-    _dist_cache: tuple[Tensor, Tensor, Tensor | None] | None = None
 
     def __init__(
         self,
@@ -96,10 +93,6 @@ class DistGCN2Conv(DistLayer, GCN2Conv):
                          add_self_loops=add_self_loops, normalize=normalize, **kwargs)
         self.halo = halo
 
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        self._dist_cache = None
-
     def forward(  # type: ignore[override]
         self, x: Tensor, x_0: Tensor, edge_index: Any, edge_weight: Tensor | None = None
     ) -> Tensor:
@@ -113,16 +106,8 @@ class DistGCN2Conv(DistLayer, GCN2Conv):
         check_distributed(self, x, REDUCTIONS)
         self._check_initial(x_0, edge_index)
         halo, static = LayerHalo.open(self, edge_index, x, self.channels)
-        rows, (rowptr, col, value) = self._gather(x, edge_index, edge_weight, halo, static)
-        reduce = "sum" if self.aggr == "add" else str(self.aggr)
-        h = spmm(rowptr, col, x, value, reduce, x_halo=rows) * (1 - self.alpha)
-        x_0 = self.alpha * x_0
-        beta = self.beta
-        if self.weight2 is None:
-            out = h + x_0
-            return torch.addmm(out, out, self.weight1, beta=1.0 - beta, alpha=beta)
-        out = torch.addmm(h, h, self.weight1, beta=1.0 - beta, alpha=beta)
-        return out + torch.addmm(x_0, x_0, self.weight2, beta=1.0 - beta, alpha=beta)
+        return initial_residual(self, self._aggregate(x, edge_index, edge_weight, halo, static),
+                                x_0)
 
     def _check_initial(self, x_0: Any, edge_index: DistEdgeIndex) -> None:
         """``x_0`` must hold the owned rows: on a partitioned graph, whole-graph
@@ -139,28 +124,16 @@ class DistGCN2Conv(DistLayer, GCN2Conv):
                 f"the initial features (x_0[data.global_id] for whole-graph rows)"
             )
 
-    @torch.compiler.disable
-    def _gather(
-        self, x: Tensor, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
-        halo: LayerHalo, static: bool,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor | None]]:
-        """The halo rows of ``x`` and the adjacency over them: the exchange and
-        the per-graph caches of the normalisation, one graph break under
-        :func:`torch.compile`."""
-        fetched = halo.fetch(x, static)
-        return fetched.rows, self._adjacency(x.dtype, edge_index, edge_weight, fetched, halo)
 
-    def _adjacency(
-        self, dtype: torch.dtype, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
-        fetched: HaloRows, halo: LayerHalo,
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """The (normalised) local adjacency; over the present halo rows only when
-        the policy left some out (cached with ``cached`` otherwise)."""
-        if fetched.mask is None and self._dist_cache is not None:
-            return self._dist_cache
-        # Like GCN2Conv, self-loops are added only while normalising.
-        adjacency = gcn_adjacency(edge_index, edge_weight, fetched, halo, dtype,
-                                  bool(self.normalize), False, bool(self.add_self_loops))
-        if self.cached and fetched.mask is None:
-            self._dist_cache = adjacency
-        return adjacency
+def initial_residual(conv: GCN2Conv, h: Tensor, x_0: Tensor) -> Tensor:
+    r"""``conv``'s output from its aggregated input :math:`\mathbf{\hat{P}}\mathbf{X}`
+    (``h``) and the initial rows ``x_0``, as :class:`~torch_geometric.nn.GCN2Conv`
+    computes it."""
+    h = h * (1 - conv.alpha)
+    x_0 = conv.alpha * x_0
+    beta = conv.beta
+    if conv.weight2 is None:
+        out = h + x_0
+        return torch.addmm(out, out, conv.weight1, beta=1.0 - beta, alpha=beta)
+    out = torch.addmm(h, h, conv.weight1, beta=1.0 - beta, alpha=beta)
+    return out + torch.addmm(x_0, x_0, conv.weight2, beta=1.0 - beta, alpha=beta)

@@ -14,13 +14,62 @@ from pyg_dist.nn.gcn_norm import gcn_adjacency
 from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import spmm
 
-__all__ = ["DistGCNConv"]
+__all__ = ["DistGCNConv", "GCNAggregation"]
 
 #: Aggregations the distributed path runs (those of spmm over the normalised adjacency).
 REDUCTIONS = ("add", "sum", "mean", "max")
 
 
-class DistGCNConv(DistLayer, GCNConv):
+class GCNAggregation:
+    """The distributed aggregation of the GCN family over the (normalised)
+    local adjacency, for layers with ``normalize``, ``add_self_loops``,
+    ``cached``, ``aggr`` (and ``improved``, :obj:`False` if absent)."""
+
+    _dist_cache: tuple[Tensor, Tensor, Tensor | None] | None = None
+    normalize: bool
+    add_self_loops: bool | None
+    cached: bool
+    aggr: Any
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()  # type: ignore[misc]
+        self._dist_cache = None
+
+    def _aggregate(self, h: Tensor, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
+                   halo: LayerHalo, static: bool) -> Tensor:
+        rows, (rowptr, col, value) = self._gather(h, edge_index, edge_weight, halo, static)
+        reduce = "sum" if self.aggr == "add" else str(self.aggr)
+        return spmm(rowptr, col, h, value, reduce, x_halo=rows)
+
+    @torch.compiler.disable
+    def _gather(
+        self, h: Tensor, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
+        halo: LayerHalo, static: bool,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor | None]]:
+        """The halo rows of ``h`` and the adjacency over them: the exchange and
+        the per-graph caches of the normalisation, one graph break under
+        :func:`torch.compile`."""
+        fetched = halo.fetch(h, static)
+        return fetched.rows, self._adjacency(h.dtype, edge_index, edge_weight, fetched, halo)
+
+    def _adjacency(
+        self, dtype: torch.dtype, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
+        fetched: HaloRows, halo: LayerHalo,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The (normalised) local adjacency; over the present halo rows only when
+        the policy left some out (cached per graph otherwise, and with ``cached``).
+        Self-loops are added only while normalising, as PyG's layers do."""
+        if fetched.mask is None and self._dist_cache is not None:
+            return self._dist_cache
+        adjacency = gcn_adjacency(edge_index, edge_weight, fetched, halo, dtype,
+                                  bool(self.normalize), bool(getattr(self, "improved", False)),
+                                  bool(self.add_self_loops))
+        if self.cached and fetched.mask is None:
+            self._dist_cache = adjacency
+        return adjacency
+
+
+class DistGCNConv(GCNAggregation, DistLayer, GCNConv):
     r"""The graph convolutional operator from the `"Semi-supervised
     Classification with Graph Convolutional Networks"
     <https://arxiv.org/abs/1609.02907>`_ paper, distributed.
@@ -67,7 +116,6 @@ class DistGCNConv(DistLayer, GCNConv):
     """
 
     pyg_class = GCNConv
-    _dist_cache: tuple[Tensor, Tensor, Tensor | None] | None = None
 
     def __init__(
         self,
@@ -84,10 +132,6 @@ class DistGCNConv(DistLayer, GCNConv):
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
         self.halo = halo
-
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        self._dist_cache = None
 
     def forward(  # type: ignore[override]
         self, x: Tensor, edge_index: Any, edge_weight: Tensor | None = None
@@ -109,34 +153,3 @@ class DistGCNConv(DistLayer, GCNConv):
         if self.bias is not None:
             out = out + self.bias
         return out
-
-    def _aggregate(self, h: Tensor, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
-                   halo: LayerHalo, static: bool) -> Tensor:
-        rows, (rowptr, col, value) = self._gather(h, edge_index, edge_weight, halo, static)
-        reduce = "sum" if self.aggr == "add" else str(self.aggr)
-        return spmm(rowptr, col, h, value, reduce, x_halo=rows)
-
-    @torch.compiler.disable
-    def _gather(
-        self, h: Tensor, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
-        halo: LayerHalo, static: bool,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor | None]]:
-        """The halo rows of ``h`` and the adjacency over them: the exchange and
-        the per-graph caches of the normalisation, one graph break under
-        :func:`torch.compile`."""
-        fetched = halo.fetch(h, static)
-        return fetched.rows, self._adjacency(h.dtype, edge_index, edge_weight, fetched, halo)
-
-    def _adjacency(
-        self, dtype: torch.dtype, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
-        fetched: HaloRows, halo: LayerHalo,
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """The normalised local adjacency; over the present halo rows only when
-        the policy left some out (cached per graph otherwise, and with ``cached``)."""
-        if fetched.mask is None and self._dist_cache is not None:
-            return self._dist_cache
-        adjacency = gcn_adjacency(edge_index, edge_weight, fetched, halo, dtype, self.normalize,
-                                  self.improved, bool(self.add_self_loops))
-        if self.cached and fetched.mask is None:
-            self._dist_cache = adjacency
-        return adjacency

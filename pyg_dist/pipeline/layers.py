@@ -11,6 +11,7 @@ from torch import Tensor
 from torch_geometric.nn import GCN2Conv, GCNConv, SAGEConv
 
 from pyg_dist.data import DistEdgeIndex
+from pyg_dist.nn.gcn2_conv import initial_residual
 from pyg_dist.nn.gcn_norm import dist_gcn_norm, halo_degree
 from pyg_dist.ops.csr import csr_row
 
@@ -65,13 +66,7 @@ def update(conv: Any, agg: Tensor, h_in: Tensor, x0: Tensor | None) -> Tensor:
     (GCN2Conv), as the PyG layer computes them."""
     if isinstance(conv, GCN2Conv):
         assert x0 is not None, "GCN2Conv needs the initial rows"
-        out = agg * (1 - conv.alpha)
-        x0 = conv.alpha * x0
-        if conv.weight2 is None:
-            out = out + x0
-            return torch.addmm(out, out, conv.weight1, beta=1.0 - conv.beta, alpha=conv.beta)
-        out = torch.addmm(out, out, conv.weight1, beta=1.0 - conv.beta, alpha=conv.beta)
-        return out + torch.addmm(x0, x0, conv.weight2, beta=1.0 - conv.beta, alpha=conv.beta)
+        return initial_residual(conv, agg, x0)
     if isinstance(conv, GCNConv):
         out = conv.lin(agg)
         return out if conv.bias is None else out + conv.bias
