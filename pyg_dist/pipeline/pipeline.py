@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pyg_dist import distributed
+from pyg_dist import distributed, peers
 from pyg_dist.data import DistData, DistEdgeIndex
 from pyg_dist.halo.exchange import exchange_route
 from pyg_dist.halo.ledger import GRADIENTS, STAGE
@@ -401,14 +401,16 @@ class Pipeline:
         peer = self.grid.rank_of(self.grid.stage + step)
         rows = self.data.x.new_empty(chunk.rows.numel(), self.state_width)
         start = time.perf_counter()
-        dist.recv(rows, peer, tag=self._tag(chunk, direction))
+        with peers.guard("stage transfer"):
+            dist.recv(rows, peer, tag=self._tag(chunk, direction))
         self.ledger.record(*_stage_key(direction), bytes_recv=rows.numel() * rows.element_size(),
                            seconds=time.perf_counter() - start)
         return rows
 
     def _finish_sends(self) -> None:
-        for work, _ in self._sends:
-            work.wait()
+        with peers.guard("stage transfer"):
+            for work, _ in self._sends:
+                work.wait()
         self._sends = []
 
     def _shared_labels(self, labels: Tensor | None) -> Tensor:
