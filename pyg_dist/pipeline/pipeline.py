@@ -96,7 +96,8 @@ class Pipeline:
     With one chunk, each stage runs the model's own layers on its part, so
     the graph's halo policies (:func:`load`'s ``halo``) apply within a stage.
     With more, a layer aggregating chunk :math:`k` reads its current rows (the
-    chunk's own and its halo rows, exchanged within the stage exactly) and, for the
+    chunk's own and its halo rows, exchanged within the stage at every chunk,
+    compressed as the layer's policy says) and, for the
     other chunks, its history table: this epoch's rows for chunks already
     done, last epoch's for the rest (at most one epoch old; the ledger books
     the largest age per layer). Gradients flow through the current rows only:
@@ -309,7 +310,7 @@ class Pipeline:
             halo = None
             if self.grid.parts > 1:
                 halo = exchange_route(h_in, self.graph.channel, name, chunk.route,
-                                      direction=direction)
+                                      self._codec(conv), direction)
             adj = chunking.adjacency(*self._conv_adjacency(index))[chunk.index]
             rowptr, col, value = adj.current
             agg = spmm(rowptr, col, h_in, value, "sum", x_halo=halo)
@@ -323,6 +324,11 @@ class Pipeline:
                                          epoch)
             h = model.combine(h, update(conv, agg, h_in, x0))
         return h
+
+    def _codec(self, conv: Any) -> Any:
+        """The compression of ``conv``'s halo policy (or the graph's default)."""
+        policy = getattr(conv, "halo", None) or self.graph.registry.default
+        return getattr(policy, "codec", None)
 
     def _enter(self, chunking: Chunking, chunk: Chunk, epoch: int,
                direction: str) -> tuple[Tensor, Tensor, Tensor | None]:

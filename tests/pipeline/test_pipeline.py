@@ -91,6 +91,8 @@ def body(folders):
         if world > stages:  # a halo within each stage: the graph's policy applies
             out[(stages, "stale")] = run_layout(folders, stages, "gcn2", 1, steps=3,
                                                 halo=pyg_dist.halo.Stale(every=3))
+            out[(stages, "int8")] = run_layout(folders, stages, "gcn2", 4, steps=3,
+                                               halo=pyg_dist.halo.Exact(compress="int8"))
     errors = {}
     for name, fn in {
         "stages": lambda: load(folders[1], 3),
@@ -179,6 +181,11 @@ def test_a_halo_policy_applies_within_each_stage(runs):
         exact = [r for result in results for r in result[(stages, "gcn2", 1)]["rows"]]
         assert max(r["staleness"] for r in stale) >= 1
         assert 0 < halo(stale) < halo(exact) * 3 / 2  # 3 steps, one exchange, vs 2 exact
+        # with chunks, the compression of the policy applies: int8 rows of 8 values
+        # (8 bytes and a 4-byte scale) against float32's 32 bytes
+        int8 = [r for result in results for r in result[(stages, "int8")]["rows"]]
+        chunked = [r for result in results for r in result[(stages, "gcn2", 4)]["rows"]]
+        assert halo(int8) == pytest.approx(halo(chunked) * 12 / 32)
 
 
 def test_stage_bytes_are_the_hand_count(runs):
