@@ -4,7 +4,8 @@ training, on local gloo ranks.
     python benchmarks/gradient_only.py [--datasets cora community] [--models gcn sage]
         [--layers 2 4 8] [--seeds 3] [--seeds-deep 1] [--parts 4] [--clusters-per-part 4]
         [--regroup-every 50] [--epochs-cora 200] [--epochs-community 20]
-        [--community-nodes 100000] [--eval-every 5] [--compress-only] [--json out.json]
+        [--community-nodes 100000] [--eval-every 5] [--compress-only | --no-compress]
+        [--json out.json]
 
 For each graph, model and depth (residual connections from 3 layers on), one
 row per training mode: exact; ``auto`` (the halo policy that picks for
@@ -125,6 +126,8 @@ def main():
     parser.add_argument("--epochs-cora", type=int, default=200)
     parser.add_argument("--epochs-community", type=int, default=20)
     parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--no-compress", action="store_true",
+                        help="skip the gradient compressions")
     parser.add_argument("--compress-only", action="store_true",
                         help="only the gradient compressions")
     parser.add_argument("--json", default=None, help="write the table rows here")
@@ -150,9 +153,10 @@ def main():
                         seeds = args.seeds if layers == 2 else args.seeds_deep
                         lines += table(f"{graph}, {kind}, {layers} layers",
                                        launch(args, setup, kind, layers, runs, seeds), "exact")
-            runs = [(spec, {"grad_compress": spec}, "exact") for spec in COMPRESSIONS]
-            lines += table(f"{graph}, gcn, 2 layers, exact, gradient compression",
-                           launch(args, setup, "gcn", 2, runs, args.seeds), "none")
+            if not args.no_compress:
+                runs = [(spec, {"grad_compress": spec}, "exact") for spec in COMPRESSIONS]
+                lines += table(f"{graph}, gcn, 2 layers, exact, gradient compression",
+                               launch(args, setup, "gcn", 2, runs, args.seeds), "none")
             if args.json:
                 Path(args.json).write_text(json.dumps(lines, indent=1))
 
