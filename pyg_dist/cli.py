@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="gradient-only: epochs between regroupings (default: 50)")
     train.add_argument("--regroup", default="sweep", choices=["sweep", "random"],
                        help="gradient-only: how clusters move between ranks (default: sweep)")
+    train.add_argument("--regroup-from", default="folder", choices=["folder", "peers"],
+                       help="gradient-only: read a new group of clusters from the folder, "
+                            "or receive it from the ranks that held its clusters")
     train.add_argument("--correction", default="node", choices=["node", "batch", "none"],
                        help="gradient-only: coverage correction (default: node)")
     train.add_argument("--shrinkage", type=float, default=0.0,
@@ -439,6 +442,7 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
                    grad_compress=config["grad_compress"], mode=config["mode"],
                    regroup_every=config["regroup_every"], regroup=config["regroup"],
                    correction=config["correction"], shrinkage=config["shrinkage"],
+                   regroup_from=config["regroup_from"],
                    stages=stages, chunks=chunks, initial_rows=config["initial_rows"])
     if rank != 0:
         return None
@@ -459,7 +463,8 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
         "compress": config["compress"],
         "grad_compress": config["grad_compress"],
         "mode": config["mode"],
-        **({key: config[key] for key in ("regroup", "regroup_every", "correction", "shrinkage")}
+        **({key: config[key] for key in ("regroup", "regroup_every", "regroup_from",
+                                         "correction", "shrinkage")}
            if config["mode"] == "gradient-only" else {}),
         "input_cache": not config["no_input_cache"],
     }

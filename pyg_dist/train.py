@@ -133,6 +133,7 @@ def train(
     regroup: str = "sweep",
     correction: str = "node",
     shrinkage: float = 0.0,
+    regroup_from: str = "folder",
     stages: int = 1,
     chunks: int = 1,
     initial_rows: str = "send",
@@ -192,6 +193,9 @@ def train(
             :mod:`pyg_dist.regroup`); evaluation stays on ``data``, exact.
             Under ``correction="node"`` the model is called with edge weights,
             ``model(x, edge_index, edge_weight)``. (default: :obj:`"exact"`)
+        regroup_from (str, optional): Where gradient-only training gets a new
+            group of clusters: ``"folder"`` (read again) or ``"peers"`` (sent by
+            the ranks that held them). (default: :obj:`"folder"`)
         stages (int, optional): Layer stages of a layer pipeline
             (:class:`pyg_dist.pipeline.Pipeline`; ``model`` a
             :class:`~pyg_dist.models.DeepGNN`, ``data`` loaded by
@@ -209,7 +213,8 @@ def train(
         raise ValueError(f"'train' got mode='{mode}'; use one of {', '.join(MODES)}")
     pipe = _pipeline(model, data, stages, chunks, initial_rows, mode, grad_compress,
                      checkpoint_every, resume)
-    runner = (GradientOnly(data, regroup_every, regroup, correction, shrinkage)
+    runner = (GradientOnly(data, regroup_every, regroup, correction, shrinkage,
+                           regroup_from=regroup_from)
               if mode == "gradient-only" else None)
     _set_halo_plan(data, eval_halo, epochs)
     if (resume or checkpoint_every) and checkpoint is None:

@@ -3,8 +3,9 @@ clusters with the edges between them, read from the clusters folder."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -27,7 +28,9 @@ class ClusterGroup:
         cluster: ``[N]`` the cluster of each node.
         edge_cluster: ``[2, E]`` the clusters of each edge's source and target.
         in_degree: ``[N]`` each node's in-degree in the whole graph.
-        bytes_read: Size of the cluster files read.
+        bytes_read: Size of the cluster files read (or received).
+        parts: The clusters' contents as read from the folder, by cluster
+            (what a rank hands on when clusters move between ranks).
 
     Shapes:
         - **data.edge_index**, **edge_cluster:** :obj:`[2, E]`
@@ -40,6 +43,7 @@ class ClusterGroup:
     edge_cluster: Tensor
     in_degree: Tensor
     bytes_read: int
+    parts: dict[int, Any] = field(default_factory=dict, repr=False)
 
     @property
     def coverage(self) -> Tensor:
@@ -53,8 +57,17 @@ class ClusterGroup:
              clusters: list[int]) -> ClusterGroup:
         """Reads ``clusters`` from ``folder`` (a clusters folder, one part per
         cluster) and keeps the edges between them."""
-        clusters = sorted(clusters)
-        parts = [read_part(folder, c, meta) for c in clusters]
+        parts = {c: read_part(folder, c, meta) for c in clusters}
+        size = sum((Path(folder) / part_file(c)).stat().st_size for c in clusters)
+        return cls.build(meta, parts, size)
+
+    @classmethod
+    def build(cls, meta: PartitionMeta, contents: dict[int, Any],
+              size: int) -> ClusterGroup:
+        """The group of the clusters whose contents (as :func:`read_part`
+        returns them) are ``contents``; ``size``: the bytes they came in."""
+        clusters = sorted(contents)
+        parts = [contents[c] for c in clusters]
         global_id = torch.cat([p["graph"]["global_id"] for p in parts])
         cluster = torch.cat([torch.full((p["graph"]["global_id"].numel(),), c, dtype=torch.long)
                              for c, p in zip(clusters, parts)])
@@ -84,5 +97,5 @@ class ClusterGroup:
         for key in meta.edge_attrs:
             setattr(data, key, torch.cat([p["edge"][key][kept]
                                           for p, kept in zip(parts, kept_edges)]))
-        size = sum((Path(folder) / part_file(c)).stat().st_size for c in clusters)
-        return cls(clusters, data, cluster, cluster[edge_index], torch.cat(degrees), size)
+        return cls(clusters, data, cluster, cluster[edge_index], torch.cat(degrees), size,
+                   dict(contents))

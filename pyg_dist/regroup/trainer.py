@@ -16,12 +16,15 @@ from pyg_dist.halo.ledger import REGROUP
 from pyg_dist.partition.io import CLUSTERS_DIR, read_meta
 from pyg_dist.regroup.correction import CORRECTIONS, batch_weight, edge_weights, shrink
 from pyg_dist.regroup.group import ClusterGroup
+from pyg_dist.regroup.move import move_clusters
 from pyg_dist.regroup.schedule import SCHEMES, groups, inclusion
 
 __all__ = ["GradientOnly", "LAYER"]
 
 #: The ledger's name for loading a new group of clusters.
 LAYER = "regroup"
+#: Where a new group of clusters comes from.
+SOURCES = ("folder", "peers")
 
 
 class GradientOnly:
@@ -30,8 +33,11 @@ class GradientOnly:
     :math:`t = \lfloor (\text{epoch} - 1) / R \rfloor` rank :math:`r` holds
     :func:`~pyg_dist.regroup.schedule.groups` ``(C, P, t)[r]`` and trains
     on the edges between them (see :mod:`pyg_dist.regroup.correction` for
-    the corrections). Loading a group is booked in the ledger (layer
-    ``"regroup"``: the cluster files' bytes and the seconds).
+    the corrections). A new group is read from the clusters folder
+    (``regroup_from="folder"``: storage every rank can read) or, after the
+    first, received from the ranks that held its clusters
+    (``"peers"``); either is booked in the ledger (layer ``"regroup"``: the
+    bytes read or received and sent, the seconds).
 
     Args:
         data (DistData): This rank's part of the folder (its ledger books the
@@ -42,11 +48,18 @@ class GradientOnly:
             (default: :obj:`"node"`)
         shrinkage (float, optional): :math:`\lambda \in [0, 1]`. (default: :obj:`0.0`)
         seed (int, optional): Seed of the grouping. (default: :obj:`0`)
+        regroup_from (str, optional): ``"folder"`` or ``"peers"``.
+            (default: :obj:`"folder"`)
     """
 
     def __init__(self, data: Any, regroup_every: int = 50, regroup: str = "sweep",
-                 correction: str = "node", shrinkage: float = 0.0, seed: int = 0) -> None:
+                 correction: str = "node", shrinkage: float = 0.0, seed: int = 0,
+                 regroup_from: str = "folder") -> None:
         _check(data, regroup_every, regroup, correction, shrinkage)
+        if regroup_from not in SOURCES:
+            raise ValueError(f"'train' got regroup_from='{regroup_from}'; use one of "
+                             f"{', '.join(SOURCES)}")
+        self.source = regroup_from
         self.folder = Path(data.folder) / CLUSTERS_DIR
         self.meta = read_meta(self.folder)
         self.ledger = data.ledger
@@ -55,20 +68,30 @@ class GradientOnly:
         self.correction, self.shrinkage = correction, shrinkage
         self.pi = inclusion(self.meta.num_parts, self.world, regroup, seed)
         self.group: ClusterGroup | None = None
+        self.groups: list[list[int]] = []
         self.edge_weight: Tensor | None = None
         self.scale = 1.0
 
     def prepare(self, epoch: int) -> ClusterGroup:
-        """This rank's group for ``epoch`` (1-based), loaded when the period
-        changes; collective then (the batch weights)."""
+        """This rank's group for ``epoch`` (1-based), loaded when the groups
+        change; collective then (the batch weights, moving clusters)."""
         period = (epoch - 1) // self.every
-        mine = groups(self.meta.num_parts, self.world, period, self.scheme, self.seed)[self.rank]
-        if self.group is None or self.group.clusters != mine:
-            start = time.perf_counter()
-            self.group = ClusterGroup.load(self.folder, self.meta, mine)
-            self._weigh(self.group)
-            self.ledger.record(LAYER, REGROUP, bytes_recv=self.group.bytes_read, exchanges=1,
-                               seconds=time.perf_counter() - start)
+        every = groups(self.meta.num_parts, self.world, period, self.scheme, self.seed)
+        if self.group is not None and every == self.groups:
+            return self.group
+        # The same on every rank: the batch weights and moves are collective.
+        start, sent, received = time.perf_counter(), 0, 0
+        if self.group is None or (self.source == "folder"
+                                  and self.group.clusters != every[self.rank]):
+            self.group = ClusterGroup.load(self.folder, self.meta, every[self.rank])
+            received = self.group.bytes_read
+        elif self.source == "peers":
+            contents, sent, received = move_clusters(self.group.parts, self.groups, every)
+            self.group = ClusterGroup.build(self.meta, contents, received)
+        self.groups = every
+        self._weigh(self.group)
+        self.ledger.record(LAYER, REGROUP, bytes_recv=received, bytes_sent=sent,
+                           exchanges=1, seconds=time.perf_counter() - start)
         assert self.group is not None, "loaded above"
         return self.group
 

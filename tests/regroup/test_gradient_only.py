@@ -37,6 +37,7 @@ def _train(parts, kind="gcn", ckpt=None, fail_at=None, resume=False, **options):
     return {
         "summary": result.summary(),
         "regroups": [r["step"] for r in data.ledger.rows() if r["direction"] == "regroup"],
+        "regroup rows": [r for r in data.ledger.rows() if r["direction"] == "regroup"],
         "state": {k: v.clone() for k, v in model.state_dict().items()},
         "numel": sum(p.numel() for p in model.parameters()),
     }
@@ -46,6 +47,8 @@ def body(parts, ckpt):
     out = {c: _train(parts, correction=c) for c in ("node", "batch", "none")}
     out["batch, shrinkage 1"] = _train(parts, correction="batch", shrinkage=1.0)
     out["random"] = _train(parts, regroup="random")
+    out["random, peers"] = _train(parts, regroup="random", regroup_from="peers")
+    out["node, peers"] = _train(parts, regroup_from="peers")
     out["covap"] = _train(parts, correction="batch", grad_compress="covap:2")
     _train(parts, ckpt=ckpt, fail_at=5)
     out["resumed"] = _train(parts, ckpt=ckpt, resume=True)
@@ -81,6 +84,23 @@ def test_regroups_every_period_and_books_it(results):
     for res in results:
         assert res["node"]["regroups"] == [0, 2, 4]  # epochs 1, 3, 5 load new clusters
         assert res["node"]["summary"]["regroup_seconds"] > 0
+
+
+def test_clusters_moved_between_ranks_train_as_clusters_read_again(results):
+    for res in results:
+        for name in ("node", "random"):
+            moved = res[f"{name}, peers"]
+            for key, value in res[name]["state"].items():
+                assert torch.equal(moved["state"][key], value), (name, key)
+            rows = moved["regroup rows"]
+            assert [r["step"] for r in rows] == res[name]["regroups"]
+            # the first group is read from the folder, later ones come from peers
+            assert rows[0]["bytes_sent"] == 0 and rows[0]["bytes_recv"] > 0
+            assert sum(r["bytes_sent"] for r in rows[1:]) > 0
+    sent = sum(r["bytes_sent"] for res in results for r in res["node, peers"]["regroup rows"])
+    received = sum(r["bytes_recv"] for res in results
+                   for r in res["node, peers"]["regroup rows"][1:])
+    assert sent == received
 
 
 def test_full_shrinkage_of_batch_weights_is_no_correction(results):
@@ -129,6 +149,7 @@ def test_bad_options_name_the_fix(tmp_path):
     fails("clusters", "use one of node, batch, none", correction="edge")
     fails("clusters", r"shrinkage in \[0, 1\]", shrinkage=1.5)
     fails("clusters", "exchanges no halo", halo=Stale(2))
+    fails("clusters", "use one of folder, peers", regroup_from="disk")
     with pytest.raises(ValueError, match="use one of exact, gradient-only"):
         train(model, pyg_dist.DistData.load(tmp_path / "plain"), epochs=1, mode="isolated")
     with pytest.raises(ValueError, match="clusters_per_part >= 1"):
