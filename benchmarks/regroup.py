@@ -46,7 +46,7 @@ def main():
     parser.add_argument("--parts", type=int, default=4)
     parser.add_argument("--clusters-per-part", type=int, default=4)
     parser.add_argument("--regroups", type=int, default=8)
-    parser.add_argument("--regroup", default="sweep", choices=["sweep", "random"])
+    parser.add_argument("--regroup", default="sweep", choices=["sweep", "random", "home"])
     args = parser.parse_args()
     data = community_graph(preset("synthetic-arxiv", num_nodes=args.num_nodes), seed=0)
     with tempfile.TemporaryDirectory(prefix="pyg_dist-bench-") as tmp:

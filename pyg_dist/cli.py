@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "clusters regrouped over the ranks, no halo, only gradients cross")
     train.add_argument("--regroup-every", type=int, default=50, metavar="R",
                        help="gradient-only: epochs between regroupings (default: 50)")
-    train.add_argument("--regroup", default="sweep", choices=["sweep", "random"],
+    train.add_argument("--regroup", default="sweep", choices=["sweep", "random", "home"],
                        help="gradient-only: how clusters move between ranks (default: sweep)")
     train.add_argument("--regroup-from", default="folder", choices=["folder", "peers"],
                        help="gradient-only: read a new group of clusters from the folder, "

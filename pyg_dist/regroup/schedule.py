@@ -12,13 +12,19 @@ same on every rank for a given seed:
   plus one slot per sweep, so that the extras meet different company over
   time (Grappa's reference code sweeps likewise);
 * ``"random"``: a seeded uniform permutation of the clusters cut into
-  :math:`P` groups of :math:`m`.
+  :math:`P` groups of :math:`m`;
+* ``"home"``: rank :math:`r` keeps its own part's clusters
+  :math:`rm, \dots, rm + m - 1` but one: in period :math:`t`, slot
+  :math:`j = t \bmod m` goes to rank :math:`r + s` and rank :math:`r - s`'s goes
+  to :math:`r` (mod :math:`P`), with :math:`s = 1 + \lfloor t/m \rfloor \bmod (P - 1)`;
+  a rank keeps most of its part's edges (as an isolated part does) while every
+  cluster meets every other part over a cycle of :math:`m(P - 1)` periods.
 
 :func:`inclusion` gives :math:`\pi_{ab}`, the probability that clusters
 :math:`a \ne b` share a rank in a period: :math:`(m - 1)/(C - 1)` under
 ``"random"`` (the other :math:`m - 1` places of :math:`a`'s group are a
 uniform draw from the :math:`C - 1` other clusters), the fraction of a full
-cycle's periods under ``"sweep"``; :math:`\pi_{aa} = 1`.
+cycle's periods under ``"sweep"`` and ``"home"``; :math:`\pi_{aa} = 1`.
 """
 from __future__ import annotations
 
@@ -27,13 +33,15 @@ from torch import Tensor
 
 __all__ = ["SCHEMES", "groups", "inclusion"]
 
-SCHEMES = ("sweep", "random")
+SCHEMES = ("sweep", "random", "home")
 
 
 def groups(num_clusters: int, num_ranks: int, period: int, scheme: str = "sweep",
            seed: int = 0) -> list[list[int]]:
     """The clusters of every rank in ``period`` (sorted per rank)."""
     per_rank = num_clusters // num_ranks
+    if scheme == "home":
+        return _home(per_rank, num_ranks, period)
     if scheme == "random":
         gen = torch.Generator().manual_seed(_period_seed(seed, period))
         perm = torch.randperm(num_clusters, generator=gen).tolist()
@@ -55,7 +63,8 @@ def inclusion(num_clusters: int, num_ranks: int, scheme: str = "sweep", seed: in
         share = (per_rank - 1) / max(num_clusters - 1, 1)
         pi = torch.full((num_clusters, num_clusters), share, dtype=torch.float64)
     else:
-        cycle = num_ranks * max(len(_extras(num_clusters, num_ranks, seed)), 1)
+        cycle = (per_rank * max(num_ranks - 1, 1) if scheme == "home"
+                 else num_ranks * max(len(_extras(num_clusters, num_ranks, seed)), 1))
         together = torch.zeros(num_clusters, num_clusters, dtype=torch.float64)
         for period in range(cycle):
             for group in groups(num_clusters, num_ranks, period, scheme, seed):
@@ -64,6 +73,20 @@ def inclusion(num_clusters: int, num_ranks: int, scheme: str = "sweep", seed: in
         pi = together / cycle
     pi.fill_diagonal_(1.0)
     return pi
+
+
+def _home(per_rank: int, num_ranks: int, period: int) -> list[list[int]]:
+    """The ``"home"`` groups of ``period`` (see the module docstring)."""
+    homes = [list(range(r * per_rank, (r + 1) * per_rank)) for r in range(num_ranks)]
+    if num_ranks == 1:
+        return homes
+    slot = period % per_rank
+    shift = 1 + (period // per_rank) % (num_ranks - 1)
+    out = []
+    for r, home in enumerate(homes):
+        guest = homes[(r - shift) % num_ranks][slot]
+        out.append(sorted([c for j, c in enumerate(home) if j != slot] + [guest]))
+    return out
 
 
 def _extras(num_clusters: int, num_ranks: int, seed: int) -> list[int]:

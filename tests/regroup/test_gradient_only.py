@@ -48,6 +48,7 @@ def body(parts, ckpt):
     out["batch, shrinkage 1"] = _train(parts, correction="batch", shrinkage=1.0)
     out["random"] = _train(parts, regroup="random")
     out["random, peers"] = _train(parts, regroup="random", regroup_from="peers")
+    out["home"] = _train(parts, regroup="home")
     out["node, peers"] = _train(parts, regroup_from="peers")
     out["covap"] = _train(parts, correction="batch", grad_compress="covap:2")
     _train(parts, ckpt=ckpt, fail_at=5)
@@ -71,7 +72,7 @@ def results(tmp_path_factory):
 
 def test_only_gradients_cross_in_training(results):
     for res in results:
-        for name in ("node", "batch", "none", "random", "sage batch"):
+        for name in ("node", "batch", "none", "random", "home", "sage batch"):
             run = res[name]["summary"]
             assert run["halo_bytes_fwd"] == 0 and run["halo_bytes_bwd"] == 0, name
             assert run["halo_bytes_eval"] > 0  # evaluation stays exact, on the full graph
@@ -145,7 +146,7 @@ def test_bad_options_name_the_fix(tmp_path):
 
     fails("plain", "clusters_per_part=m")
     fails("clusters", "regroup_every >= 1", regroup_every=0)
-    fails("clusters", "use one of sweep, random", regroup="sorted")
+    fails("clusters", "use one of sweep, random, home", regroup="sorted")
     fails("clusters", "use one of node, batch, none", correction="edge")
     fails("clusters", r"shrinkage in \[0, 1\]", shrinkage=1.5)
     fails("clusters", "exchanges no halo", halo=Stale(2))

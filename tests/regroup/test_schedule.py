@@ -52,3 +52,18 @@ def test_sweep_inclusion_counts_a_full_cycle():
     # each base meets each extra in half of the periods (2 ranks, 3 slots of 6)
     extras = [c for c in range(8) if c % 4]
     assert torch.allclose(pi[0, extras], torch.full((6,), 0.5, dtype=torch.float64))
+
+
+def test_home_keeps_all_but_one_of_a_parts_clusters_and_visits_every_rank():
+    clusters, ranks, m = 12, 3, 4
+    seen = {c: set() for c in range(clusters)}
+    for period in range(m * (ranks - 1)):  # one cycle
+        grouping = groups(clusters, ranks, period, "home")
+        assert sorted(c for g in grouping for c in g) == list(range(clusters))
+        for rank, group in enumerate(grouping):
+            assert len(group) == m and sum(c // m == rank for c in group) == m - 1
+            seen.update({c: seen[c] | {rank} for c in group})
+    assert all(seen[c] == {0, 1, 2} for c in range(clusters))
+    pi = inclusion(clusters, ranks, "home")
+    assert pi[0, 1] == pytest.approx((m - 2) / m)  # home clusters apart when one is away
+    assert torch.allclose(pi, pi.T)
