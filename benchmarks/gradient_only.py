@@ -3,7 +3,8 @@ training, on local gloo ranks.
 
     python benchmarks/gradient_only.py [--datasets cora community] [--models gcn sage]
         [--layers 2 4 8] [--seeds 3] [--seeds-deep 1] [--parts 4] [--clusters-per-part 4]
-        [--regroup-every 50] [--epochs-cora 200] [--epochs-community 20]
+        [--regroup-every 50] [--regroup sweep] [--modes LABEL ...] [--epochs-cora 200]
+        [--epochs-community 20]
         [--community-nodes 100000] [--eval-every 5] [--compress-only | --no-compress]
         [--json out.json]
 
@@ -51,7 +52,7 @@ COMPRESSIONS = ["none", "fp16", "powersgd:4", "covap:2", "covap:4", "covap:auto"
 
 
 def rank_body(parts_dir, kind, layers, hidden, classes, seed, epochs, runs, eval_every,
-              regroup_every):
+              regroup):
     rows = []
     for label, options, halo in runs:
         data = pyg_dist.DistData.load(parts_dir, halo=parse_policy(halo))
@@ -60,7 +61,7 @@ def rank_body(parts_dir, kind, layers, hidden, classes, seed, epochs, runs, eval
                     residual=layers > 2)
         torch.manual_seed(seed * 1000 + data.rank)
         if options.get("mode") == "gradient-only":
-            options = {**options, "regroup_every": regroup_every}
+            options = {**options, "regroup_every": regroup[0], "regroup": regroup[1]}
         result = train(model, data, epochs=epochs, progress=False, eval_every=eval_every,
                        **options)
         summary = result.summary()
@@ -108,7 +109,7 @@ def launch(args, setup, kind, layers, runs, seeds):
     parts, hidden, classes, epochs = setup
     return [pyg_dist.launch(rank_body, args.parts, timeout=7200, args=(
         parts, kind, layers, hidden, classes, seed, epochs, runs, args.eval_every,
-        args.regroup_every))[0] for seed in range(seeds)]
+        (args.regroup_every, args.regroup)))[0] for seed in range(seeds)]
 
 
 def main():
@@ -121,6 +122,9 @@ def main():
     parser.add_argument("--parts", type=int, default=4)
     parser.add_argument("--clusters-per-part", type=int, default=4)
     parser.add_argument("--regroup-every", type=int, default=50)
+    parser.add_argument("--regroup", default="sweep", choices=["sweep", "random", "home"])
+    parser.add_argument("--modes", nargs="+", default=None, metavar="LABEL",
+                        help="only these rows (labels as printed; the first is the baseline)")
     parser.add_argument("--cora-root", default=str(CORA_ROOT))
     parser.add_argument("--community-nodes", type=int, default=100_000)
     parser.add_argument("--epochs-cora", type=int, default=200)
@@ -148,11 +152,13 @@ def main():
 
             if not args.compress_only:
                 for kind in args.models:
-                    runs = [m for m in MODES if kind == "gcn" or m[1].get("correction") != "node"]
+                    runs = [m for m in MODES if (kind == "gcn" or m[1].get("correction") != "node")
+                            and (args.modes is None or m[0] in args.modes)]
                     for layers in args.layers:
                         seeds = args.seeds if layers == 2 else args.seeds_deep
-                        lines += table(f"{graph}, {kind}, {layers} layers",
-                                       launch(args, setup, kind, layers, runs, seeds), "exact")
+                        lines += table(f"{graph}, {kind}, {layers} layers, {args.regroup}",
+                                       launch(args, setup, kind, layers, runs, seeds),
+                                       runs[0][0])
             if not args.no_compress:
                 runs = [(spec, {"grad_compress": spec}, "exact") for spec in COMPRESSIONS]
                 lines += table(f"{graph}, gcn, 2 layers, exact, gradient compression",
