@@ -17,7 +17,7 @@ from pyg_dist.checkpoint import load_checkpoint, save_checkpoint
 from pyg_dist.grads import GradientSync
 from pyg_dist.regroup import GradientOnly
 
-__all__ = ["train", "evaluate", "TrainResult", "EpochStats", "sync_parameters",
+__all__ = ["train", "evaluate", "accuracies", "TrainResult", "EpochStats", "sync_parameters",
            "all_reduce_gradients", "global_loss", "halo_choices"]
 
 MASKS = ("train_mask", "val_mask", "test_mask")
@@ -392,11 +392,16 @@ def evaluate(model: nn.Module, data: Any) -> tuple[float, float, float]:
     """Global accuracy on ``train_mask``, ``val_mask`` and ``test_mask`` (nan
     for a mask the data lacks)."""
     model.eval()
-    pred = model(data.x, data.edge_index).argmax(dim=-1)
+    return accuracies(model(data.x, data.edge_index).argmax(dim=-1), data)
+
+
+def accuracies(pred: Tensor | None, data: Any) -> tuple[float, float, float]:
+    """Global accuracy of the predictions ``pred`` (this rank's rows; :obj:`None`
+    for a rank that predicts nothing) on the three masks. Collective."""
     counts = []
     for name in MASKS:
         mask = getattr(data, name, None) if name in _keys(data) else None
-        if mask is None:
+        if pred is None or mask is None:
             counts += [0.0, 0.0]
         else:
             counts += [float((pred[mask] == data.y[mask]).sum()), float(mask.sum())]

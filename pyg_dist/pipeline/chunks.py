@@ -62,6 +62,7 @@ class Chunking:
         labels: ``[num_owned]`` chunk of each owned row.
         halo_labels: ``[num_halo]`` chunk of each halo row (its owner's).
         chunks: The chunks in processing order.
+        position / halo_position: Each owned / halo row's index within its chunk.
     """
 
     graph: DistEdgeIndex
@@ -69,6 +70,8 @@ class Chunking:
     labels: Tensor
     halo_labels: Tensor
     chunks: list[Chunk]
+    position: Tensor
+    halo_position: Tensor
     _adjacency: dict[Any, list[ChunkAdjacency]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -90,9 +93,7 @@ class Chunking:
                           _counts(halo_peer[halo_labels == k], plan.world_size))
             chunks.append(Chunk(k, (labels == k).nonzero().view(-1),
                                 (halo_labels == k).nonzero().view(-1), route))
-        chunking = cls(graph, count, labels, halo_labels, chunks)
-        chunking._positions = (position, halo_position)  # type: ignore[attr-defined]
-        return chunking
+        return cls(graph, count, labels, halo_labels, chunks, position, halo_position)
 
     def adjacency(self, key: Any, rowptr: Tensor, col: Tensor,
                   value: Tensor) -> list[ChunkAdjacency]:
@@ -103,7 +104,7 @@ class Chunking:
         return self._adjacency[key]
 
     def _split(self, rowptr: Tensor, col: Tensor, value: Tensor) -> list[ChunkAdjacency]:
-        position, halo_position = self._positions  # type: ignore[attr-defined]
+        position, halo_position = self.position, self.halo_position
         num_owned = self.labels.numel()
         row = csr_row(rowptr, col)
         target = self.labels[row]

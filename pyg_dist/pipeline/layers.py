@@ -11,8 +11,9 @@ from torch import Tensor
 from torch_geometric.nn import GCN2Conv, GCNConv, SAGEConv
 
 from pyg_dist.data import DistEdgeIndex
+from pyg_dist.halo import HaloRows
 from pyg_dist.nn.gcn2_conv import initial_residual
-from pyg_dist.nn.gcn_norm import dist_gcn_norm, halo_degree
+from pyg_dist.nn.gcn_norm import gcn_adjacency
 from pyg_dist.ops.csr import csr_row
 
 __all__ = ["SPLITTABLE", "check_splittable", "adjacency", "update"]
@@ -46,13 +47,12 @@ def adjacency(conv: Any, graph: DistEdgeIndex,
     this rank's rows (columns over ``[owned ; halo]``), and a key shared by
     layers with the same one."""
     if isinstance(conv, GCN2Conv | GCNConv):
-        improved = bool(getattr(conv, "improved", False))
-        loops = bool(conv.add_self_loops)
-        if not conv.normalize:  # GCN2Conv without normalisation: plain sum
-            return ("sum",), (graph.rowptr, graph.col, _ones(graph, dtype))
-        key = ("gcn", improved, loops)
-        deg_halo = halo_degree(graph, None, improved, loops, dtype, None)  # type: ignore[arg-type]
-        return key, dist_gcn_norm(graph, None, improved, loops, dtype, deg_halo)
+        options = (bool(conv.normalize), bool(getattr(conv, "improved", False)),
+                   bool(conv.add_self_loops))
+        every_row = HaloRows(graph.col.new_empty(0))  # all halo rows present
+        rowptr, col, value = gcn_adjacency(graph, None, every_row, None,  # type: ignore[arg-type]
+                                           dtype, *options)
+        return ("gcn", *options), (rowptr, col, _ones(graph, dtype) if value is None else value)
     if conv.aggr == "mean":
         row = csr_row(graph.rowptr, graph.col)
         degree = (graph.rowptr[1:] - graph.rowptr[:-1]).clamp(min=1).to(dtype)

@@ -19,11 +19,11 @@ from pyg_dist.partition.io import read_meta
 from pyg_dist.pipeline.chunks import Chunk, Chunking, chunk_labels
 from pyg_dist.pipeline.grid import Grid, grid
 from pyg_dist.pipeline.layers import adjacency, check_splittable, update
-from pyg_dist.pipeline.split import balance, measure_costs
+from pyg_dist.pipeline.split import balance, check_stages, measure_costs
+from pyg_dist.train import accuracies
 
 __all__ = ["Pipeline", "load"]
 
-MASKS = ("train_mask", "val_mask", "test_mask")
 #: How later stages get GCNII's initial rows.
 INITIAL_ROWS = ("send", "recompute")
 
@@ -53,30 +53,25 @@ class HistoryTable:
 
     own: Tensor
     halo: Tensor
-    stamp_own: Tensor
-    stamp_halo: Tensor
+    stamp: Tensor  # [owned ; halo]
 
     @classmethod
     def empty(cls, num_owned: int, num_halo: int, like: Tensor) -> HistoryTable:
         """Tables of rows as wide as ``like``'s, of its dtype and device."""
         never = torch.iinfo(torch.int64).min
         return cls(like.new_zeros(num_owned, like.size(1)), like.new_zeros(num_halo, like.size(1)),
-                   torch.full((num_owned,), never, device=like.device),
-                   torch.full((num_halo,), never, device=like.device))
+                   torch.full((num_owned + num_halo,), never, device=like.device))
 
-    def write(self, chunk: Chunk, rows: Tensor, halo: Tensor, epoch: int) -> None:
+    def write(self, chunk: Chunk, rows: Tensor, halo: Tensor | None, epoch: int) -> None:
         self.own[chunk.rows] = rows.detach()
-        self.stamp_own[chunk.rows] = epoch
-        if halo.numel():
+        self.stamp[chunk.rows] = epoch
+        if halo is not None:
             self.halo[chunk.halo_rows] = halo.detach()
-            self.stamp_halo[chunk.halo_rows] = epoch
+            self.stamp[self.own.size(0) + chunk.halo_rows] = epoch
 
     def age(self, col: Tensor, epoch: int) -> int:
         """Largest age (epochs) of the rows at ``col`` (over ``[owned ; halo]``)."""
-        if col.numel() == 0:
-            return 0
-        stamp = torch.cat([self.stamp_own, self.stamp_halo])[col]
-        return int(epoch - int(stamp.min()))
+        return 0 if col.numel() == 0 else epoch - int(self.stamp[col].min())
 
 
 class Pipeline:
@@ -269,18 +264,7 @@ class Pipeline:
         self.model.eval()
         logits = self._forward_only(self.whole, record=False, epoch=self.epoch,
                                     direction="eval")
-        counts = []
-        for name in MASKS:
-            mask = getattr(self.data, name, None) if name in self.data.keys() else None
-            if logits is None or mask is None:
-                counts += [0.0, 0.0]
-                continue
-            pred = logits.argmax(dim=-1)
-            counts += [float((pred[mask] == self.data.y[mask]).sum()), float(mask.sum())]
-        stats = distributed.all_reduce_values(counts)
-        return tuple(  # type: ignore[return-value]
-            stats[2 * i] / stats[2 * i + 1] if stats[2 * i + 1] > 0 else float("nan")
-            for i in range(3))
+        return accuracies(None if logits is None else logits.argmax(dim=-1), self.data)
 
     def _forward_only(self, chunking: Chunking, record: bool, epoch: int,
                       direction: str) -> Tensor | None:
@@ -320,8 +304,7 @@ class Pipeline:
                 agg = agg + spmm(rowptr, col, table.own, value, "sum", x_halo=table.halo)
                 self.ledger.record(name, direction, staleness=table.age(col, epoch))
             if record:
-                self.tables[index].write(chunk, h_in, h_in.new_zeros(0) if halo is None else halo,
-                                         epoch)
+                self.tables[index].write(chunk, h_in, halo, epoch)
             h = model.combine(h, update(conv, agg, h_in, x0))
         return h
 
@@ -443,9 +426,7 @@ def _stage_key(direction: str) -> tuple[str, str]:
 
 
 def _split(model: Any, data: Any, stages: int, layers: int) -> list[int]:
-    if layers < stages:
-        raise ValueError(f"{layers} layers cannot be split into {stages} stages (each needs at "
-                         f"least one layer); use more layers or fewer stages")
+    check_stages(layers, stages)  # before measuring
     if stages == 1:
         return [layers]
     return balance(measure_costs(model, data), stages)

@@ -11,7 +11,15 @@ from pyg_dist import distributed
 from pyg_dist.ops import spmm
 from pyg_dist.pipeline.layers import adjacency, update
 
-__all__ = ["balance", "measure_costs"]
+__all__ = ["balance", "measure_costs", "check_stages"]
+
+
+def check_stages(layers: int, stages: int) -> None:
+    """Raises unless ``layers`` can give each of ``stages`` at least one."""
+    if stages < 1 or layers < stages:
+        raise ValueError(
+            f"{layers} layers cannot be split into {stages} stages (each needs at least one "
+            f"layer); use more layers or fewer stages")
 
 
 def balance(costs: list[float], stages: int) -> list[int]:
@@ -22,10 +30,7 @@ def balance(costs: list[float], stages: int) -> list[int]:
         ValueError: If there are fewer layers than stages.
     """
     layers = len(costs)
-    if stages < 1 or layers < stages:
-        raise ValueError(
-            f"{layers} layers cannot be split into {stages} stages (each needs at least one "
-            f"layer); use more layers or fewer stages")
+    check_stages(layers, stages)
     prefix = [0.0]
     for c in costs:
         prefix.append(prefix[-1] + c)
