@@ -75,9 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "preset's for synthetic-arxiv / synthetic-products)")
         p.add_argument("--avg-degree", type=float, default=None,
                        help="directed edges per node of a synthetic graph (default: its own)")
-        p.add_argument("--clusters-per-part", type=int, default=None, metavar="M",
+        p.add_argument("--clusters-per-part", "--clusters-per-rank", type=int, default=None,
+                       metavar="M",
                        help="also cut M clusters per part, for gradient-only training "
-                            "(default: 1; 4 with train --mode gradient-only)")
+                            "(default: 1; 4 with train --mode gradient-only; with "
+                            "--parts-dir, checked against the folder's)")
 
     part = sub.add_parser("partition", help="cut a graph into a partition folder")
     graph_args(part)
@@ -443,6 +445,8 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
                    regroup_every=config["regroup_every"], regroup=config["regroup"],
                    correction=config["correction"], shrinkage=config["shrinkage"],
                    regroup_from=config["regroup_from"],
+                   clusters_per_rank=(config.get("clusters_per_part")
+                                      if config["mode"] == "gradient-only" else None),
                    stages=stages, chunks=chunks, initial_rows=config["initial_rows"])
     if rank != 0:
         return None
@@ -463,8 +467,9 @@ def _train_rank(config: dict[str, Any]) -> dict[str, Any] | None:
         "compress": config["compress"],
         "grad_compress": config["grad_compress"],
         "mode": config["mode"],
-        **({key: config[key] for key in ("regroup", "regroup_every", "regroup_from",
-                                         "correction", "shrinkage")}
+        **({**{key: config[key] for key in ("regroup", "regroup_every", "regroup_from",
+                                            "correction", "shrinkage")},
+            "clusters_per_rank": data.meta.clusters_per_part}
            if config["mode"] == "gradient-only" else {}),
         "input_cache": not config["no_input_cache"],
     }

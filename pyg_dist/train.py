@@ -134,6 +134,7 @@ def train(
     correction: str = "node",
     shrinkage: float = 0.0,
     regroup_from: str = "folder",
+    clusters_per_rank: int | None = None,
     stages: int = 1,
     chunks: int = 1,
     initial_rows: str = "send",
@@ -192,10 +193,18 @@ def train(
             ``"batch"`` or ``"none"``) and its ``shrinkage`` in [0, 1] (see
             :mod:`pyg_dist.regroup`); evaluation stays on ``data``, exact.
             Under ``correction="node"`` the model is called with edge weights,
-            ``model(x, edge_index, edge_weight)``. (default: :obj:`"exact"`)
+            ``model(x, edge_index, edge_weight)``. The group is handed to the
+            model as a :class:`~pyg_dist.DistEdgeIndex` without halo rows, so
+            its Dist layers aggregate locally, and layers' own halo policies
+            other than exact are refused. (default: :obj:`"exact"`)
         regroup_from (str, optional): Where gradient-only training gets a new
             group of clusters: ``"folder"`` (read again) or ``"peers"`` (sent by
             the ranks that held them). (default: :obj:`"folder"`)
+        clusters_per_rank (int, optional): Gradient-only: the clusters per
+            rank :math:`m` the folder must have been cut into (the check of
+            a run's assumption; clusters are cut once, by
+            :func:`~pyg_dist.partition` with ``clusters_per_part=m``);
+            :obj:`None` takes the folder's. (default: :obj:`None`)
         stages (int, optional): Layer stages of a layer pipeline
             (:class:`pyg_dist.pipeline.Pipeline`; ``model`` a
             :class:`~pyg_dist.models.DeepGNN`, ``data`` loaded by
@@ -213,8 +222,12 @@ def train(
         raise ValueError(f"'train' got mode='{mode}'; use one of {', '.join(MODES)}")
     pipe = _pipeline(model, data, stages, chunks, initial_rows, mode, grad_compress,
                      checkpoint_every, resume)
+    if clusters_per_rank is not None and mode != "gradient-only":
+        raise ValueError(f"'train' takes clusters_per_rank in mode='gradient-only' only (got "
+                         f"mode='{mode}'); leave it out")
     runner = (GradientOnly(data, regroup_every, regroup, correction, shrinkage,
-                           regroup_from=regroup_from)
+                           regroup_from=regroup_from, clusters_per_rank=clusters_per_rank,
+                           model=model)
               if mode == "gradient-only" else None)
     _set_halo_plan(data, eval_halo, epochs)
     if (resume or checkpoint_every) and checkpoint is None:
@@ -242,8 +255,8 @@ def train(
         elif runner is None:
             loss = train_step(model, data, optimizer, sync)
         else:
-            group = runner.prepare(epoch)
-            loss = train_step(model, group.data, optimizer, sync, runner.inputs(), runner.scale)
+            runner.prepare(epoch)
+            loss = train_step(model, runner.data, optimizer, sync, runner.inputs(), runner.scale)
         evaluated = eval_every <= 1 or epoch % eval_every == 0 or epoch == epochs
         if evaluated:
             accs = evaluate(model, data) if pipe is None else pipe.evaluate()

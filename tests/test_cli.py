@@ -126,10 +126,11 @@ def test_train_under_torchrun_joins_the_group():
 
 def test_gradient_only_training_sends_no_halo_in_training(tmp_path):
     out = run(CLI + ["train", "--dataset", "synthetic", "--num-nodes", "800", "--parts", "2",
-                     "--mode", "gradient-only", "--clusters-per-part", "3", "--regroup-every",
+                     "--mode", "gradient-only", "--clusters-per-rank", "3", "--regroup-every",
                      "2", "--correction", "batch", "--epochs", "4", "--no-progress"])
     result = last_json(out.stdout)
     assert result["mode"] == "gradient-only" and result["correction"] == "batch"
+    assert result["clusters_per_rank"] == 3
     assert result["halo_bytes_fwd"] == 0 and result["halo_bytes_bwd"] == 0
     assert result["grad_bytes"] == 4 * 2 * 4 * 1176 and result["regroup_seconds"] > 0
 

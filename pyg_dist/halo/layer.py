@@ -55,12 +55,17 @@ class HaloRegistry:
         eval_default (HaloPolicy, optional): Policy of every layer in
             evaluation; :obj:`None` is :class:`Exact` (with the input caching
             of the layer's training policy). (default: :obj:`None`)
+        fixed (bool, optional): ``default`` applies to every layer in training,
+            whatever policy the layer sets (a graph without halo rows, as a
+            gradient-only group). (default: :obj:`False`)
     """
 
     def __init__(self, default: HaloPolicy | None = None,
-                 eval_default: HaloPolicy | None = None) -> None:
+                 eval_default: HaloPolicy | None = None, fixed: bool = False) -> None:
+        assert default is not None or not fixed, "a fixed registry needs its policy"
         self.default = default
         self.eval_default = eval_default
+        self.fixed = fixed
         #: Training steps planned in all (set by :func:`pyg_dist.train.train`).
         self.planned_steps: int | None = None
         self.layers: dict[tuple[str, str], LayerState] = {}
@@ -152,7 +157,7 @@ class LayerHalo:
     def __init__(self, edge_index: Any, name: str, policy: HaloPolicy | None,
                  training: bool) -> None:
         registry: HaloRegistry = edge_index.registry
-        policy = policy or registry.default or Exact()
+        policy = (registry.default if registry.fixed else policy) or registry.default or Exact()
         if not training:
             policy = registry.eval_default or Exact(compress=None,
                                                     cache_inputs=policy.cache_inputs)

@@ -11,6 +11,10 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from pyg_dist import distributed
+from pyg_dist.data import DistEdgeIndex
+from pyg_dist.halo import HaloChannel, HaloPlan, HaloRegistry, Isolated, Ledger
+from pyg_dist.ops.csr import ptr_from_sorted
 from pyg_dist.partition.io import PartitionMeta, part_file, read_part
 
 __all__ = ["ClusterGroup"]
@@ -51,6 +55,24 @@ class ClusterGroup:
         multiplicity) present on this rank (1 for a node without any)."""
         kept = torch.bincount(self.data.edge_index[1], minlength=self.data.num_nodes)
         return torch.where(self.in_degree > 0, kept / self.in_degree.clamp(min=1), 1.0)
+
+    def graph(self, ledger: Ledger) -> tuple[DistEdgeIndex, Tensor]:
+        """The group as a graph the Dist layers run on without any exchange:
+        every node owned, no halo rows, :class:`~pyg_dist.halo.Isolated` for
+        every layer; and ``[E]`` the position in ``data.edge_index`` of each of
+        its (CSR-ordered) edges, to order edge weights by."""
+        source, target = self.data.edge_index
+        order = torch.argsort(target, stable=True)
+        num_nodes = self.data.num_nodes
+        device = target.device
+        empty = torch.empty(0, dtype=torch.long, device=device)
+        pointers = torch.zeros(distributed.world_size() + 1, dtype=torch.long, device=device)
+        plan = HaloPlan.from_pointers(distributed.rank(), empty, pointers, pointers, empty,
+                                      self.data.global_id)
+        graph = DistEdgeIndex(ptr_from_sorted(target[order], num_nodes), source[order], order,
+                              empty, empty, HaloChannel(plan, ledger), self.data.global_id,
+                              HaloRegistry(Isolated(), fixed=True))
+        return graph, order
 
     @classmethod
     def load(cls, folder: str | os.PathLike, meta: PartitionMeta,

@@ -12,6 +12,7 @@ from typing import Any
 from torch import Tensor
 
 from pyg_dist import distributed
+from pyg_dist.data import DistEdgeIndex
 from pyg_dist.halo.ledger import REGROUP
 from pyg_dist.partition.io import CLUSTERS_DIR, read_meta
 from pyg_dist.regroup.correction import CORRECTIONS, batch_weight, edge_weights, shrink
@@ -50,12 +51,19 @@ class GradientOnly:
         seed (int, optional): Seed of the grouping. (default: :obj:`0`)
         regroup_from (str, optional): ``"folder"`` or ``"peers"``.
             (default: :obj:`"folder"`)
+        clusters_per_rank (int, optional): :math:`m`, checked against the
+            folder's ``clusters_per_part`` (clusters are cut once, by
+            :func:`~pyg_dist.partition`); :obj:`None` takes the folder's.
+            (default: :obj:`None`)
+        model (torch.nn.Module, optional): Checked to set no halo policy other
+            than exact on its layers (groups have no halo). (default: :obj:`None`)
     """
 
     def __init__(self, data: Any, regroup_every: int = 50, regroup: str = "sweep",
                  correction: str = "node", shrinkage: float = 0.0, seed: int = 0,
-                 regroup_from: str = "folder") -> None:
-        _check(data, regroup_every, regroup, correction, shrinkage)
+                 regroup_from: str = "folder", clusters_per_rank: int | None = None,
+                 model: Any = None) -> None:
+        _check(data, regroup_every, regroup, correction, shrinkage, clusters_per_rank, model)
         if regroup_from not in SOURCES:
             raise ValueError(f"'train' got regroup_from='{regroup_from}'; use one of "
                              f"{', '.join(SOURCES)}")
@@ -67,8 +75,11 @@ class GradientOnly:
         self.every, self.scheme, self.seed = regroup_every, regroup, seed
         self.correction, self.shrinkage = correction, shrinkage
         self.pi = inclusion(self.meta.num_parts, self.world, regroup, seed)
+        self.device = data.x.device
         self.group: ClusterGroup | None = None
         self.groups: list[list[int]] = []
+        self.data: Any = None
+        self.graph: DistEdgeIndex | None = None
         self.edge_weight: Tensor | None = None
         self.scale = 1.0
 
@@ -89,24 +100,28 @@ class GradientOnly:
             contents, sent, received = move_clusters(self.group.parts, self.groups, every)
             self.group = ClusterGroup.build(self.meta, contents, received)
         self.groups = every
-        self._weigh(self.group)
+        graph, order = self.group.graph(self.ledger)
+        self.data, self.graph = self.group.data.to(self.device), graph.to(self.device)
+        self._weigh(self.group, order)
         self.ledger.record(LAYER, REGROUP, bytes_recv=received, bytes_sent=sent,
                            exchanges=1, seconds=time.perf_counter() - start)
         assert self.group is not None, "loaded above"
         return self.group
 
     def inputs(self) -> tuple[Any, ...]:
-        """What the model is called with: ``(x, edge_index)``, plus the edge
-        weights under ``correction="node"``."""
-        assert self.group is not None, "prepare() first"
-        data = self.group.data
+        """What the model is called with: ``(x, edge_index)`` (the group as a
+        :class:`~pyg_dist.DistEdgeIndex` without halo, so the Dist layers
+        aggregate with :func:`~pyg_dist.ops.spmm` and exchange nothing), plus
+        the edge weights under ``correction="node"``."""
+        assert self.graph is not None, "prepare() first"
         if self.edge_weight is None:
-            return data.x, data.edge_index
-        return data.x, data.edge_index, self.edge_weight
+            return self.data.x, self.graph
+        return self.data.x, self.graph, self.edge_weight
 
-    def _weigh(self, group: ClusterGroup) -> None:
+    def _weigh(self, group: ClusterGroup, order: Tensor) -> None:
         if self.correction == "node":
-            self.edge_weight = shrink(edge_weights(group, self.pi), self.shrinkage)
+            weight = shrink(edge_weights(group, self.pi), self.shrinkage)
+            self.edge_weight = weight[order].to(self.device)
         elif self.correction == "batch":
             mine = batch_weight(group, self.pi)
             mean = distributed.all_reduce_values([mine])[0] / self.world
@@ -114,11 +129,22 @@ class GradientOnly:
 
 
 def _check(data: Any, regroup_every: Any, regroup: str, correction: str,
-           shrinkage: Any) -> None:
+           shrinkage: Any, clusters_per_rank: Any = None, model: Any = None) -> None:
     meta = getattr(data, "meta", None)
     if getattr(data, "folder", None) is None or meta is None:
         raise ValueError("'train' in gradient-only mode needs a DistData loaded from a "
                          "partition folder (pyg_dist.DistData.load(folder))")
+    if clusters_per_rank is not None:
+        if isinstance(clusters_per_rank, bool) or not isinstance(clusters_per_rank, int) \
+                or clusters_per_rank < 1:
+            raise ValueError(f"'train' needs clusters_per_rank >= 1 (got {clusters_per_rank!r})")
+        if clusters_per_rank != meta.clusters_per_part:
+            raise ValueError(
+                f"'train' got clusters_per_rank={clusters_per_rank}, but '{data.folder}' was "
+                f"cut into {meta.clusters_per_part} cluster(s) per part; re-partition with "
+                f"pyg_dist.partition(..., clusters_per_part={clusters_per_rank}) (CLI: "
+                f"--clusters-per-rank {clusters_per_rank}) or pass clusters_per_rank="
+                f"{meta.clusters_per_part}")
     if meta.clusters_per_part < 2:
         raise ValueError(
             f"'train' in gradient-only mode needs a partition folder cut into clusters, but "
@@ -141,3 +167,9 @@ def _check(data: Any, regroup_every: Any, regroup: str, correction: str,
             f"'train' in gradient-only mode exchanges no halo, but the data's halo policy is "
             f"'{default.spec()}'; load the data with the exact policy (the default) — "
             f"evaluation uses it")
+    for name, module in model.named_modules() if model is not None else ():
+        policy = getattr(module, "halo", None)
+        if policy is not None and policy.spec() != "exact":
+            raise ValueError(
+                f"'train' in gradient-only mode exchanges no halo, but layer '{name}' sets "
+                f"halo='{policy.spec()}'; leave its halo unset (None) or exact")

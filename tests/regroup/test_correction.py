@@ -88,3 +88,36 @@ def test_shrinkage_extremes():
     assert torch.equal(shrink(weights, 0.0), weights)
     assert torch.equal(shrink(weights, 1.0), torch.full((3,), 3.0))
     assert torch.allclose(shrink(weights, 0.5), torch.tensor([2.0, 2.5, 4.5]))
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage"])
+def test_group_graph_runs_the_dist_layers_as_pyg_runs_the_subgraph(folder, kind):
+    """Gradient-only training aggregates over the group as a graph without
+    halo: a Dist layer on it equals PyG's layer on the group's edge_index
+    (with edge weights in GCN's case), values and gradients."""
+    from torch_geometric.nn import GCNConv, SAGEConv
+
+    from pyg_dist.halo import Ledger
+    from pyg_dist.nn import DistGCNConv, DistSAGEConv
+
+    graph, path, meta = folder
+    group = ClusterGroup.load(path, meta, [0, 2, 5])
+    ours, order = group.graph(Ledger())
+    assert ours.num_halo == 0 and ours.num_owned == group.data.num_nodes
+    torch.manual_seed(0)
+    reference = GCNConv(3, 5) if kind == "gcn" else SAGEConv(3, 5)
+    layer = (DistGCNConv if kind == "gcn" else DistSAGEConv)(3, 5)
+    layer.load_state_dict(reference.state_dict())
+    x = group.data.x.clone().requires_grad_()
+    weight = torch.rand(group.data.edge_index.size(1)) + 0.5 if kind == "gcn" else None
+    args = () if weight is None else (weight,)
+    expected = reference(x, group.data.edge_index, *args)
+    x_ours = group.data.x.clone().requires_grad_()
+    got = layer(x_ours, ours, *(() if weight is None else (weight[order],)))
+    torch.testing.assert_close(got, expected)
+    expected.square().sum().backward()
+    got.square().sum().backward()
+    torch.testing.assert_close(x_ours.grad, x.grad)
+    for (name, a), b in zip(reference.named_parameters(), layer.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, msg=name)
+    assert not ours.ledger.rows()  # nothing was exchanged

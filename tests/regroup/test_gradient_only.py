@@ -151,6 +151,15 @@ def test_bad_options_name_the_fix(tmp_path):
     fails("clusters", r"shrinkage in \[0, 1\]", shrinkage=1.5)
     fails("clusters", "exchanges no halo", halo=Stale(2))
     fails("clusters", "use one of folder, peers", regroup_from="disk")
+    fails("clusters", "clusters_per_rank >= 1", clusters_per_rank=0)
+    fails("clusters", r"clusters_per_part=2\) \(CLI: --clusters-per-rank 2\) or pass "
+          "clusters_per_rank=3", clusters_per_rank=2)
+    model.convs[1].halo = Stale(2)
+    fails("clusters", "layer 'convs.1' sets halo='stale:2'")
+    model.convs[1].halo = None
+    with pytest.raises(ValueError, match="clusters_per_rank in mode='gradient-only' only"):
+        train(model, pyg_dist.DistData.load(tmp_path / "clusters"), epochs=1,
+              clusters_per_rank=3)
     with pytest.raises(ValueError, match="use one of exact, gradient-only"):
         train(model, pyg_dist.DistData.load(tmp_path / "plain"), epochs=1, mode="isolated")
     with pytest.raises(ValueError, match="clusters_per_part >= 1"):
