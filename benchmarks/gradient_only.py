@@ -6,7 +6,8 @@ training, on local gloo ranks.
         [--regroup-every 50] [--regroup sweep] [--modes LABEL ...] [--epochs-cora 200]
         [--epochs-community 20]
         [--community-nodes 100000] [--eval-every 5] [--compress-only | --no-compress]
-        [--json out.json]
+        [--regroup-from folder] [--json out.json]
+    sudo python benchmarks/gradient_only.py --testbed 1gbit ...
 
 For each graph, model and depth (residual connections from 3 layers on), one
 row per training mode: exact; ``auto`` (the halo policy that picks for
@@ -21,10 +22,16 @@ accuracy, gradient bytes per epoch and their ratio, epoch time. Baselines are
 measured in the same run.
 
 ``community`` is the arxiv-shaped community graph of :mod:`pyg_dist.datasets`
-resized to ``--community-nodes``.
+resized to ``--community-nodes``. With ``--testbed LINK`` (root, iproute2) the
+ranks run one per host of the network-namespace testbed
+(:mod:`pyg_dist.testing.cluster`), links shaped to ``LINK``: each host holds
+its own part and the clusters folder (storage every host reads; with
+``--regroup-from peers`` only the first group is read from it).
 """
 import argparse
 import json
+import os
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -52,7 +59,7 @@ COMPRESSIONS = ["none", "fp16", "powersgd:4", "covap:2", "covap:4", "covap:auto"
 
 
 def rank_body(parts_dir, kind, layers, hidden, classes, seed, epochs, runs, eval_every,
-              regroup):
+              regroup, regroup_from="folder"):
     rows = []
     for label, options, halo in runs:
         data = pyg_dist.DistData.load(parts_dir, halo=parse_policy(halo))
@@ -61,7 +68,8 @@ def rank_body(parts_dir, kind, layers, hidden, classes, seed, epochs, runs, eval
                     residual=layers > 2)
         torch.manual_seed(seed * 1000 + data.rank)
         if options.get("mode") == "gradient-only":
-            options = {**options, "regroup_every": regroup[0], "regroup": regroup[1]}
+            options = {**options, "regroup_every": regroup[0], "regroup": regroup[1],
+                       "regroup_from": regroup_from}
         result = train(model, data, epochs=epochs, progress=False, eval_every=eval_every,
                        **options)
         summary = result.summary()
@@ -87,7 +95,8 @@ def table(title, runs, base_label):
     base_grad = base[0]["grad_bytes"]
     print(f"\n{title}; {len(runs)} seed(s)")
     print("| mode | test acc | Δ acc | halo MB/epoch | grad MB/epoch | grad vs "
-          f"{base_label} | epoch s | vs {base_label} |\n|---|---|---|---|---|---|---|---|")
+          f"{base_label} | epoch s | vs {base_label} | regroup s |\n"
+          "|---|---|---|---|---|---|---|---|---|")
     lines = []
     for label, rows in by_mode.items():
         acc = statistics.mean(r["test_acc"] for r in rows)
@@ -95,21 +104,62 @@ def table(title, runs, base_label):
                 "seeds": [r["test_acc"] for r in rows],
                 "halo_mb": rows[0]["halo_bytes"] / 1e6, "grad_mb": rows[0]["grad_bytes"] / 1e6,
                 "grad_ratio": rows[0]["grad_bytes"] / max(base_grad, 1),
-                "epoch_s": statistics.median(r["epoch_s"] for r in rows)}
+                "epoch_s": statistics.median(r["epoch_s"] for r in rows),
+                "regroup_s": statistics.mean(r["regroup_s"] for r in rows)}
         line["ratio"] = line["epoch_s"] / base_time
         lines.append(line)
         print(f"| {label} | {100 * acc:.2f}% | {100 * line['delta']:+.2f} | "
               f"{line['halo_mb']:.3f} | {line['grad_mb']:.3f} | {line['grad_ratio']:.2f}x | "
-              f"{line['epoch_s']:.3f} | {line['ratio']:.2f}x |", flush=True)
+              f"{line['epoch_s']:.3f} | {line['ratio']:.2f}x | {line['regroup_s']:.3f} |",
+              flush=True)
     return lines
 
 
 def launch(args, setup, kind, layers, runs, seeds):
     """Every run of ``runs`` on fresh ranks, once per seed; rank 0's rows."""
     parts, hidden, classes, epochs = setup
+    if args.testbed:
+        return [on_testbed(args, setup, kind, layers, runs, seed) for seed in range(seeds)]
     return [pyg_dist.launch(rank_body, args.parts, timeout=7200, args=(
         parts, kind, layers, hidden, classes, seed, epochs, runs, args.eval_every,
-        (args.regroup_every, args.regroup)))[0] for seed in range(seeds)]
+        (args.regroup_every, args.regroup), args.regroup_from))[0] for seed in range(seeds)]
+
+
+def worker(args):
+    """A torchrun rank on the testbed: every run; rank 0 prints one JSON line."""
+    pyg_dist.init()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    rows = rank_body("parts", args.kind, args.worker_layers, args.hidden, args.classes,
+                     args.seed, args.epochs, [tuple(r) for r in json.loads(args.runs)],
+                     args.eval_every, (args.regroup_every, args.regroup), args.regroup_from)
+    if rows is not None:
+        print("ROWS " + json.dumps(rows), flush=True)
+    pyg_dist.shutdown()
+
+
+def on_testbed(args, setup, kind, layers, runs, seed):
+    """``rank_body`` on one host per rank of the namespace testbed."""
+    from pyg_dist.testing.cluster import Cluster
+
+    parts, hidden, classes, epochs = setup
+    with Cluster(hosts=args.parts, rate=args.testbed) as cluster:
+        cluster.distribute(parts)
+        for host in cluster.hosts:  # the clusters: storage every host can read
+            shutil.copytree(Path(parts) / "clusters", host.workdir / "parts" / "clusters")
+        worker_args = [str(Path(__file__).resolve()), "--worker", "--runs", json.dumps(runs),
+                       "--kind", kind, "--worker-layers", str(layers), "--hidden", str(hidden),
+                       "--classes", str(classes), "--seed", str(seed), "--epochs", str(epochs),
+                       "--eval-every", str(args.eval_every), "--regroup-every",
+                       str(args.regroup_every), "--regroup", args.regroup, "--regroup-from",
+                       args.regroup_from]
+        results = cluster.run(cluster.torchrun(worker_args),
+                              env={"OMP_NUM_THREADS": "1", "PYG_DIST_TIMEOUT": "3600"},
+                              timeout=6 * 3600)
+    for r in results:
+        if not r.ok:
+            raise SystemExit(f"testbed run failed: {r.describe()}")
+    return next(json.loads(line[5:]) for line in results[0].stdout.splitlines()
+                if line.startswith("ROWS "))
 
 
 def main():
@@ -134,9 +184,23 @@ def main():
                         help="skip the gradient compressions")
     parser.add_argument("--compress-only", action="store_true",
                         help="only the gradient compressions")
+    parser.add_argument("--regroup-from", default="folder", choices=["folder", "peers"])
     parser.add_argument("--json", default=None, help="write the table rows here")
+    parser.add_argument("--testbed", default=None, metavar="LINK",
+                        help="one host per rank on the namespace testbed, links shaped to "
+                             "LINK (e.g. 1gbit); needs root")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--runs", help=argparse.SUPPRESS)
+    parser.add_argument("--kind", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-layers", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--hidden", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--classes", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    lines = []
+    if args.worker:
+        return worker(args)
+    lines, where = [], f", testbed {args.testbed}" if args.testbed else ""
     with tempfile.TemporaryDirectory(prefix="pyg_dist-bench-") as tmp:
         for graph in args.datasets:
             data, epochs = load_graph(graph, args, tmp)
@@ -156,12 +220,13 @@ def main():
                             and (args.modes is None or m[0] in args.modes)]
                     for layers in args.layers:
                         seeds = args.seeds if layers == 2 else args.seeds_deep
-                        lines += table(f"{graph}, {kind}, {layers} layers, {args.regroup}",
+                        lines += table(f"{graph}, {kind}, {layers} layers, {args.regroup}"
+                                       f"{where}",
                                        launch(args, setup, kind, layers, runs, seeds),
                                        runs[0][0])
             if not args.no_compress:
                 runs = [(spec, {"grad_compress": spec}, "exact") for spec in COMPRESSIONS]
-                lines += table(f"{graph}, gcn, 2 layers, exact, gradient compression",
+                lines += table(f"{graph}, gcn, 2 layers, exact, gradient compression{where}",
                                launch(args, setup, "gcn", 2, runs, args.seeds), "none")
             if args.json:
                 Path(args.json).write_text(json.dumps(lines, indent=1))
