@@ -94,7 +94,7 @@ def table(title, runs, base_label):
     base_time = statistics.median(r["epoch_s"] for r in base)
     base_grad = base[0]["grad_bytes"]
     print(f"\n{title}; {len(runs)} seed(s)")
-    print("| mode | test acc | Δ acc | halo MB/epoch | grad MB/epoch | grad vs "
+    print("| mode | test acc (± sd over seeds) | Δ acc | halo MB/epoch | grad MB/epoch | grad vs "
           f"{base_label} | epoch s | vs {base_label} | regroup s |\n"
           "|---|---|---|---|---|---|---|---|---|")
     lines = []
@@ -108,7 +108,8 @@ def table(title, runs, base_label):
                 "regroup_s": statistics.mean(r["regroup_s"] for r in rows)}
         line["ratio"] = line["epoch_s"] / base_time
         lines.append(line)
-        print(f"| {label} | {100 * acc:.2f}% | {100 * line['delta']:+.2f} | "
+        spread = (f" ± {100 * statistics.stdev(line['seeds']):.2f}" if len(rows) > 1 else "")
+        print(f"| {label} | {100 * acc:.2f}%{spread} | {100 * line['delta']:+.2f} | "
               f"{line['halo_mb']:.3f} | {line['grad_mb']:.3f} | {line['grad_ratio']:.2f}x | "
               f"{line['epoch_s']:.3f} | {line['ratio']:.2f}x | {line['regroup_s']:.3f} |",
               flush=True)
