@@ -9,7 +9,8 @@ training, on local gloo ranks.
         [--regroup-from folder] [--json out.json]
     sudo python benchmarks/gradient_only.py --testbed 1gbit ...
 
-For each graph, model and depth (residual connections from 3 layers on), one
+For each graph, model and depth (residual connections from 3 layers on; hidden
+width 16 on Cora at 2 layers and ``--hidden-deep`` 64 deeper, 128 on community), one
 row per training mode: exact; ``auto`` (the halo policy that picks for
 itself); ``isolated`` (each part alone, fixed, no correction); gradient-only
 with each correction (``node`` for GCN only: it weighs edges). Test accuracy
@@ -44,7 +45,10 @@ from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
 from pyg_dist.train import train
 
+# Hidden width of 2-layer models, and of deeper ones (a 16-wide 8-layer model on Cora
+# barely leaves its first plateau within 200 epochs; at 64 it trains in ~40).
 HIDDEN = {"cora": 16, "community": 128}
+HIDDEN_DEEP = {"cora": 64, "community": 128}
 
 # (label, train() options, halo policy)
 MODES = [
@@ -118,7 +122,8 @@ def table(title, runs, base_label):
 
 def launch(args, setup, kind, layers, runs, seeds):
     """Every run of ``runs`` on fresh ranks, once per seed; rank 0's rows."""
-    parts, hidden, classes, epochs = setup
+    parts, widths, classes, epochs = setup
+    hidden = widths[layers > 2]
     if args.testbed:
         return [on_testbed(args, setup, kind, layers, runs, seed) for seed in range(seeds)]
     return [pyg_dist.launch(rank_body, args.parts, timeout=7200, args=(
@@ -142,7 +147,8 @@ def on_testbed(args, setup, kind, layers, runs, seed):
     """``rank_body`` on one host per rank of the namespace testbed."""
     from pyg_dist.testing.cluster import Cluster
 
-    parts, hidden, classes, epochs = setup
+    parts, widths, classes, epochs = setup
+    hidden = widths[layers > 2]
     with Cluster(hosts=args.parts, rate=args.testbed) as cluster:
         cluster.distribute(parts)
         for host in cluster.hosts:  # the clusters: storage every host can read
@@ -186,6 +192,9 @@ def main():
     parser.add_argument("--compress-only", action="store_true",
                         help="only the gradient compressions")
     parser.add_argument("--regroup-from", default="folder", choices=["folder", "peers"])
+    parser.add_argument("--hidden-deep", type=int, default=None,
+                        help="hidden width of models deeper than 2 layers (default: 64 on "
+                             "cora, 128 on community)")
     parser.add_argument("--json", default=None, help="write the table rows here")
     parser.add_argument("--testbed", default=None, metavar="LINK",
                         help="one host per rank on the namespace testbed, links shaped to "
@@ -213,7 +222,8 @@ def main():
                   f"{args.parts} parts of {args.clusters_per_part} METIS clusters: parts cut "
                   f"{meta.edge_cut / meta.num_edges:.1%} of edges, clusters "
                   f"{clusters['edge_cut'] / meta.num_edges:.1%}", flush=True)
-            setup = (str(parts), HIDDEN[graph], meta.num_classes, epochs)
+            widths = (HIDDEN[graph], args.hidden_deep or HIDDEN_DEEP[graph])
+            setup = (str(parts), widths, meta.num_classes, epochs)
 
             if not args.compress_only:
                 for kind in args.models:
