@@ -10,17 +10,17 @@ training, on local gloo ranks.
     sudo python benchmarks/gradient_only.py --testbed 1gbit ...
 
 For each graph, model and depth (residual connections from 3 layers on; hidden
-width 16 on Cora at 2 layers and ``--hidden-deep`` 64 deeper, 128 on community), one
-row per training mode: exact; ``auto`` (the halo policy that picks for
+width 16 on Cora at 2 layers and ``--hidden-deep`` 64 deeper, 128 on community),
+one row per training mode: exact; ``auto`` (the halo policy that picks for
 itself); ``isolated`` (each part alone, fixed, no correction); gradient-only
-with each correction (``node`` for GCN only: it weighs edges). Test accuracy
-(mean over seeds, at the best validation epoch, evaluated exactly on the
-whole graph) and its difference to exact, training bytes per epoch (halo rows
-and gradients both directions, and the gradient all-reduce, all ranks),
-median epoch time and its ratio to exact. Then, on exact training of the
-2-layer GCN, each gradient compression against the plain all-reduce:
-accuracy, gradient bytes per epoch and their ratio, epoch time. Baselines are
-measured in the same run.
+with each correction (``node`` weighs edges: GCN's normalisation, SAGE's
+weighted mean). Test accuracy (mean over seeds, at the best validation epoch,
+evaluated exactly on the whole graph) and its difference to exact, training
+bytes per epoch (halo rows and gradients both directions, and the gradient
+all-reduce, all ranks), median epoch time and its ratio to exact. Then, on exact
+training of the 2-layer GCN, each gradient compression against the plain
+all-reduce: accuracy, gradient bytes per epoch and their ratio, epoch time.
+Baselines are measured in the same run.
 
 ``community`` is the arxiv-shaped community graph of :mod:`pyg_dist.datasets`
 resized to ``--community-nodes``. With ``--testbed LINK`` (root, iproute2) the
@@ -227,8 +227,7 @@ def main():
 
             if not args.compress_only:
                 for kind in args.models:
-                    runs = [m for m in MODES if (kind == "gcn" or m[1].get("correction") != "node")
-                            and (args.modes is None or m[0] in args.modes)]
+                    runs = [m for m in MODES if args.modes is None or m[0] in args.modes]
                     for layers in args.layers:
                         seeds = args.seeds if layers == 2 else args.seeds_deep
                         lines += table(f"{graph}, {kind}, {layers} layers, {args.regroup}"

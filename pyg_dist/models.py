@@ -86,14 +86,16 @@ class GNN(nn.Module):
             conv.reset_parameters()  # type: ignore[operator]
 
     def forward(self, x: Tensor, edge_index: Any, edge_weight: Tensor | None = None) -> Tensor:
-        if edge_weight is not None and self.kind != "gcn":
+        if edge_weight is not None and self.kind not in ("gcn", "sage"):
             raise ValueError(
-                f"'GNN' got edge weights, which only its gcn layers take (this one is "
-                f"{self.kind}); with gradient-only training use correction='batch' or 'none'")
+                f"'GNN' got edge weights, which only its gcn and sage layers take (this one "
+                f"is {self.kind}); with gradient-only training use correction='batch' or "
+                f"'none'")
         conv: Any
         for k, conv in enumerate(self.convs):
             h = dropout(x, self.dropout, self.training, edge_index)
-            h = conv(h, edge_index) if edge_weight is None else conv(h, edge_index, edge_weight)
+            h = (conv(h, edge_index) if edge_weight is None
+                 else conv(h, edge_index, edge_weight=edge_weight))
             if k < len(self.convs) - 1:
                 h = F.elu(h) if self.kind == "gat" else h.relu()
             x = x + h if self.residual and h.shape == x.shape else h

@@ -15,6 +15,7 @@ from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.generic import propagate_with_halo
 from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import spmm
+from pyg_dist.ops.csr import csr_row
 
 __all__ = ["DistSAGEConv"]
 
@@ -43,6 +44,12 @@ class DistSAGEConv(DistLayer, SAGEConv):
     lists of several) runs through the generic path
     (:class:`~pyg_dist.nn.DistMessagePassing`).
 
+    On a :class:`~pyg_dist.DistEdgeIndex` it also takes ``edge_weight``
+    (which ``SAGEConv`` does not): ``"mean"`` becomes the weighted mean
+    :math:`\sum_j w_{ji} \mathbf{x}_j / \sum_j w_{ji}` and ``"sum"`` the weighted
+    sum (gradient-only training's node correction, see
+    :mod:`pyg_dist.regroup.correction`).
+
     Args:
         in_channels (int or tuple): Size of each input sample, or :obj:`-1`.
         out_channels (int): Size of each output sample.
@@ -61,7 +68,8 @@ class DistSAGEConv(DistLayer, SAGEConv):
 
     Shapes:
         - **input:** node features :math:`(|\mathcal{V}_{owned}|, F_{in})`, edge
-          indices :class:`~pyg_dist.DistEdgeIndex` or :math:`(2, |\mathcal{E}|)`
+          indices :class:`~pyg_dist.DistEdgeIndex` or :math:`(2, |\mathcal{E}|)`,
+          edge weights :math:`(|\mathcal{E}_{local}|)` *(optional, distributed only)*
         - **output:** node features :math:`(|\mathcal{V}_{owned}|, F_{out})`
     """
 
@@ -83,30 +91,41 @@ class DistSAGEConv(DistLayer, SAGEConv):
                          root_weight=root_weight, project=project, bias=bias, **kwargs)
         self.halo = halo
 
-    def forward(self, x: Any, edge_index: Any, size: Any = None) -> Tensor:  # type: ignore[override]
+    def forward(self, x: Any, edge_index: Any, size: Any = None,  # type: ignore[override]
+                edge_weight: Tensor | None = None) -> Tensor:
+        fast = isinstance(self.aggr, str) and self.aggr in FAST_AGGRS
+        if edge_weight is not None and not (isinstance(edge_index, DistEdgeIndex) and fast
+                                            and self.aggr != "max"):
+            raise ValueError(
+                f"'DistSAGEConv' takes edge weights only on a DistEdgeIndex with aggr 'mean' "
+                f"or 'sum' (got aggr={self.aggr!r} on {type(edge_index).__name__}); PyG's "
+                f"SAGEConv takes none: leave edge_weight out")
         if not isinstance(edge_index, DistEdgeIndex):
             return super().forward(x, edge_index, size)
-        if isinstance(self.aggr, str) and self.aggr in FAST_AGGRS:
-            return self.dist_forward(x, edge_index)
+        if fast:
+            return self.dist_forward(x, edge_index, edge_weight)
         return propagate_with_halo(self, super().forward, x, edge_index, size=size)
 
-    def dist_forward(self, x: Tensor, edge_index: DistEdgeIndex) -> Tensor:
+    def dist_forward(self, x: Tensor, edge_index: DistEdgeIndex,
+                     edge_weight: Tensor | None = None) -> Tensor:
         """The owned rows of the layer on a partitioned graph, for the
-        aggregations of one spmm (:data:`FAST_AGGRS`)."""
+        aggregations of one spmm (:data:`FAST_AGGRS`); with ``edge_weight``
+        the weighted mean or sum."""
         check_distributed(self, x, FAST_AGGRS)
         x_src = self.lin(x).relu() if self.project else x
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
         halo, static = LayerHalo.open(self, edge_index, x_src, self.out_channels)
+        weights = (reduce, edge_weight)
         # mean/sum commute with the transform: the narrower side travels, unless
         # the input is static (its halo is cached).
         weight = self.lin_l.weight
         if (reduce != "max" and not static and not isinstance(weight, UninitializedParameter)
                 and x_src.size(-1) > self.out_channels):
-            out = _aggregate(F.linear(x_src, weight), edge_index, halo, reduce, False)
+            out = _aggregate(F.linear(x_src, weight), edge_index, halo, weights, False)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
-            out = self.lin_l(_aggregate(x_src, edge_index, halo, reduce, static))
+            out = self.lin_l(_aggregate(x_src, edge_index, halo, weights, static))
         if self.root_weight:
             out = out + self.lin_r(x)
         if self.normalize:
@@ -114,17 +133,28 @@ class DistSAGEConv(DistLayer, SAGEConv):
         return out
 
 
-def _aggregate(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo, reduce: str,
-               static: bool) -> Tensor:
-    rows, rowptr, col = _gather(h, edge_index, halo, static)
-    return spmm(rowptr, col, h, None, reduce, x_halo=rows)
+def _aggregate(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo,
+               weights: tuple[str, Tensor | None], static: bool) -> Tensor:
+    """``weights``: the reduction and the edge weights (:obj:`None`: none)."""
+    reduce, edge_weight = weights
+    rows, rowptr, col, value = _gather(h, edge_index, halo, static, edge_weight)
+    if value is None:
+        return spmm(rowptr, col, h, None, reduce, x_halo=rows)
+    if reduce == "mean":  # the weighted mean: each row's weights sum to 1
+        row = csr_row(rowptr, col)
+        total = value.new_zeros(rowptr.numel() - 1).index_add_(0, row, value)
+        value = value / total.clamp(min=torch.finfo(value.dtype).tiny)[row]
+    return spmm(rowptr, col, h, value.to(h.dtype), "sum", x_halo=rows)
 
 
 @torch.compiler.disable
-def _gather(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo,
-            static: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """The halo rows of ``h`` and the local CSR over the rows present: one
-    graph break under :func:`torch.compile`."""
+def _gather(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo, static: bool,
+            edge_weight: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """The halo rows of ``h``, the local CSR over the rows present and the
+    weights of its edges: one graph break under :func:`torch.compile`."""
     fetched = halo.fetch(h, static)
-    graph = edge_index if fetched.mask is None else edge_index.restrict(fetched.mask)[0]
-    return fetched.rows, graph.rowptr, graph.col
+    if fetched.mask is None:
+        return fetched.rows, edge_index.rowptr, edge_index.col, edge_weight
+    graph, keep = edge_index.restrict(fetched.mask)
+    return (fetched.rows, graph.rowptr, graph.col,
+            None if edge_weight is None else edge_weight[keep])

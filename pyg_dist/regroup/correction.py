@@ -14,8 +14,12 @@ cluster always.
   itself the unbiased estimate of the full degree, so each layer is a ratio
   of unbiased estimates: consistent as neighbourhoods grow (asymptotically
   unbiased), and so through the non-linear layers. Edges with
-  :math:`\pi = 0` are never retained and cannot be corrected. Needs layers
-  that take edge weights (GCN).
+  :math:`\pi = 0` are never retained and cannot be corrected. For a mean
+  aggregation (SAGE) the same weights make the weighted mean
+  :math:`\sum_j w_{ij} x_j / \sum_j w_{ij}` over the retained neighbours
+  (Hájek: a ratio of two unbiased estimates, of the neighbourhood's sum and
+  of its size, so consistent). Needs layers that take edge weights
+  (:class:`~pyg_dist.nn.DistGCNConv`, :class:`~pyg_dist.nn.DistSAGEConv`).
 * ``"batch"``: one weight per rank. Node :math:`i`'s node-level weight is
   the factor by which the node-level correction scales its incoming weight,
   :math:`\omega_i = (1 + \sum_{j \text{ retained}} 1/\pi_{ij}) / (1 + |R_i|)`

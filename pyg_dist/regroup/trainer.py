@@ -169,7 +169,7 @@ def _check(data: Any, regroup_every: Any, regroup: str, correction: str,
             f"evaluation uses it")
     for name, module in model.named_modules() if model is not None else ():
         policy = getattr(module, "halo", None)
-        spec = getattr(policy, "spec", lambda: str(policy))()
+        spec = policy.spec() if hasattr(policy, "spec") else str(policy)
         if policy is not None and spec != "exact":
             raise ValueError(
                 f"'train' in gradient-only mode exchanges no halo, but layer '{name}' sets "

@@ -357,3 +357,18 @@ def test_to_distributed_on_a_single_layer():
     twin = to_distributed(conv)
     assert type(twin) is DistSAGEConv and twin.aggr == "sum"
     assert all(torch.equal(a, b) for a, b in zip(conv.parameters(), twin.parameters()))
+
+
+def test_sage_edge_weights_only_where_they_mean_something(one_part):
+    """A weighted mean (or sum) on a DistEdgeIndex; with all weights equal the
+    weighted mean is the plain mean; elsewhere edge weights are refused."""
+    data = awkward_graph(num_features=4)
+    torch.manual_seed(0)
+    layer = DistSAGEConv(4, 3)
+    ones = torch.full((one_part.edge_index.num_edges,), 2.5)
+    assert_close(layer(one_part.x, one_part.edge_index, edge_weight=ones),
+                 layer(one_part.x, one_part.edge_index))
+    with pytest.raises(ValueError, match="PyG's SAGEConv takes none"):
+        layer(data.x, data.edge_index, edge_weight=torch.ones(data.edge_index.size(1)))
+    with pytest.raises(ValueError, match="aggr 'mean' or 'sum'.*aggr='max'"):
+        DistSAGEConv(4, 3, aggr="max")(one_part.x, one_part.edge_index, edge_weight=ones)

@@ -93,9 +93,11 @@ def test_shrinkage_extremes():
 @pytest.mark.parametrize("kind", ["gcn", "sage"])
 def test_group_graph_runs_the_dist_layers_as_pyg_runs_the_subgraph(folder, kind):
     """Gradient-only training aggregates over the group as a graph without
-    halo: a Dist layer on it equals PyG's layer on the group's edge_index
-    (with edge weights in GCN's case), values and gradients."""
+    halo: a Dist layer on it equals PyG's layer on the group's edge_index,
+    values and gradients; with edge weights GCN's weighted normalisation and,
+    for SAGE, the weighted mean of the neighbours (by hand)."""
     from torch_geometric.nn import GCNConv, SAGEConv
+    from torch_geometric.utils import scatter
 
     from pyg_dist.halo import Ledger
     from pyg_dist.nn import DistGCNConv, DistSAGEConv
@@ -108,16 +110,28 @@ def test_group_graph_runs_the_dist_layers_as_pyg_runs_the_subgraph(folder, kind)
     reference = GCNConv(3, 5) if kind == "gcn" else SAGEConv(3, 5)
     layer = (DistGCNConv if kind == "gcn" else DistSAGEConv)(3, 5)
     layer.load_state_dict(reference.state_dict())
-    x = group.data.x.clone().requires_grad_()
-    weight = torch.rand(group.data.edge_index.size(1)) + 0.5 if kind == "gcn" else None
-    args = () if weight is None else (weight,)
-    expected = reference(x, group.data.edge_index, *args)
-    x_ours = group.data.x.clone().requires_grad_()
-    got = layer(x_ours, ours, *(() if weight is None else (weight[order],)))
-    torch.testing.assert_close(got, expected)
-    expected.square().sum().backward()
-    got.square().sum().backward()
-    torch.testing.assert_close(x_ours.grad, x.grad)
-    for (name, a), b in zip(reference.named_parameters(), layer.parameters()):
-        torch.testing.assert_close(b.grad, a.grad, msg=name)
+    src, dst = group.data.edge_index
+    weight = torch.rand(src.numel()) + 0.5
+    for weighted in (False, True):
+        x = group.data.x.clone().requires_grad_()
+        x_ours = group.data.x.clone().requires_grad_()
+        if not weighted:
+            expected = reference(x, group.data.edge_index)
+        elif kind == "gcn":
+            expected = reference(x, group.data.edge_index, weight)
+        else:
+            n = group.data.num_nodes
+            mean = (scatter(weight.view(-1, 1) * x[src], dst, 0, dim_size=n, reduce="sum")
+                    / scatter(weight, dst, 0, dim_size=n, reduce="sum").clamp(min=1e-12)
+                    .view(-1, 1))
+            expected = reference.lin_l(mean) + reference.lin_r(x)
+        got = (layer(x_ours, ours) if not weighted
+               else layer(x_ours, ours, edge_weight=weight[order]))
+        torch.testing.assert_close(got, expected)
+        expected.square().sum().backward()
+        got.square().sum().backward()
+        torch.testing.assert_close(x_ours.grad, x.grad)
+        for (name, a), b in zip(reference.named_parameters(), layer.parameters()):
+            torch.testing.assert_close(b.grad, a.grad, msg=name)
+            a.grad, b.grad = None, None
     assert not ours.ledger.rows()  # nothing was exchanged
