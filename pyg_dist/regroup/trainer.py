@@ -168,9 +168,11 @@ def _check(data: Any, regroup_every: Any, regroup: str, correction: str,
             f"'{default.spec()}'; load the data with the exact policy (the default) — "
             f"evaluation uses it")
     for name, module in model.named_modules() if model is not None else ():
-        policy = getattr(module, "halo", None)
+        policy: Any = getattr(module, "halo", None)
+        if policy is None:
+            continue
         spec = policy.spec() if hasattr(policy, "spec") else str(policy)
-        if policy is not None and spec != "exact":
+        if spec != "exact":
             raise ValueError(
                 f"'train' in gradient-only mode exchanges no halo, but layer '{name}' sets "
                 f"halo='{spec}'; leave its halo unset (None) or exact")
