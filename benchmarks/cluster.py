@@ -124,11 +124,32 @@ def run_job(dataset, hosts, link, parts, epochs, seeds, args):
         command = cluster.torchrun(worker_args, nproc_per_node=per_host)
         results = cluster.run(command, env={"OMP_NUM_THREADS": "1",
                                             "PYG_DIST_TIMEOUT": "1800"}, timeout=6 * 3600)
+    return collected(results, f"{dataset} on {hosts} hosts, {link}", "ROW ")
+
+
+def testbed_arguments(parser):
+    """``--testbed LINK`` and the hidden options a benchmark's testbed
+    workers are started with (``--worker``, ``--runs``, ``--worker-layers``,
+    ``--classes``, ``--seed``, ``--epochs``)."""
+    parser.add_argument("--testbed", default=None, metavar="LINK",
+                        help="one host per rank on the namespace testbed, links shaped to "
+                             "LINK (e.g. 1gbit); needs root")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--runs", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-layers", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--classes", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
+
+
+def collected(results, what, prefix):
+    """The JSON after ``prefix`` on each such line host 0 printed in a
+    testbed run; exits naming ``what`` and the host's account if any failed."""
     for r in results:
         if not r.ok:
-            raise SystemExit(f"{dataset} on {hosts} hosts, {link}: {r.describe()}")
-    return [json.loads(line[4:]) for line in results[0].stdout.splitlines()
-            if line.startswith("ROW ")]
+            raise SystemExit(f"{what}: {r.describe()}")
+    return [json.loads(line[len(prefix):]) for line in results[0].stdout.splitlines()
+            if line.startswith(prefix)]
 
 
 def table(dataset, hosts, link, rows):

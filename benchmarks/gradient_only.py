@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from cluster import CORA_ROOT, load_graph
+from cluster import CORA_ROOT, collected, load_graph, testbed_arguments
 
 import pyg_dist
 from pyg_dist.halo import parse_policy
@@ -162,11 +162,7 @@ def on_testbed(args, setup, kind, layers, runs, seed):
         results = cluster.run(cluster.torchrun(worker_args),
                               env={"OMP_NUM_THREADS": "1", "PYG_DIST_TIMEOUT": "3600"},
                               timeout=6 * 3600)
-    for r in results:
-        if not r.ok:
-            raise SystemExit(f"testbed run failed: {r.describe()}")
-    return next(json.loads(line[5:]) for line in results[0].stdout.splitlines()
-                if line.startswith("ROWS "))
+    return collected(results, "testbed run failed", "ROWS ")[0]
 
 
 def main():
@@ -196,17 +192,9 @@ def main():
                         help="hidden width of models deeper than 2 layers (default: 64 on "
                              "cora, 128 on community)")
     parser.add_argument("--json", default=None, help="write the table rows here")
-    parser.add_argument("--testbed", default=None, metavar="LINK",
-                        help="one host per rank on the namespace testbed, links shaped to "
-                             "LINK (e.g. 1gbit); needs root")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--runs", help=argparse.SUPPRESS)
+    testbed_arguments(parser)
     parser.add_argument("--kind", help=argparse.SUPPRESS)
-    parser.add_argument("--worker-layers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--hidden", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--classes", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
