@@ -149,7 +149,11 @@ def _collect(procs: list, conns: list[Connection], timeout: float | None) -> lis
                 # Drain a result that raced with the exit.
                 conn = conns[rank]
                 while conn in open_conns and conn.poll():
-                    kind, body = conn.recv()
+                    try:
+                        kind, body = conn.recv()
+                    except (EOFError, OSError):  # the pipe closed with the process
+                        del open_conns[conn]
+                        break
                     if kind == "ok":
                         results[rank] = pickle.loads(body)
                         del open_conns[conn]

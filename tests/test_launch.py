@@ -137,3 +137,22 @@ def _alive(pid):
         return False
     with open(f"/proc/{pid}/stat") as f:  # a zombie has exited
         return f.read().split()[2] != "Z"
+
+
+def test_a_rank_seen_dead_before_its_closed_pipe_is_reported(monkeypatch):
+    """The process's exit can be seen before its pipe's end: draining the
+    closed pipe ends in RankFailed, not in EOFError."""
+    import importlib
+    import multiprocessing as mp
+
+    launch_module = importlib.import_module("pyg_dist.launch")  # the module, not the function
+
+    ctx = mp.get_context("spawn")
+    proc = ctx.Process(target=os._exit, args=(3,))
+    proc.start()
+    proc.join()
+    receiver, sender = ctx.Pipe(duplex=False)
+    sender.close()  # the rank's end closed with it: poll() is true, recv() hits EOF
+    monkeypatch.setattr(launch_module, "wait", lambda objects, timeout=None: [proc.sentinel])
+    with pytest.raises(pyg_dist.RankFailed, match="rank 0 of 1 exited with exit code 3"):
+        launch_module._collect([proc], [receiver], timeout=10)
