@@ -125,7 +125,8 @@ def launch(args, setup, kind, layers, runs, seeds):
     parts, widths, classes, epochs = setup
     hidden = widths[layers > 2]
     if args.testbed:
-        return [on_testbed(args, setup, kind, layers, runs, seed) for seed in range(seeds)]
+        return [on_testbed(args, parts, hidden, classes, epochs, kind, layers, runs, seed)
+                for seed in range(seeds)]
     return [pyg_dist.launch(rank_body, args.parts, timeout=7200, args=(
         parts, kind, layers, hidden, classes, seed, epochs, runs, args.eval_every,
         (args.regroup_every, args.regroup), args.regroup_from))[0] for seed in range(seeds)]
@@ -143,12 +144,10 @@ def worker(args):
     pyg_dist.shutdown()
 
 
-def on_testbed(args, setup, kind, layers, runs, seed):
+def on_testbed(args, parts, hidden, classes, epochs, kind, layers, runs, seed):
     """``rank_body`` on one host per rank of the namespace testbed."""
     from pyg_dist.testing.cluster import Cluster
 
-    parts, widths, classes, epochs = setup
-    hidden = widths[layers > 2]
     with Cluster(hosts=args.parts, rate=args.testbed) as cluster:
         cluster.distribute(parts)
         for host in cluster.hosts:  # the clusters: storage every host can read

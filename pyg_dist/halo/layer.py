@@ -74,6 +74,11 @@ class HaloRegistry:
         self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._restored: dict[str, dict[str, Any]] = {}
 
+    def policy(self, own: HaloPolicy | None) -> HaloPolicy:
+        """The training policy of a layer that sets ``own``: its own, else
+        the default, else :class:`Exact` (the default alone when ``fixed``)."""
+        return (self.default if self.fixed else own) or self.default or Exact()
+
     def name(self, layer: Any) -> str:
         """A stable name for ``layer``: its ``halo_name`` if set (module paths
         under :func:`~pyg_dist.nn.to_distributed`), else ``layer<k>`` in order
@@ -157,7 +162,7 @@ class LayerHalo:
     def __init__(self, edge_index: Any, name: str, policy: HaloPolicy | None,
                  training: bool) -> None:
         registry: HaloRegistry = edge_index.registry
-        policy = (registry.default if registry.fixed else policy) or registry.default or Exact()
+        policy = registry.policy(policy)
         if not training:
             policy = registry.eval_default or Exact(compress=None,
                                                     cache_inputs=policy.cache_inputs)

@@ -115,17 +115,17 @@ class DistSAGEConv(DistLayer, SAGEConv):
         x_src = self.lin(x).relu() if self.project else x
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
         halo, static = LayerHalo.open(self, edge_index, x_src, self.out_channels)
-        weights = (reduce, edge_weight)
         # mean/sum commute with the transform: the narrower side travels, unless
         # the input is static (its halo is cached).
         weight = self.lin_l.weight
         if (reduce != "max" and not static and not isinstance(weight, UninitializedParameter)
                 and x_src.size(-1) > self.out_channels):
-            out = _aggregate(F.linear(x_src, weight), edge_index, halo, weights, False)
+            out = _aggregate(F.linear(x_src, weight), edge_index, halo, reduce, False,
+                             edge_weight)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
-            out = self.lin_l(_aggregate(x_src, edge_index, halo, weights, static))
+            out = self.lin_l(_aggregate(x_src, edge_index, halo, reduce, static, edge_weight))
         if self.root_weight:
             out = out + self.lin_r(x)
         if self.normalize:
@@ -133,10 +133,8 @@ class DistSAGEConv(DistLayer, SAGEConv):
         return out
 
 
-def _aggregate(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo,
-               weights: tuple[str, Tensor | None], static: bool) -> Tensor:
-    """``weights``: the reduction and the edge weights (:obj:`None`: none)."""
-    reduce, edge_weight = weights
+def _aggregate(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo, reduce: str,
+               static: bool, edge_weight: Tensor | None = None) -> Tensor:
     rows, rowptr, col, value = _gather(h, edge_index, halo, static, edge_weight)
     if value is None:
         return spmm(rowptr, col, h, None, reduce, x_halo=rows)

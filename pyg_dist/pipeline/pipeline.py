@@ -310,8 +310,7 @@ class Pipeline:
 
     def _codec(self, conv: Any) -> Any:
         """The compression of ``conv``'s halo policy (or the graph's default)."""
-        policy = getattr(conv, "halo", None) or self.graph.registry.default
-        return getattr(policy, "codec", None)
+        return self.graph.registry.policy(getattr(conv, "halo", None)).codec
 
     def _enter(self, chunking: Chunking, chunk: Chunk, epoch: int,
                direction: str) -> tuple[Tensor, Tensor, Tensor | None]:

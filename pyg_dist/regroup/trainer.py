@@ -169,10 +169,7 @@ def _check(data: Any, regroup_every: Any, regroup: str, correction: str,
             f"evaluation uses it")
     for name, module in model.named_modules() if model is not None else ():
         policy: Any = getattr(module, "halo", None)
-        if policy is None:
-            continue
-        spec = policy.spec() if hasattr(policy, "spec") else str(policy)
-        if spec != "exact":
+        if policy is not None and policy.spec() != "exact":
             raise ValueError(
                 f"'train' in gradient-only mode exchanges no halo, but layer '{name}' sets "
-                f"halo='{spec}'; leave its halo unset (None) or exact")
+                f"halo='{policy.spec()}'; leave its halo unset (None) or exact")
