@@ -29,11 +29,20 @@ STALE_GRADS = ("accumulate", "drop")
 
 @dataclass
 class ReuseState(PolicyState):
-    """The halo rows in use (with the step each arrived) and the gradients
-    collected for reused rows that were not sent yet (``[H, F]``)."""
+    """The halo rows in use (with the step each arrived), the gradients
+    collected for reused rows that were not sent yet (``[H, F]``) and the step
+    of the last exchange that refreshed every row (:obj:`None` before the
+    first): the same on every rank, also on one that holds no halo rows but
+    sends some."""
 
     halo: HaloCache = field(default_factory=HaloCache)
     grad_acc: Tensor | None = None
+    refreshed: int | None = None
+
+    def age(self, step: int, every: int) -> int:
+        """Steps since the last refresh of every row (``every`` when the rows
+        of this width were never fetched)."""
+        return every if self.refreshed is None else step - self.refreshed
 
     def take_grads(self, grad: Tensor, fresh: Tensor, stale_grads: str) -> Tensor:
         """Of ``grad`` (``[H, F]``, this step's halo gradients), what goes to the

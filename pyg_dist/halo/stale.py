@@ -46,10 +46,12 @@ class Stale(ReusePolicy):
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         state: ReuseState = ctx.state
         num_halo = ctx.channel.plan.num_halo
-        age = state.halo.age(ctx.step) if state.halo.matches(x) else self.every
+        # the schedule, not the rows' ages: a rank without halo rows still sends
+        age = state.age(ctx.step, self.every) if state.halo.matches(x) else self.every
         refresh = age >= self.every
         if refresh:
             received = ctx.exchange(x, self.codec)
+            state.refreshed = ctx.step
         else:
             ctx.skip(staleness=age)
             received = x.new_zeros(0, *x.shape[1:])
