@@ -1,6 +1,14 @@
 r"""``Auto()``: each layer's halo policy chosen by a cost model from what the
 first training steps measure.
 
+A graph cut so well that its halo holds under ``isolate_below`` (5%) of the
+average node's in-neighbours (over all ranks; known from the partition, before
+anything is sent) is trained :class:`Isolated`: every exchange would cost
+latency and a wait for the slowest rank for a few percent of each
+neighbourhood. (Cora's METIS cuts at 2 and 4 parts leave 2.8% and 4.3% of the
+neighbours remote, and isolated training stays within a point of exact.)
+Otherwise every layer chooses for itself, as follows.
+
 A layer whose static input (layer 0's features) is no wider than its output
 caches that input's halo from the first step: aggregating first costs the
 same, and nothing crosses the network after the one fetch. For ``warmup``
@@ -59,6 +67,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.halo.exact import Exact
+from pyg_dist.halo.isolated import Isolated
 from pyg_dist.halo.ledger import APART
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState, transient
 from pyg_dist.halo.reuse import ReuseState
@@ -140,14 +149,21 @@ class Auto(HaloPolicy):
             for none. (default: :obj:`"int8"`)
         cache_inputs (bool, optional): Whether it may cache the halo of static
             inputs. (default: :obj:`True`)
+        isolate_below (float, optional): Share of the average node's
+            in-neighbours that live on other ranks under which the whole graph
+            is trained :class:`Isolated`; :obj:`0` never isolates.
+            (default: :obj:`0.05`)
     """
 
     name = "auto"
 
     def __init__(self, epochs: int | None = None, warmup: int = 3, max_staleness: int = 4,
                  negligible: float = 0.01, compress: str | None = "int8",
-                 cache_inputs: bool = True) -> None:
+                 cache_inputs: bool = True, isolate_below: float = 0.05) -> None:
         super().__init__(compress, cache_inputs)
+        if not 0.0 <= isolate_below < 1.0:
+            raise ValueError(f"'Auto' needs 0 <= isolate_below < 1 (got {isolate_below}); "
+                             f"0 never isolates")
         if warmup < 2:
             raise ValueError(f"'Auto' needs warmup >= 2 (got {warmup}): the first step is not "
                              f"representative, the second is measured")
@@ -157,6 +173,7 @@ class Auto(HaloPolicy):
             raise ValueError(f"'Auto' needs epochs >= 1 or None (got {epochs})")
         self.epochs, self.warmup = epochs, warmup
         self.max_staleness, self.negligible = max_staleness, negligible
+        self.isolate_below = float(isolate_below)
 
     def init_state(self) -> AutoState:
         return AutoState()
@@ -189,7 +206,9 @@ class Auto(HaloPolicy):
         if not state.choice:
             if ctx.direction != "fwd":
                 return Exact(cache_inputs=False).fetch(x, ctx)
-            if ctx.step < self.warmup:
+            if state.inner is None and self.isolates(ctx):
+                self.isolate(ctx)
+            elif ctx.step < self.warmup:
                 if state.inner is None or state.inner_state is None:
                     state.start(self.warmup_policy(x.size(-1)))
                 state.width = x.size(-1)
@@ -205,6 +224,29 @@ class Auto(HaloPolicy):
         if policy is not state.inner:  # the decision step refreshed through the warm-up state
             state.start(state.inner)
         return rows
+
+    def isolates(self, ctx: FetchContext) -> bool:
+        """Whether the graph's halo is under ``isolate_below`` of the average
+        node's in-neighbours (collective the first time per graph: every rank
+        asks at its first layer's first step)."""
+        if self.isolate_below <= 0.0:
+            return False
+        note = _note(ctx)
+        if "halo_share" not in note:
+            note["halo_share"] = _halo_share(ctx)
+        return note["halo_share"] < self.isolate_below
+
+    def isolate(self, ctx: FetchContext) -> None:
+        """Trains this layer :class:`Isolated` from now on, and books the choice."""
+        state: AutoState = ctx.state
+        state.start(Isolated())
+        state.choice = state.running
+        steps = max(1, (ctx.planned_steps or self.epochs or DEFAULT_EPOCHS) - ctx.step)
+        ctx.channel.ledger.notes[f"{_NOTE}/{ctx.layer}"] = {
+            "choice": state.choice, "cache_input": False, "from_step": ctx.step,
+            "steps": steps, "halo_share": round(_note(ctx)["halo_share"], 6),
+            "predicted_bytes": 0, "predicted_seconds": 0.0,
+        }
 
     def warmup_policy(self, width: int) -> Stale:
         """What a layer exchanging rows of ``width`` runs while warming up."""
@@ -260,7 +302,7 @@ class Auto(HaloPolicy):
         if (isinstance(chosen, Stale) and isinstance(warm, ReuseState)
                 and warm.halo.rows is not None):
             state.start(chosen, warm)  # the warm-up's rows and collected gradients carry on
-            first = max(0, every - warm.halo.age(ctx.step))
+            first = max(0, every - warm.age(ctx.step, every))
         else:  # this step refreshes every row through the warm-up's state, then the choice
             state.handover = Stale(1, compress=None if cache else codec, cache_inputs=False)
             state.inner = chosen
@@ -356,11 +398,30 @@ class Auto(HaloPolicy):
             out["compress"] = codec
         if not self.cache_inputs:
             out["cache_inputs"] = False
+        if self.isolate_below != 0.05:
+            out["isolate_below"] = self.isolate_below
         return out
 
 
 def _note(ctx: FetchContext) -> dict[str, Any]:
     return ctx.channel.ledger.notes.setdefault(_NOTE, {})
+
+
+def _halo_share(ctx: FetchContext) -> float:
+    """The share of a node's in-neighbours held as halo, averaged over the
+    nodes of all ranks that have any (from the graph alone: nothing is
+    exchanged but the two sums)."""
+    from pyg_dist import distributed
+
+    graph = ctx.graph
+    remote = (graph.col >= graph.num_owned).to(torch.float64).cumsum(0)
+    remote = torch.cat([remote.new_zeros(1), remote])
+    halo = remote[graph.rowptr[1:]] - remote[graph.rowptr[:-1]]
+    degree = (graph.rowptr[1:] - graph.rowptr[:-1]).to(torch.float64)
+    some = degree > 0
+    total, nodes = distributed.all_reduce_values(
+        [float((halo[some] / degree[some]).sum()), float(some.sum())], "sum", ctx.channel.group)
+    return total / max(nodes, 1.0)
 
 
 def _rows(ctx: FetchContext) -> dict[str, float]:

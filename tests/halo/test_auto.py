@@ -4,10 +4,11 @@ checkpoint)."""
 import pytest
 import torch
 from graphs import awkward_graph
+from torch_geometric.data import Data
 from tolerances import assert_close
 
 import pyg_dist
-from pyg_dist.halo import Auto, Stale, parse_policy
+from pyg_dist.halo import Auto, Isolated, Stale, parse_policy
 from pyg_dist.halo.auto import _tau
 
 #: Rows one exchange moves (busiest rank), forward, and the sums over ranks.
@@ -18,13 +19,15 @@ GBIT = {"latency": 1e-4, "bandwidth": 125e6, "compute": 0.5}
 def test_spec_round_trip_and_bad_arguments():
     assert parse_policy("auto") == Auto() and Auto().spec() == "auto"
     for policy in (Auto(max_staleness=2), Auto(compress=None), Auto(epochs=50, warmup=4),
-                   Auto(cache_inputs=False)):
+                   Auto(cache_inputs=False), Auto(isolate_below=0)):
         assert parse_policy(policy.spec()) == policy
     assert parse_policy("auto", compress="fp16").codec.name == "fp16"
     with pytest.raises(ValueError, match="warmup >= 2"):
         Auto(warmup=1)
     with pytest.raises(ValueError, match="max_staleness >= 1"):
         parse_policy("auto,max_staleness=0")
+    with pytest.raises(ValueError, match="0 <= isolate_below < 1"):
+        Auto(isolate_below=1.0)
 
 
 def test_negligible_exchange_stays_exact():
@@ -111,15 +114,37 @@ def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=Non
         "bytes": {layer: data.ledger.layer_totals(layer, 0)["bytes_sent"]
                   for layer in ("convs.0", "convs.1")},
         "state": {k: v.clone() for k, v in model.state_dict().items()},
+        "refreshes": sorted(step for (step, layer, direction), e in data.ledger.entries.items()
+                            if layer == "convs.1" and direction == "fwd" and e.exchanges),
     }
 
 
-def body(parts, ckpt):
+def two_communities(num_nodes=240, num_edges=1400, crossing=12, num_features=48, seed=0):
+    """Two halves, densely wired inside, joined by ``crossing`` edges: cut in
+    two, each node has ~1% of its in-neighbours on the other rank."""
+    g = torch.Generator().manual_seed(seed)
+    half = num_nodes // 2
+    side = torch.randint(0, 2, (num_edges,), generator=g) * half
+    src = torch.cat([torch.randint(0, half, (num_edges,), generator=g) + side,
+                     torch.randint(0, half, (crossing,), generator=g)])
+    dst = torch.cat([torch.randint(0, half, (num_edges,), generator=g) + side,
+                     torch.randint(half, num_nodes, (crossing,), generator=g)])
+    train = torch.rand(num_nodes, generator=g) < 0.5
+    return Data(edge_index=torch.stack([src, dst]), num_nodes=num_nodes,
+                x=torch.randn(num_nodes, num_features, generator=g),
+                y=torch.randint(0, 3, (num_nodes,), generator=g),
+                train_mask=train, val_mask=~train, test_mask=~train)
+
+
+def body(parts, light, ckpt):
     slow = (0.0, 1e4)  # 10 kB/s: every exchange is expensive
     fast = (0.0, 1e12)
     out = {"fast": _run(parts, fast, 6), "slow": _run(parts, slow, 8),
            "narrow": _run(parts, slow, 4, hidden=64),
-           "hand": _run(parts, slow, 8, halo=Stale(4, compress="int8", cache_inputs=False))}
+           "hand": _run(parts, slow, 8, halo=Stale(4, compress="int8", cache_inputs=False)),
+           "light": _run(light, slow, 6), "light_isolated": _run(light, slow, 6, halo=Isolated()),
+           "light_never": _run(light, slow, 6, halo=Auto(warmup=2, isolate_below=0)),
+           "light_stale": _run(light, slow, 6, halo=Stale(2))}
     _run(parts, slow, 8, ckpt=ckpt, fail_at=5)
     out["resumed"] = _run(parts, (0.0, 1e12), 8, ckpt=ckpt, resume=True)  # the link changed
     return out
@@ -130,8 +155,9 @@ def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("auto")
     pyg_dist.partition(awkward_graph(num_nodes=240, num_edges=1400, num_features=48), 2,
                        root / "parts")
-    return pyg_dist.launch(body, 2, args=(str(root / "parts"), str(root / "ckpt")),
-                           timeout=600)
+    pyg_dist.partition(two_communities(), 2, root / "light")
+    return pyg_dist.launch(body, 2, args=(str(root / "parts"), str(root / "light"),
+                                          str(root / "ckpt")), timeout=600)
 
 
 def test_every_rank_makes_the_same_choice(results):
@@ -179,3 +205,31 @@ def test_an_input_no_wider_than_the_output_is_cached_from_the_start(results):
     layer = results[0]["narrow"]["choices"]["convs.0"]  # 48 columns in, 64 out
     assert layer["choice"] == "exact" and layer["cache_input"] and layer["from_step"] == 1
     assert layer["measured_bytes"] == layer["predicted_bytes"] > 0  # the one fetch
+
+
+def test_a_graph_with_a_small_halo_trains_isolated_from_the_first_step(results):
+    for rank in range(2):
+        auto, hand = results[rank]["light"], results[rank]["light_isolated"]
+        for layer in ("convs.0", "convs.1"):
+            choice = auto["choices"][layer]
+            assert choice["choice"] == "isolated" and choice["from_step"] == 0
+            assert 0 < choice["halo_share"] < 0.05
+            assert choice["measured_bytes"] == choice["predicted_bytes"] == 0
+        assert auto["bytes"] == {"convs.0": 0, "convs.1": 0}
+        for name, value in hand["state"].items():
+            assert_close(auto["state"][name], value, what=f"rank {rank}: {name}")
+        # the same graph with isolation turned off exchanges its halo
+        never = results[rank]["light_never"]
+        assert all(c["choice"] != "isolated" for k, c in never["choices"].items()
+                   if k != "epoch")
+        assert never["bytes"]["convs.1"] > 0
+    # the well-mixed graph's halo is far above the threshold: nothing isolated there
+    assert all(c["choice"] != "isolated" for k, c in results[0]["slow"]["choices"].items()
+               if k != "epoch")
+
+
+def test_stale_refreshes_on_schedule_on_a_rank_without_halo_rows(results):
+    # the cut edges point one way: one rank sends halo rows it never receives any of,
+    # and must still join every refresh (it waited for rows it does not have, forever)
+    for rank in range(2):
+        assert results[rank]["light_stale"]["refreshes"] == [0, 2, 4]
