@@ -11,7 +11,8 @@ policy                    what crosses the network each training step
 ``Sampled(p)``            a fraction ``p`` of boundary nodes
 ``Isolated()``            nothing (only the gradient all-reduce)
 ``Auto()``                per layer, what a cost model measured in the first
-                          steps picks (exact, or stale + int8; caching or not)
+                          steps picks (exact, or stale + int8; caching or not);
+                          nothing where under 5% of neighbours are remote
 ========================  =====================================================
 
 Any policy takes ``compress="fp16" | "bf16" | "int8"``. A policy is set per

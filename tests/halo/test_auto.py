@@ -4,8 +4,8 @@ checkpoint)."""
 import pytest
 import torch
 from graphs import awkward_graph
-from torch_geometric.data import Data
 from tolerances import assert_close
+from torch_geometric.data import Data
 
 import pyg_dist
 from pyg_dist.halo import Auto, Isolated, Stale, parse_policy
