@@ -193,11 +193,9 @@ class Auto(HaloPolicy):
         state.cache_input, state.choice = True, "exact"
         state.start(Exact())
         rows = _rows(ctx)
-        ctx.channel.ledger.notes[f"{_NOTE}/{ctx.layer}"] = {
-            "choice": state.choice, "cache_input": True, "from_step": ctx.step, "steps": 1,
-            "predicted_bytes": int(rows["sent_fwd"] * self._static_row(state.static_width)),
-            "predicted_seconds": 0.0,  # the link is not measured yet
-        }
+        _book(ctx, cache_input=True, steps=1,  # the link is not measured yet: no seconds
+              predicted_bytes=int(rows["sent_fwd"] * self._static_row(state.static_width)),
+              predicted_seconds=0.0)
 
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         state: AutoState = ctx.state
@@ -241,12 +239,13 @@ class Auto(HaloPolicy):
         state: AutoState = ctx.state
         state.start(Isolated())
         state.choice = state.running
-        steps = max(1, (ctx.planned_steps or self.epochs or DEFAULT_EPOCHS) - ctx.step)
-        ctx.channel.ledger.notes[f"{_NOTE}/{ctx.layer}"] = {
-            "choice": state.choice, "cache_input": False, "from_step": ctx.step,
-            "steps": steps, "halo_share": round(_note(ctx)["halo_share"], 6),
-            "predicted_bytes": 0, "predicted_seconds": 0.0,
-        }
+        _book(ctx, cache_input=False, steps=self.remaining(ctx),
+              halo_share=round(_note(ctx)["halo_share"], 6), predicted_bytes=0,
+              predicted_seconds=0.0)
+
+    def remaining(self, ctx: FetchContext) -> int:
+        """Planned training steps from this one on (at least 1)."""
+        return max(1, (ctx.planned_steps or self.epochs or DEFAULT_EPOCHS) - ctx.step)
 
     def warmup_policy(self, width: int) -> Stale:
         """What a layer exchanging rows of ``width`` runs while warming up."""
@@ -279,7 +278,7 @@ class Auto(HaloPolicy):
         same layer at the same step) and books the choice in the ledger."""
         state: AutoState = ctx.state
         link = self.measure(ctx)
-        steps = max(1, (ctx.planned_steps or self.epochs or DEFAULT_EPOCHS) - ctx.step)
+        steps = self.remaining(ctx)
         rows = _rows(ctx)
         codec, every = self.exchange_plan(state.width, rows, link)
         cache = False
@@ -315,10 +314,7 @@ class Auto(HaloPolicy):
         else:
             predicted = self.predict(rows, state.width, codec, every, steps, link, once=False,
                                      first=first)
-        ctx.channel.ledger.notes[f"{_NOTE}/{ctx.layer}"] = {
-            "choice": state.choice, "cache_input": cache, "from_step": ctx.step,
-            "steps": steps, **predicted,
-        }
+        _book(ctx, cache_input=cache, steps=steps, **predicted)
 
     def exchange_plan(self, width: int, rows: dict[str, float],
                       link: dict[str, float]) -> tuple[str | None, int]:
@@ -405,6 +401,13 @@ class Auto(HaloPolicy):
 
 def _note(ctx: FetchContext) -> dict[str, Any]:
     return ctx.channel.ledger.notes.setdefault(_NOTE, {})
+
+
+def _book(ctx: FetchContext, **note: Any) -> None:
+    """Books the layer's choice (``ctx.state.choice``, from this step) with
+    ``note`` (``cache_input``, ``steps``, predicted bytes and seconds, ...)."""
+    ctx.channel.ledger.notes[f"{_NOTE}/{ctx.layer}"] = {
+        "choice": ctx.state.choice, "from_step": ctx.step, **note}
 
 
 def _halo_share(ctx: FetchContext) -> float:
