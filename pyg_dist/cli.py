@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pyg_dist.datasets.load import DATASETS
-from pyg_dist.partition.cut import METHODS
+from pyg_dist.partitioning.cut import METHODS
 
 __all__ = ["main", "build_parser", "RECIPES"]
 
@@ -330,7 +330,7 @@ def _check_pipeline(args: argparse.Namespace) -> None:
 
 
 def _folder_parts(parts_dir: str) -> int:
-    from pyg_dist.partition.io import read_meta
+    from pyg_dist.partitioning.io import read_meta
 
     return read_meta(parts_dir).num_parts
 

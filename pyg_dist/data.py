@@ -16,7 +16,7 @@ from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.plan import HaloPlan
 from pyg_dist.halo.policy import HaloPolicy
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
-from pyg_dist.partition.io import PartitionMeta, read_meta, read_part
+from pyg_dist.partitioning.io import PartitionMeta, read_meta, read_part
 
 __all__ = ["DistData", "DistEdgeIndex"]
 

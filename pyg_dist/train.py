@@ -1,7 +1,6 @@
 """A short full-graph training loop whose steps equal single-process training."""
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
@@ -9,18 +8,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from pyg_dist import distributed
 from pyg_dist.checkpoint import load_checkpoint, save_checkpoint
 from pyg_dist.grads import GradientSync
+from pyg_dist.metrics import accuracies, data_keys, evaluate, global_loss
+from pyg_dist.pipeline import Pipeline
 from pyg_dist.regroup import GradientOnly
 
 __all__ = ["train", "evaluate", "accuracies", "TrainResult", "EpochStats", "sync_parameters",
            "all_reduce_gradients", "global_loss", "halo_choices"]
 
-MASKS = ("train_mask", "val_mask", "test_mask")
 MODES = ("exact", "gradient-only")
 
 
@@ -305,8 +304,6 @@ def _pipeline(model: nn.Module, data: Any, stages: int, chunks: int, initial_row
         raise ValueError(f"'train' with stages={stages}, chunks={chunks} (a layer pipeline) "
                          f"does not take {', '.join(clashes)}; leave them out or train graph "
                          f"parallel (stages=1, chunks=1)")
-    from pyg_dist.pipeline import Pipeline
-
     return Pipeline(model, data, stages=stages, chunks=chunks, initial_rows=initial_rows)
 
 
@@ -386,45 +383,6 @@ def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
     return value
 
 
-def global_loss(out: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, float]:
-    """Cross entropy averaged over the masked nodes of all ranks: this rank's
-    differentiable share, and the global value. Raises on a non-finite loss."""
-    local_sum = F.cross_entropy(out[mask], y[mask], reduction="sum")
-    total, count = distributed.all_reduce_values([float(local_sum.detach()), float(mask.sum())])
-    count = max(count, 1.0)
-    if not math.isfinite(total):
-        raise FloatingPointError(
-            "the training loss is not finite; check the inputs for NaN/inf values "
-            "(pyg_dist.partition rejects them in node features) or lower the learning rate"
-        )
-    return local_sum / count, total / count
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, data: Any) -> tuple[float, float, float]:
-    """Global accuracy on ``train_mask``, ``val_mask`` and ``test_mask`` (nan
-    for a mask the data lacks)."""
-    model.eval()
-    return accuracies(model(data.x, data.edge_index).argmax(dim=-1), data)
-
-
-def accuracies(pred: Tensor | None, data: Any) -> tuple[float, float, float]:
-    """Global accuracy of the predictions ``pred`` (this rank's rows; :obj:`None`
-    for a rank that predicts nothing) on the three masks. Collective."""
-    counts = []
-    for name in MASKS:
-        mask = getattr(data, name, None) if name in _keys(data) else None
-        if pred is None or mask is None:
-            counts += [0.0, 0.0]
-        else:
-            counts += [float((pred[mask] == data.y[mask]).sum()), float(mask.sum())]
-    stats = distributed.all_reduce_values(counts)
-    return tuple(  # type: ignore[return-value]
-        stats[2 * i] / stats[2 * i + 1] if stats[2 * i + 1] > 0 else float("nan")
-        for i in range(3)
-    )
-
-
 def sync_parameters(model: nn.Module) -> None:
     """Copies rank 0's parameters and buffers to every rank."""
     distributed.sync_tensors([*model.parameters(), *model.buffers()])
@@ -436,18 +394,13 @@ def all_reduce_gradients(model: nn.Module) -> None:
 
 
 def _check_data(data: Any) -> None:
-    keys = _keys(data)
+    keys = data_keys(data)
     missing = [k for k in ("x", "y", "edge_index", "train_mask") if k not in keys]
     if missing:
         raise ValueError(
             f"'train' needs data.{', data.'.join(missing)}; partition a graph that has them "
             f"(node features 'x', labels 'y' and a boolean 'train_mask')"
         )
-
-
-def _keys(data: Any) -> list[str]:
-    keys = data.keys() if callable(getattr(data, "keys", None)) else list(vars(data))
-    return list(keys)
 
 
 def _ledger_totals(ledger: Any, step: int) -> tuple[Any, ...]:

@@ -7,7 +7,7 @@ from pyg_dist.datasets import community_graph
 from pyg_dist.halo import exchange as exchange_module
 from pyg_dist.halo.comm import PendingRows
 from pyg_dist.models import GNN
-from pyg_dist.partition import read_meta
+from pyg_dist.partitioning import read_meta
 from pyg_dist.train import evaluate, train_step
 
 NODES_PER_PART = 500

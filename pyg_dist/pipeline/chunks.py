@@ -149,7 +149,7 @@ def chunk_labels(graph: DistEdgeIndex, count: int, seed: int = 0) -> Tensor:
     contiguous = torch.arange(num_owned, device=device) * count // num_owned
     if not pyg_dist_typing.WITH_METIS:
         return contiguous
-    from pyg_dist.partition.cut import metis_cut
+    from pyg_dist.partitioning.cut import metis_cut
 
     row, col = graph.row().cpu(), graph.col.cpu()
     own = col < num_owned

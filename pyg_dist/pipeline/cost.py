@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from pyg_dist.partition.io import read_meta
+from pyg_dist.partitioning.io import read_meta
 
 __all__ = ["LayoutCost", "layout_costs", "best_layout", "halo_rows"]
 

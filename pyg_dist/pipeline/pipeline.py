@@ -14,13 +14,13 @@ from pyg_dist import distributed, peers
 from pyg_dist.data import DistData, DistEdgeIndex
 from pyg_dist.halo.exchange import exchange_route
 from pyg_dist.halo.ledger import GRADIENTS, STAGE
+from pyg_dist.metrics import accuracies
 from pyg_dist.ops import spmm
-from pyg_dist.partition.io import read_meta
+from pyg_dist.partitioning.io import read_meta
 from pyg_dist.pipeline.chunks import Chunk, Chunking, chunk_labels
 from pyg_dist.pipeline.grid import Grid, grid
 from pyg_dist.pipeline.layers import adjacency, check_splittable, update
 from pyg_dist.pipeline.split import balance, check_stages, measure_costs
-from pyg_dist.train import accuracies
 
 __all__ = ["Pipeline", "load"]
 

@@ -15,7 +15,7 @@ from pyg_dist import distributed
 from pyg_dist.data import DistEdgeIndex
 from pyg_dist.halo import HaloChannel, HaloPlan, HaloRegistry, Isolated, Ledger
 from pyg_dist.ops.csr import ptr_from_sorted
-from pyg_dist.partition.io import PartitionMeta, part_file, read_part
+from pyg_dist.partitioning.io import PartitionMeta, part_file, read_part
 
 __all__ = ["ClusterGroup"]
 

@@ -14,7 +14,7 @@ from torch import Tensor
 from pyg_dist import distributed
 from pyg_dist.data import DistEdgeIndex
 from pyg_dist.halo.ledger import REGROUP
-from pyg_dist.partition.io import CLUSTERS_DIR, read_meta
+from pyg_dist.partitioning.io import CLUSTERS_DIR, read_meta
 from pyg_dist.regroup.correction import CORRECTIONS, batch_weight, edge_weights, shrink
 from pyg_dist.regroup.group import ClusterGroup
 from pyg_dist.regroup.move import move_clusters

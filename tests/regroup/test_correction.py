@@ -6,7 +6,7 @@ import torch
 from graphs import awkward_graph
 
 import pyg_dist
-from pyg_dist.partition.io import read_meta
+from pyg_dist.partitioning.io import read_meta
 from pyg_dist.regroup import (
     ClusterGroup,
     batch_weight,

@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from pyg_dist import typing as pyg_dist_typing
-from pyg_dist.partition.arrays import bincount_chunked, chunks, unique_sorted_inplace
-from pyg_dist.partition.coarsen import contract, label_propagation
+from pyg_dist.partitioning.arrays import bincount_chunked, chunks, unique_sorted_inplace
+from pyg_dist.partitioning.coarsen import contract, label_propagation
 
 __all__ = ["metis_cut", "coarse_metis_cut", "random_cut", "METHODS"]
 
@@ -67,7 +67,7 @@ def coarse_metis_cut(
     edge_index: Tensor, num_nodes: int, num_parts: int, seed: int, balance: Tensor | None = None
 ) -> Tensor:
     """Like :func:`metis_cut`, on a contracted graph: label propagation
-    (:func:`~pyg_dist.partition.coarsen.label_propagation`) groups the nodes
+    (:func:`~pyg_dist.partitioning.coarsen.label_propagation`) groups the nodes
     into clusters of at most ``N / (COARSEN_FACTOR * num_parts)`` nodes, METIS
     cuts the weighted cluster graph, and every node goes where its cluster went.
     METIS then sees a graph many times smaller: less time and far less memory

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.partition.arrays import bincount_chunked, chunks, small_int_dtype
+from pyg_dist.partitioning.arrays import bincount_chunked, chunks, small_int_dtype
 
 __all__ = ["LocalPart", "PartPlan", "build_parts"]
 

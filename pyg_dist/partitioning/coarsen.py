@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyg_dist.partition.arrays import CHUNK, unique_sorted_inplace
+from pyg_dist.partitioning.arrays import CHUNK, unique_sorted_inplace
 
 __all__ = ["label_propagation", "contract"]
 

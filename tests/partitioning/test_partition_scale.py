@@ -7,9 +7,9 @@ from graphs import awkward_graph
 
 import pyg_dist
 from pyg_dist.datasets import community_graph
-from pyg_dist.partition import PartPlan, read_part
-from pyg_dist.partition.coarsen import contract, label_propagation
-from pyg_dist.partition.cut import _symmetric_csr
+from pyg_dist.partitioning import PartPlan, read_part
+from pyg_dist.partitioning.coarsen import contract, label_propagation
+from pyg_dist.partitioning.cut import _symmetric_csr
 
 
 @pytest.fixture(scope="module")

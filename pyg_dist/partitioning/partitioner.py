@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.partition.arrays import CHUNK, chunks
-from pyg_dist.partition.cut import METHODS, coarse_metis_cut, metis_cut, random_cut
-from pyg_dist.partition.io import CLUSTERS_DIR, FORMAT_VERSION, PartitionMeta, write_folder
-from pyg_dist.partition.plan import LocalPart, PartPlan
+from pyg_dist.partitioning.arrays import CHUNK, chunks
+from pyg_dist.partitioning.cut import METHODS, coarse_metis_cut, metis_cut, random_cut
+from pyg_dist.partitioning.io import CLUSTERS_DIR, FORMAT_VERSION, PartitionMeta, write_folder
+from pyg_dist.partitioning.plan import LocalPart, PartPlan
 
 __all__ = ["partition"]
 

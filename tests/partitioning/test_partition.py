@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from torch_geometric.data import Data
 
 import pyg_dist
-from pyg_dist.partition import read_meta, read_part
+from pyg_dist.partitioning import read_meta, read_part
 
 
 @st.composite
@@ -202,7 +202,7 @@ def test_existing_folder_needs_overwrite(tmp_path):
 
 
 def test_failure_while_writing_leaves_no_folder(tmp_path, monkeypatch):
-    from pyg_dist.partition import io
+    from pyg_dist.partitioning import io
 
     calls = {"n": 0}
     real_save = io.torch.save

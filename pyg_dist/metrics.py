@@ -1,0 +1,63 @@
+"""Losses and accuracies over the nodes of all ranks, shared by every training strategy."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pyg_dist import distributed
+
+__all__ = ["global_loss", "accuracies", "evaluate", "MASKS"]
+
+#: The node masks accuracies are reported on, in the order they are returned.
+MASKS = ("train_mask", "val_mask", "test_mask")
+
+
+def global_loss(out: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, float]:
+    """Cross entropy averaged over the masked nodes of all ranks: this rank's
+    differentiable share, and the global value. Raises on a non-finite loss.
+    Collective."""
+    local_sum = F.cross_entropy(out[mask], y[mask], reduction="sum")
+    total, count = distributed.all_reduce_values([float(local_sum.detach()), float(mask.sum())])
+    count = max(count, 1.0)
+    if not math.isfinite(total):
+        raise FloatingPointError(
+            "the training loss is not finite; check the inputs for NaN/inf values "
+            "(pyg_dist.partition rejects them in node features) or lower the learning rate"
+        )
+    return local_sum / count, total / count
+
+
+def accuracies(pred: Tensor | None, data: Any) -> tuple[float, float, float]:
+    """Global accuracy of the predictions ``pred`` (this rank's rows; :obj:`None`
+    for a rank that predicts nothing) on the three masks (nan for a mask the
+    data lacks). Collective."""
+    counts = []
+    for name in MASKS:
+        mask = getattr(data, name, None) if name in data_keys(data) else None
+        if pred is None or mask is None:
+            counts += [0.0, 0.0]
+        else:
+            counts += [float((pred[mask] == data.y[mask]).sum()), float(mask.sum())]
+    stats = distributed.all_reduce_values(counts)
+    return tuple(  # type: ignore[return-value]
+        stats[2 * i] / stats[2 * i + 1] if stats[2 * i + 1] > 0 else float("nan")
+        for i in range(3)
+    )
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: Any) -> tuple[float, float, float]:
+    """Global accuracy of ``model(data.x, data.edge_index)`` on ``train_mask``,
+    ``val_mask`` and ``test_mask``. Collective."""
+    model.eval()
+    return accuracies(model(data.x, data.edge_index).argmax(dim=-1), data)
+
+
+def data_keys(data: Any) -> list[str]:
+    """The attribute names of a PyG ``Data``/``DistData`` or a plain object."""
+    keys = data.keys() if callable(getattr(data, "keys", None)) else list(vars(data))
+    return list(keys)

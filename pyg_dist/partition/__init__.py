@@ -1,7 +1,0 @@
-"""Cutting a graph into a folder of parts, one per rank."""
-from pyg_dist.partition.io import PartitionMeta, read_meta, read_part
-from pyg_dist.partition.partitioner import partition
-from pyg_dist.partition.plan import LocalPart, PartPlan, build_parts
-
-__all__ = ["partition", "PartitionMeta", "LocalPart", "PartPlan", "read_meta", "read_part",
-           "build_parts"]
