@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyg_dist
 from pyg_dist.datasets import community_graph, preset
-from pyg_dist.regroup import GradientOnly
+from pyg_dist.regroup import GroupRunner
 
 SOURCES = ("folder", "peers")
 
@@ -26,7 +26,7 @@ def rank_body(folder, regroups, scheme):
     out = {}
     for source in SOURCES:
         data = pyg_dist.DistData.load(folder)
-        runner = GradientOnly(data, regroup_every=1, regroup=scheme, correction="none",
+        runner = GroupRunner(data, regroup_every=1, regroup=scheme, correction="none",
                               regroup_from=source)
         for epoch in range(1, regroups + 2):
             runner.prepare(epoch)

@@ -1,8 +1,11 @@
 """A short full-graph training loop whose steps equal single-process training."""
 from __future__ import annotations
 
+import functools
 import os
+import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -11,16 +14,26 @@ import torch
 from torch import nn
 
 from pyg_dist import distributed
-from pyg_dist.checkpoint import load_checkpoint, save_checkpoint
+from pyg_dist.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from pyg_dist.config import (
+    Adam,
+    Checkpoint,
+    Evaluation,
+    GradientOnly,
+    GradSync,
+    GraphParallel,
+    LayerPipeline,
+    Strategy,
+    as_policy,
+)
 from pyg_dist.grads import GradientSync
 from pyg_dist.metrics import accuracies, data_keys, evaluate, global_loss
 from pyg_dist.pipeline import Pipeline
-from pyg_dist.regroup import GradientOnly
+from pyg_dist.regroup import GroupRunner
 
 __all__ = ["train", "evaluate", "accuracies", "TrainResult", "EpochStats", "sync_parameters",
            "all_reduce_gradients", "global_loss", "halo_choices"]
 
-MODES = ("exact", "gradient-only")
 
 
 @dataclass
@@ -111,32 +124,96 @@ class TrainResult:
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary(), "history": [asdict(e) for e in self.history]}
 
+#: Keywords of earlier releases, each with the option object that replaced it.
+LEGACY_KEYWORDS = {
+    "lr": "optimizer=Adam(lr=...)", "weight_decay": "optimizer=Adam(weight_decay=...)",
+    "checkpoint_every": "checkpoint=Checkpoint(dir, every=...)",
+    "resume": "checkpoint=Checkpoint(dir, resume=True)",
+    "eval_every": "evaluation=Evaluation(every=...)",
+    "eval_halo": "evaluation=Evaluation(halo=...)",
+    "grad_compress": "grad_sync=GradSync(compress=...)",
+    "mode": "strategy=GradientOnly(...) or GraphParallel()",
+    **{name: f"strategy=GradientOnly({name}=...)" for name in (
+        "regroup_every", "regroup", "correction", "shrinkage", "regroup_from",
+        "clusters_per_rank")},
+    **{name: f"strategy=LayerPipeline({name}=...)" for name in (
+        "stages", "chunks", "initial_rows")},
+}
+_MODES = ("exact", "gradient-only")
 
+
+def _legacy_keywords(fn: Callable[..., TrainResult]) -> Callable[..., TrainResult]:
+    """Lets :func:`train` take the keywords of earlier releases, with a
+    :class:`DeprecationWarning` naming each one's new spelling."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> TrainResult:
+        old = {k: kwargs.pop(k) for k in list(kwargs) if k in LEGACY_KEYWORDS}
+        folder = kwargs.get("checkpoint")
+        if isinstance(folder, (str, os.PathLike)):
+            old["checkpoint"] = kwargs.pop("checkpoint")
+        if old:
+            spelled = "; ".join(f"{k}= -> {LEGACY_KEYWORDS.get(k, 'checkpoint=Checkpoint(dir)')}"
+                                for k in old)
+            warnings.warn(f"'train' keywords of earlier releases are deprecated and go in the "
+                          f"next one: {spelled} (pyg_dist.config)", DeprecationWarning,
+                          stacklevel=2)
+            kwargs.update(_translate(old, kwargs))
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _translate(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The option objects that the keywords ``old`` of earlier releases spell."""
+    out: dict[str, Any] = {}
+    if ("lr" in old or "weight_decay" in old) and new.get("optimizer") is None:
+        out["optimizer"] = Adam(lr=old.get("lr", 0.01),
+                                weight_decay=old.get("weight_decay", 5e-4))
+    if "checkpoint" in old:
+        out["checkpoint"] = Checkpoint(old["checkpoint"], every=old.get("checkpoint_every", 0),
+                                       resume=bool(old.get("resume", False)))
+    elif old.get("checkpoint_every") or old.get("resume"):
+        raise ValueError("'train' needs checkpoint=<folder> to write or resume checkpoints: "
+                         "pass checkpoint=Checkpoint(dir, every=..., resume=...)")
+    if "eval_every" in old or "eval_halo" in old:
+        out["evaluation"] = Evaluation(every=old.get("eval_every", 1), halo=old.get("eval_halo"))
+    if "grad_compress" in old:
+        compress = old["grad_compress"]
+        out["grad_sync"] = GradSync(None if compress == "none" else compress)
+    mode = old.get("mode", "exact")
+    if mode not in _MODES:
+        raise ValueError(f"'train' got mode='{mode}'; use one of {', '.join(_MODES)} (or "
+                         f"strategy=GraphParallel() / GradientOnly(...))")
+    grouped = {k: old[k] for k in ("regroup_every", "regroup", "correction", "shrinkage",
+                                   "regroup_from", "clusters_per_rank") if k in old}
+    piped = {k: old[k] for k in ("stages", "chunks", "initial_rows") if k in old}
+    if mode == "gradient-only":
+        out["strategy"] = GradientOnly(**grouped)
+    elif grouped.get("clusters_per_rank") is not None:
+        raise ValueError("'train' takes clusters_per_rank in mode='gradient-only' only (got "
+                         "mode='exact'); leave it out, or pass strategy=GradientOnly(...)")
+    if piped.get("stages", 1) > 1 or piped.get("chunks", 1) > 1:
+        if mode == "gradient-only":
+            raise ValueError("'train' with stages or chunks (a layer pipeline) does not take "
+                             "mode='gradient-only'; choose one strategy")
+        out["strategy"] = LayerPipeline(**{"stages": 1, **piped})
+    return out
+
+
+@_legacy_keywords
 def train(
     model: nn.Module,
     data: Any,
     epochs: int = 200,
-    lr: float = 0.01,
-    weight_decay: float = 5e-4,
-    optimizer: torch.optim.Optimizer | None = None,
-    progress: bool = True,
+    *,
+    strategy: Strategy | None = None,
+    grad_sync: GradSync | None = None,
+    optimizer: torch.optim.Optimizer | Adam | None = None,
+    checkpoint: Checkpoint | None = None,
+    evaluation: Evaluation | None = None,
     callback: Callable[[EpochStats], None] | None = None,
-    checkpoint: str | os.PathLike | None = None,
-    checkpoint_every: int = 0,
-    resume: bool = False,
-    eval_every: int = 1,
-    eval_halo: Any = None,
-    grad_compress: str | None = None,
-    mode: str = "exact",
-    regroup_every: int = 50,
-    regroup: str = "sweep",
-    correction: str = "node",
-    shrinkage: float = 0.0,
-    regroup_from: str = "folder",
-    clusters_per_rank: int | None = None,
-    stages: int = 1,
-    chunks: int = 1,
-    initial_rows: str = "send",
+    progress: bool = True,
 ) -> TrainResult:
     r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` (or a
     plain PyG ``Data`` in one process).
@@ -145,10 +222,10 @@ def train(
     (each rank sums over its own and divides by the global count) and sums
     parameter gradients across ranks, so with exact halos a step equals the
     single-process step on the whole graph. Parameters start from rank 0's
-    values. After each step the model is evaluated (exactly unless
-    ``eval_halo`` says otherwise, whatever the training policy); accuracies
-    are global. The returned ``test_acc`` is taken at the
-    epoch of best validation accuracy. Rank 0 shows a tqdm bar.
+    values. The model is evaluated on the schedule of ``evaluation`` (exactly
+    unless it says otherwise, whatever the training policy); accuracies are
+    global. The returned ``test_acc`` is taken at the epoch of best validation
+    accuracy. Rank 0 shows a tqdm bar.
 
     Args:
         model (torch.nn.Module): Called as ``model(data.x, data.edge_index)``;
@@ -156,89 +233,46 @@ def train(
         data: Needs ``x``, ``y``, ``edge_index`` and ``train_mask`` (``val_mask``
             and ``test_mask`` if present).
         epochs (int, optional): Optimisation steps in all. (default: :obj:`200`)
-        lr (float, optional): Adam learning rate. (default: :obj:`0.01`)
-        weight_decay (float, optional): Adam weight decay. (default: :obj:`5e-4`)
-        optimizer (torch.optim.Optimizer, optional): Replaces the default Adam.
-            (default: :obj:`None`)
-        progress (bool, optional): Show progress on rank 0. (default: :obj:`True`)
+        strategy (GraphParallel or GradientOnly or LayerPipeline, optional):
+            How the ranks share the work (see :mod:`pyg_dist.config`);
+            :obj:`None` is :class:`~pyg_dist.config.GraphParallel` under the
+            graph's own halo policy. (default: :obj:`None`)
+        grad_sync (GradSync, optional): How gradients are summed; :obj:`None`
+            is one exact all-reduce after backward. (default: :obj:`None`)
+        optimizer (torch.optim.Optimizer or Adam, optional): The optimizer, or
+            the settings of the default Adam; :obj:`None` is
+            :class:`~pyg_dist.config.Adam` ``()``. (default: :obj:`None`)
+        checkpoint (Checkpoint, optional): Where and how often to write
+            checkpoints, and whether to resume from the last. (default: :obj:`None`)
+        evaluation (Evaluation, optional): When and under which halo policy
+            to evaluate; :obj:`None` is every epoch, exactly. (default: :obj:`None`)
         callback (callable, optional): Called with every :class:`EpochStats`.
             (default: :obj:`None`)
-        checkpoint (str, optional): Folder for checkpoints (see
-            :mod:`pyg_dist.checkpoint`). (default: :obj:`None`)
-        checkpoint_every (int, optional): Write a checkpoint every this many
-            epochs (0: never). (default: :obj:`0`)
-        resume (bool, optional): Continue from the last checkpoint in
-            ``checkpoint``: model, optimizer, halo caches and policy state, RNG
-            state, ledger and history; deterministic policies then end with the
-            weights of an uninterrupted run. (default: :obj:`False`)
-        eval_every (int, optional): Evaluate every this many epochs (and after
-            the last); epochs in between repeat the last accuracies and are not
-            candidates for the best epoch. (default: :obj:`1`)
-        eval_halo (HaloPolicy or str, optional): Halo policy of evaluation (a
-            policy or its spec, e.g. ``"exact,compress=int8"``); :obj:`None`
-            is exact. Evaluation traffic is booked as ``halo_bytes_eval``.
-            (default: :obj:`None`)
-        grad_compress (str, optional): How gradients cross the ranks:
-            :obj:`None` (one exact all-reduce after backward), ``"fp16"``,
-            ``"powersgd:R"``, ``"covap:K"`` or ``"covap:auto"`` (DDP hooks
-            overlapping with backward; see :mod:`pyg_dist.grads`). Booked as
-            ``grad_bytes``. (default: :obj:`None`)
-        mode (str, optional): ``"exact"`` (graph parallel: every layer's halo
-            under the data's policies) or ``"gradient-only"``: each rank trains
-            on a group of clusters of the partition folder (cut with
-            ``clusters_per_part`` :math:`\ge 2`) with no halo exchange at all,
-            regrouped every ``regroup_every`` epochs (``regroup="sweep"`` or
-            ``"random"``), with a coverage ``correction`` (``"node"``,
-            ``"batch"`` or ``"none"``) and its ``shrinkage`` in [0, 1] (see
-            :mod:`pyg_dist.regroup`); evaluation stays on ``data``, exact.
-            Under ``correction="node"`` the model is called with edge weights,
-            ``model(x, edge_index, edge_weight)``. The group is handed to the
-            model as a :class:`~pyg_dist.DistEdgeIndex` without halo rows, so
-            its Dist layers aggregate locally, and layers' own halo policies
-            other than exact are refused. (default: :obj:`"exact"`)
-        regroup_from (str, optional): Where gradient-only training gets a new
-            group of clusters: ``"folder"`` (read again) or ``"peers"`` (sent by
-            the ranks that held them). (default: :obj:`"folder"`)
-        clusters_per_rank (int, optional): Gradient-only: the clusters per
-            rank :math:`m` the folder must have been cut into (the check of
-            a run's assumption; clusters are cut once, by
-            :func:`~pyg_dist.partition` with ``clusters_per_part=m``);
-            :obj:`None` takes the folder's. (default: :obj:`None`)
-        stages (int, optional): Layer stages of a layer pipeline
-            (:class:`pyg_dist.pipeline.Pipeline`; ``model`` a
-            :class:`~pyg_dist.models.DeepGNN`, ``data`` loaded by
-            :func:`pyg_dist.pipeline.load`): the ranks form a grid of world
-            size / ``stages`` graph parts × ``stages``. (default: :obj:`1`)
-        chunks (int, optional): Chunks per part flowing through the pipeline;
-            above 1, layers read other chunks' rows from history tables (at most
-            one epoch old). (default: :obj:`1`)
-        initial_rows (str, optional): How a pipeline's later stages get
-            GCNII's initial rows: ``"send"`` or ``"recompute"`` (see
-            :class:`~pyg_dist.pipeline.Pipeline`). (default: :obj:`"send"`)
+        progress (bool, optional): Show progress on rank 0. (default: :obj:`True`)
+
+    The keywords of earlier releases (``lr``, ``weight_decay``, ``mode``,
+    ``eval_every``, ``grad_compress``, ``stages``, ...) still work for this
+    release, with a :class:`DeprecationWarning` naming the new spelling.
     """
     _check_data(data)
-    if mode not in MODES:
-        raise ValueError(f"'train' got mode='{mode}'; use one of {', '.join(MODES)}")
-    pipe = _pipeline(model, data, stages, chunks, initial_rows, mode, grad_compress,
-                     checkpoint_every, resume)
-    if clusters_per_rank is not None and mode != "gradient-only":
-        raise ValueError(f"'train' takes clusters_per_rank in mode='gradient-only' only (got "
-                         f"mode='{mode}'); leave it out")
-    runner = (GradientOnly(data, regroup_every, regroup, correction, shrinkage,
-                           regroup_from=regroup_from, clusters_per_rank=clusters_per_rank,
-                           model=model)
-              if mode == "gradient-only" else None)
-    _set_halo_plan(data, eval_halo, epochs)
-    if (resume or checkpoint_every) and checkpoint is None:
-        raise ValueError("'train' needs checkpoint=<folder> to write or resume checkpoints")
+    strategy = GraphParallel() if strategy is None else strategy
+    grad_sync = GradSync() if grad_sync is None else grad_sync
+    evaluation = Evaluation() if evaluation is None else evaluation
+    _check_types(strategy, grad_sync, optimizer, checkpoint, evaluation)
+    pipe = _pipeline(model, data, strategy, grad_sync, checkpoint)
+    runner = _gradient_only(model, data, strategy)
+    _set_halo_plan(data, strategy, evaluation, epochs)
     sync_parameters(model)
-    optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        adam = optimizer or Adam()
+        optimizer = torch.optim.Adam(model.parameters(), lr=adam.lr,
+                                     weight_decay=adam.weight_decay)
     ledger = getattr(data, "ledger", None)
-    sync = (GradientSync(model, grad_compress, ledger, planned_steps=epochs) if pipe is None
-            else None)
+    sync = (GradientSync(model, grad_sync.compress, ledger, planned_steps=epochs)
+            if pipe is None else None)
     result, first = TrainResult(), 1
-    if resume:
-        done, extra = load_checkpoint(checkpoint, model, optimizer, data)  # type: ignore[arg-type]
+    if checkpoint is not None and checkpoint.resume and _resumable(checkpoint):
+        done, extra = load_checkpoint(checkpoint.dir, model, optimizer, data)
         result = _result_from(extra)
         assert sync is not None, "a layer pipeline takes no checkpoints"
         sync.load_state_dict(extra.get("grad_sync", {}))
@@ -246,6 +280,7 @@ def train(
     bar = _progress(epochs, first - 1) if progress and distributed.rank() == 0 else None
     start = time.perf_counter() - result.seconds
     accs = _last_accuracies(result)
+    every = evaluation.every
     for epoch in range(first, epochs + 1):
         epoch_start = time.perf_counter()
         step = ledger.step if ledger is not None else 0
@@ -256,7 +291,7 @@ def train(
         else:
             runner.prepare(epoch)
             loss = train_step(model, runner.data, optimizer, sync, runner.inputs(), runner.scale)
-        evaluated = eval_every <= 1 or epoch % eval_every == 0 or epoch == epochs
+        evaluated = every <= 1 or epoch % every == 0 or epoch == epochs
         if evaluated:
             accs = evaluate(model, data) if pipe is None else pipe.evaluate()
         traffic = _ledger_totals(ledger, step)
@@ -270,8 +305,8 @@ def train(
             result.best_epoch = epoch
             result.val_acc, result.test_acc = stats.val_acc, stats.test_acc
         result.seconds = time.perf_counter() - start
-        if checkpoint_every and epoch % checkpoint_every == 0:
-            save_checkpoint(checkpoint, epoch, model, optimizer, data,  # type: ignore[arg-type]
+        if checkpoint is not None and checkpoint.every and epoch % checkpoint.every == 0:
+            save_checkpoint(checkpoint.dir, epoch, model, optimizer, data,
                             extra={**_result_state(result),
                                    "grad_sync": sync.state_dict() if sync else {}})
         if bar is not None:
@@ -291,20 +326,56 @@ def train(
     return result
 
 
-def _pipeline(model: nn.Module, data: Any, stages: int, chunks: int, initial_rows: str,
-              mode: str, grad_compress: str | None, checkpoint_every: int, resume: bool) -> Any:
-    """The layer pipeline of ``stages`` and ``chunks`` (:obj:`None`: graph parallel)."""
-    if stages == 1 and chunks == 1:
+def _resumable(checkpoint: Checkpoint) -> bool:
+    """Whether ``checkpoint.dir`` holds a checkpoint to resume from (rank 0
+    says which, or that training starts at epoch 1). Collective."""
+    epoch = find_checkpoint(checkpoint.dir)
+    if distributed.rank() == 0:
+        print(f"no checkpoint in '{os.fspath(checkpoint.dir)}' yet: starting at epoch 1"
+              if epoch is None else f"resuming from the checkpoint of epoch {epoch} in "
+              f"'{os.fspath(checkpoint.dir)}'", file=sys.stderr, flush=True)
+    return epoch is not None
+
+
+def _check_types(strategy: Any, grad_sync: Any, optimizer: Any, checkpoint: Any,
+                 evaluation: Any) -> None:
+    """Each option where its type is expected, or an error naming the right type."""
+    expected = (("strategy", strategy, (GraphParallel, GradientOnly, LayerPipeline),
+                 "GraphParallel(...), GradientOnly(...) or LayerPipeline(...)"),
+                ("grad_sync", grad_sync, (GradSync,), "GradSync(compress=...)"),
+                ("optimizer", optimizer, (torch.optim.Optimizer, Adam, type(None)),
+                 "a torch.optim.Optimizer or Adam(lr=..., weight_decay=...)"),
+                ("checkpoint", checkpoint, (Checkpoint, type(None)),
+                 "Checkpoint(dir, every=..., resume=...)"),
+                ("evaluation", evaluation, (Evaluation,), "Evaluation(every=..., halo=...)"))
+    for name, value, types, fix in expected:
+        if not isinstance(value, types):
+            raise TypeError(f"'train' got {name}={value!r}; pass {fix} from pyg_dist.config")
+
+
+def _pipeline(model: nn.Module, data: Any, strategy: Any, grad_sync: GradSync,
+              checkpoint: Checkpoint | None) -> Pipeline | None:
+    """The layer pipeline of a :class:`LayerPipeline` strategy (else :obj:`None`)."""
+    if not isinstance(strategy, LayerPipeline):
         return None
-    clashes = [name for name, given in (("mode='gradient-only'", mode != "exact"),
-                                        ("grad_compress", grad_compress not in (None, "none")),
-                                        ("checkpoints", bool(checkpoint_every or resume)))
+    clashes = [name for name, given in (("grad_sync compression", grad_sync.compress
+                                         not in (None, "none")),
+                                        ("checkpoints", checkpoint is not None))
                if given]
     if clashes:
-        raise ValueError(f"'train' with stages={stages}, chunks={chunks} (a layer pipeline) "
-                         f"does not take {', '.join(clashes)}; leave them out or train graph "
-                         f"parallel (stages=1, chunks=1)")
-    return Pipeline(model, data, stages=stages, chunks=chunks, initial_rows=initial_rows)
+        raise ValueError(f"'train' with strategy={strategy} (a layer pipeline) does not take "
+                         f"{', '.join(clashes)}; leave them out or train GraphParallel()")
+    return Pipeline(model, data, stages=strategy.stages, chunks=strategy.chunks,
+                    initial_rows=strategy.initial_rows)
+
+
+def _gradient_only(model: nn.Module, data: Any, strategy: Any) -> GroupRunner | None:
+    """The runner of a :class:`GradientOnly` strategy (else :obj:`None`)."""
+    if not isinstance(strategy, GradientOnly):
+        return None
+    return GroupRunner(data, strategy.regroup_every, strategy.regroup, strategy.correction,
+                       strategy.shrinkage, regroup_from=strategy.regroup_from,
+                       clusters_per_rank=strategy.clusters_per_rank, model=model)
 
 
 def halo_choices(ledger: Any, history: list[EpochStats]) -> dict[str, dict[str, Any]]:
@@ -335,16 +406,16 @@ def halo_choices(ledger: Any, history: list[EpochStats]) -> dict[str, dict[str, 
     return out
 
 
-def _set_halo_plan(data: Any, eval_halo: Any, epochs: int) -> None:
-    """Tells the graph's halo registry the evaluation policy and the planned steps."""
+def _set_halo_plan(data: Any, strategy: Any, evaluation: Evaluation, epochs: int) -> None:
+    """Tells the graph's halo registry the training and evaluation policies
+    and the planned steps."""
     registry = getattr(getattr(data, "edge_index", None), "registry", None)
     if registry is None:
         return
-    if isinstance(eval_halo, str):
-        from pyg_dist.halo import parse_policy
-
-        eval_halo = parse_policy(eval_halo)
-    registry.eval_default = eval_halo
+    halo = getattr(strategy, "halo", None)
+    if halo is not None:
+        registry.default = as_policy(halo)
+    registry.eval_default = as_policy(evaluation.halo)
     registry.planned_steps = epochs
 
 

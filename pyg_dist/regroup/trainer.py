@@ -1,5 +1,5 @@
-"""Gradient-only training: what :func:`pyg_dist.train.train` runs with
-``mode="gradient-only"``. Each rank trains on its clusters' subgraph (no halo
+"""Gradient-only training: what :func:`pyg_dist.train.train` runs under
+``strategy=GradientOnly(...)``. Each rank trains on its clusters' subgraph (no halo
 exchange at all), regroups every ``regroup_every`` epochs, and weighs
 messages or its gradient by the coverage correction; only gradients cross
 the network."""
@@ -15,12 +15,12 @@ from pyg_dist import distributed
 from pyg_dist.data import DistEdgeIndex
 from pyg_dist.halo.ledger import REGROUP
 from pyg_dist.partitioning.io import CLUSTERS_DIR, read_meta
-from pyg_dist.regroup.correction import CORRECTIONS, batch_weight, edge_weights, shrink
+from pyg_dist.regroup.correction import batch_weight, edge_weights, shrink
 from pyg_dist.regroup.group import ClusterGroup
 from pyg_dist.regroup.move import move_clusters
-from pyg_dist.regroup.schedule import SCHEMES, groups, inclusion
+from pyg_dist.regroup.schedule import groups, inclusion
 
-__all__ = ["GradientOnly", "LAYER"]
+__all__ = ["GroupRunner", "LAYER"]
 
 #: The ledger's name for loading a new group of clusters.
 LAYER = "regroup"
@@ -28,7 +28,7 @@ LAYER = "regroup"
 SOURCES = ("folder", "peers")
 
 
-class GradientOnly:
+class GroupRunner:
     r"""Gradient-only training on the clusters of a partition folder cut
     with ``clusters_per_part`` :math:`m > 1`: in period
     :math:`t = \lfloor (\text{epoch} - 1) / R \rfloor` rank :math:`r` holds
@@ -63,10 +63,7 @@ class GradientOnly:
                  correction: str = "node", shrinkage: float = 0.0, seed: int = 0,
                  regroup_from: str = "folder", clusters_per_rank: int | None = None,
                  model: Any = None) -> None:
-        _check(data, regroup_every, regroup, correction, shrinkage, clusters_per_rank, model)
-        if regroup_from not in SOURCES:
-            raise ValueError(f"'train' got regroup_from='{regroup_from}'; use one of "
-                             f"{', '.join(SOURCES)}")
+        _check(data, clusters_per_rank, model)
         self.source = regroup_from
         self.folder = Path(data.folder) / CLUSTERS_DIR
         self.meta = read_meta(self.folder)
@@ -128,16 +125,14 @@ class GradientOnly:
             self.scale = ((1.0 - self.shrinkage) * mine + self.shrinkage * mean) / mean
 
 
-def _check(data: Any, regroup_every: Any, regroup: str, correction: str,
-           shrinkage: Any, clusters_per_rank: Any = None, model: Any = None) -> None:
+def _check(data: Any, clusters_per_rank: int | None = None, model: Any = None) -> None:
+    """What the options (checked by :class:`pyg_dist.config.GradientOnly`)
+    need of the folder, the data's halo policy and the model's layers."""
     meta = getattr(data, "meta", None)
     if getattr(data, "folder", None) is None or meta is None:
-        raise ValueError("'train' in gradient-only mode needs a DistData loaded from a "
-                         "partition folder (pyg_dist.DistData.load(folder))")
+        raise ValueError("'train' with strategy=GradientOnly(...) needs a DistData loaded "
+                         "from a partition folder (pyg_dist.DistData.load(folder))")
     if clusters_per_rank is not None:
-        if isinstance(clusters_per_rank, bool) or not isinstance(clusters_per_rank, int) \
-                or clusters_per_rank < 1:
-            raise ValueError(f"'train' needs clusters_per_rank >= 1 (got {clusters_per_rank!r})")
         if clusters_per_rank != meta.clusters_per_part:
             raise ValueError(
                 f"'train' got clusters_per_rank={clusters_per_rank}, but '{data.folder}' was "
@@ -147,29 +142,18 @@ def _check(data: Any, regroup_every: Any, regroup: str, correction: str,
                 f"{meta.clusters_per_part}")
     if meta.clusters_per_part < 2:
         raise ValueError(
-            f"'train' in gradient-only mode needs a partition folder cut into clusters, but "
-            f"'{data.folder}' has none; re-partition with pyg_dist.partition(..., "
+            f"'train' with strategy=GradientOnly(...) needs a partition folder cut into "
+            f"clusters, but '{data.folder}' has none; re-partition with pyg_dist.partition(..., "
             f"clusters_per_part=m) for some m >= 2 (CLI: --clusters-per-part m)")
-    if isinstance(regroup_every, bool) or not isinstance(regroup_every, int) \
-            or regroup_every < 1:
-        raise ValueError(f"'train' needs regroup_every >= 1 epochs (got {regroup_every!r})")
-    if regroup not in SCHEMES:
-        raise ValueError(f"'train' got regroup='{regroup}'; use one of {', '.join(SCHEMES)}")
-    if correction not in CORRECTIONS:
-        raise ValueError(f"'train' got correction='{correction}'; use one of "
-                         f"{', '.join(CORRECTIONS)}")
-    if not isinstance(shrinkage, (int, float)) or not 0.0 <= shrinkage <= 1.0:
-        raise ValueError(f"'train' needs shrinkage in [0, 1] (got {shrinkage!r}): 0 keeps the "
-                         f"correction, 1 gives every weight their mean")
     default = data.edge_index.registry.default
     if default is not None and default.spec() != "exact":
         raise ValueError(
-            f"'train' in gradient-only mode exchanges no halo, but the data's halo policy is "
+            f"'train' with GradientOnly exchanges no halo, but the data's halo policy is "
             f"'{default.spec()}'; load the data with the exact policy (the default) — "
             f"evaluation uses it")
     for name, module in model.named_modules() if model is not None else ():
         policy: Any = getattr(module, "halo", None)
         if policy is not None and policy.spec() != "exact":
             raise ValueError(
-                f"'train' in gradient-only mode exchanges no halo, but layer '{name}' sets "
+                f"'train' with GradientOnly exchanges no halo, but layer '{name}' sets "
                 f"halo='{policy.spec()}'; leave its halo unset (None) or exact")

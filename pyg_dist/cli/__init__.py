@@ -1,0 +1,205 @@
+"""``pyg-dist``: partition a graph, or train on it across local ranks.
+
+::
+
+    pyg-dist partition --dataset cora --root data --parts 4 --out parts/
+    pyg-dist train --dataset cora --root data --parts 4 --model gcn
+    pyg-dist train --dataset cora --root data --halo stale:4,compress=int8
+    pyg-dist train --model gcn2 --layers 16 --strategy layer-pipeline --stages 2 --chunks 4
+    pyg-dist train --config run.json          # a run's JSON line (or its "config") again
+    torchrun --nproc-per-node 4 -m pyg_dist.cli train --dataset synthetic --parts 4
+    pyg-dist layouts --dataset cora --root data --parts 4 --model gcn2 --layers 32
+    pyg-dist check --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 10.0.0.1 \\
+        --parts-dir parts
+
+``train`` spawns its ranks itself (or joins the group when started under
+torchrun) and ends its output with one JSON line of results, whose ``config``
+is the resolved job. ``check`` tests one machine of a multi-host job before
+its torchrun starts. The options of ``train`` are the fields of
+:mod:`pyg_dist.config`'s option objects and of :mod:`pyg_dist.cli.job`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from pyg_dist.cli.args import add_fields, given
+from pyg_dist.cli.commands import check_command, layouts_command, partition_command
+from pyg_dist.cli.job import RECIPES, Graph, Job, Model, Run, resolve
+from pyg_dist.cli.run import train_command
+from pyg_dist.config import (
+    STRATEGIES,
+    Adam,
+    Checkpoint,
+    Evaluation,
+    GradientOnly,
+    GradSync,
+    GraphParallel,
+    LayerPipeline,
+)
+from pyg_dist.halo import parse_policy
+
+__all__ = ["main", "build_parser", "parse_job", "read_config", "RECIPES"]
+
+#: Options of earlier releases, hidden from --help: each one's new spelling.
+DEPRECATED = {
+    "--mode": "--strategy graph-parallel|gradient-only",
+    "--compress": "--halo POLICY,compress=KIND",
+    "--no-input-cache": "--halo POLICY,cache_inputs=false",
+    "--clusters-per-part": "--clusters-per-rank (train) or partition --clusters-per-part",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pyg-dist", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    part = sub.add_parser("partition", help="cut a graph into a partition folder")
+    add_fields(part, Graph, "graph", skip={"parts_dir"})
+    part.add_argument("--clusters-per-part", "--clusters-per-rank", dest="clusters",
+                      type=int, default=1, metavar="M",
+                      help="also cut M clusters per part, for gradient-only training")
+    part.add_argument("--out", required=True, help="folder to write")
+    part.add_argument("--overwrite", action="store_true")
+
+    _train_parser(sub)
+
+    layouts = sub.add_parser("layouts", help="bytes per epoch of every grid of graph parts x "
+                                             "layer stages for a deep model, and the best")
+    add_fields(layouts, Graph, "graph", skip={"parts_dir"})
+    layouts.add_argument("--model", default="gcn2", choices=["gcn2", "resgcn", "ressage"])
+    layouts.add_argument("--layers", type=int, default=32)
+    layouts.add_argument("--hidden", type=int, default=64)
+    layouts.add_argument("--initial-rows", default="send", choices=["send", "recompute"])
+
+    check = sub.add_parser("check", help="check this machine before torchrun starts a "
+                                         "multi-host job (same flags as its torchrun)")
+    check.add_argument("--nnodes", type=int, required=True)
+    check.add_argument("--node-rank", type=int, required=True)
+    check.add_argument("--nproc-per-node", type=int, default=1)
+    check.add_argument("--master-addr", required=True)
+    check.add_argument("--master-port", type=int, default=29500)
+    check.add_argument("--parts-dir", default=None, help="this machine's partition folder")
+    return parser
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Option names up to 28 characters wide share a line with their help."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30)
+
+
+def _train_parser(sub: Any) -> None:
+    train = sub.add_parser(
+        "train", help="train a GNN on a partitioned graph",
+        usage="pyg-dist train [--config FILE] [options]",
+        description="Train on local ranks or under torchrun; the last line is JSON.",
+        formatter_class=_Formatter, add_help=False)
+    top = train.add_argument_group("job")
+    top.add_argument("-h", "--help", action="help", help="show this help and exit")
+    top.add_argument("--config", metavar="FILE", help="a job's JSON (a run's last line)")
+    top.add_argument("--epochs", dest="top.epochs", type=int, default=argparse.SUPPRESS,
+                     metavar="N",
+                     help="optimisation steps (default: 200)")
+    add_fields(top, Run, "run")
+    graph = train.add_argument_group("graph and model")
+    add_fields(graph, Graph, "graph")
+    add_fields(graph, Model, "model", flags={"name": "--model"})
+    steps = train.add_argument_group("optimisation and evaluation")
+    add_fields(steps, Adam, "optimizer")
+    add_fields(steps, GradSync, "grad_sync", prefix="grad-")
+    add_fields(steps, Evaluation, "evaluation", prefix="eval-")
+    add_fields(steps, Checkpoint, "checkpoint", prefix="checkpoint-",
+               flags={"dir": "--checkpoint", "resume": "--resume"})
+    seen: set[str] = set()
+    strategy = train.add_argument_group(
+        "strategy (default: the one whose options are given, else graph-parallel)")
+    strategy.add_argument("--strategy", dest="strategy.name", choices=list(STRATEGIES),
+                          default=argparse.SUPPRESS, metavar="NAME",
+                          help="|".join(STRATEGIES))
+    add_fields(strategy, GraphParallel, "strategy", seen=seen)
+    add_fields(train.add_argument_group("strategy: gradient-only"), GradientOnly, "strategy",
+               seen=seen)
+    add_fields(train.add_argument_group("strategy: layer-pipeline (deep models)"),
+               LayerPipeline, "strategy", seen=seen)
+    hidden = train.add_argument_group()
+    hidden.add_argument("--mode", dest="old.mode", choices=["exact", "gradient-only"],
+                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    hidden.add_argument("--compress", dest="old.compress", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
+    hidden.add_argument("--no-input-cache", dest="old.no_input_cache", action="store_true",
+                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    hidden.add_argument("--clusters-per-part", dest="old.clusters_per_part", type=int,
+                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+def parse_job(args: argparse.Namespace) -> Job:
+    """The resolved job of ``pyg-dist train``'s parsed ``args``: the config
+    file, then the options given, then the model's recipe. Raises
+    :class:`ValueError` naming the fix on a bad option."""
+    options = given(args)
+    _translate_deprecated(options)
+    base: dict[str, Any] = {}
+    if args.config:
+        base = read_config(args.config)
+    return resolve(base, options)
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """A job's dictionary from ``path``: a JSON job, or a run's output whose
+    last line is the JSON result carrying ``config``."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError as exc:
+        raise ValueError(f"--config {path}: {exc.strerror}; give a JSON file") from None
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            loaded = json.loads(text.splitlines()[-1] if text else "")
+        except json.JSONDecodeError:
+            raise ValueError(f"--config {path} holds no JSON job (nor a run's output ending in "
+                             f"its JSON line)") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"--config {path} holds no JSON object")
+    return dict(loaded.get("config", loaded))
+
+
+def _translate_deprecated(options: dict[str, dict[str, Any]]) -> None:
+    """Rewrites the options of earlier releases into their new spelling, saying so."""
+    old = options.pop("old", {})
+    for key in old:
+        flag = "--" + key.replace("_", "-")
+        print(f"pyg-dist: warning: {flag} is deprecated; use {DEPRECATED[flag]}",
+              file=sys.stderr)
+    strategy = options.setdefault("strategy", {})
+    if "mode" in old:
+        strategy.setdefault("name", "gradient-only" if old["mode"] == "gradient-only"
+                            else "graph-parallel")
+    if "clusters_per_part" in old:
+        strategy.setdefault("clusters_per_rank", old["clusters_per_part"])
+    if "compress" in old or "no_input_cache" in old:
+        policy = parse_policy(strategy.get("halo", "exact"), old.get("compress"),
+                              not old.get("no_input_cache", False))
+        strategy["halo"] = policy.spec()
+    if not strategy:
+        del options["strategy"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "partition":
+        return partition_command(args)
+    if args.command == "check":
+        return check_command(args)
+    if args.command == "layouts":
+        return layouts_command(args)
+    try:
+        job = parse_job(args)
+    except ValueError as exc:  # before any rank starts
+        raise SystemExit(f"pyg-dist train: {exc}") from None
+    return train_command(job)

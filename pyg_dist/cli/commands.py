@@ -1,0 +1,97 @@
+"""``pyg-dist partition``, ``layouts`` and ``check``."""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyg_dist
+from pyg_dist.cli.args import given
+from pyg_dist.cli.job import DEFAULT_PARTS, Graph
+from pyg_dist.datasets import load_dataset
+from pyg_dist.partitioning import PartitionMeta
+from pyg_dist.pipeline import best_layout, halo_rows, layout_costs
+from pyg_dist.preflight import check_host
+
+__all__ = ["partition_command", "layouts_command", "check_command", "load_graph",
+           "partition_graph", "meta_summary"]
+
+
+def _graph(args: argparse.Namespace) -> Graph:
+    return Graph.from_dict(given(args).get("graph", {}))
+
+
+def partition_command(args: argparse.Namespace) -> int:
+    graph = _graph(args)
+    meta = partition_graph(graph, Path(args.out), graph.parts or DEFAULT_PARTS, args.clusters,
+                           overwrite=args.overwrite)
+    print(json.dumps(meta_summary(meta)))
+    return 0
+
+
+def load_graph(graph: Graph) -> Any:
+    """The PyG ``Data`` that ``graph`` names."""
+    if graph.dataset.startswith("synthetic"):
+        return load_dataset(graph.dataset, seed=graph.seed, num_nodes=graph.num_nodes,
+                            avg_degree=graph.avg_degree)
+    return load_dataset(graph.dataset, graph.root)
+
+
+def partition_graph(graph: Graph, out: Path, parts: int, clusters: int = 1,
+                    overwrite: bool = False) -> PartitionMeta:
+    """Cuts the graph ``graph`` names into ``parts`` parts (and ``clusters``
+    clusters per part) in folder ``out``."""
+    return pyg_dist.partition(load_graph(graph), parts, out, method=graph.method,
+                              seed=graph.seed, overwrite=overwrite, clusters_per_part=clusters)
+
+
+def meta_summary(meta: PartitionMeta) -> dict[str, Any]:
+    return {
+        "num_parts": meta.num_parts,
+        "num_nodes": meta.num_nodes,
+        "num_edges": meta.num_edges,
+        "edge_cut": meta.edge_cut,
+        "part_sizes": meta.part_sizes,
+        "halo_sizes": meta.halo_sizes,
+        "method": meta.method,
+        "seed": meta.seed,
+        "clusters_per_part": meta.clusters_per_part,
+    }
+
+
+def layouts_command(args: argparse.Namespace) -> int:
+    """Cuts the graph into every part count dividing --parts (in a temporary
+    folder) and prints each layout's predicted bytes per epoch, then the best."""
+    graph = _graph(args)
+    ranks = graph.parts or DEFAULT_PARTS
+    data = load_graph(graph)
+    halo = {}
+    with tempfile.TemporaryDirectory(prefix="pyg_dist-layouts-") as tmp:
+        for parts in [d for d in range(2, ranks + 1) if ranks % d == 0]:
+            folder = Path(tmp) / str(parts)
+            pyg_dist.partition(data, parts, folder, method=graph.method, seed=graph.seed)
+            halo[parts] = halo_rows(folder)
+    state = 2 * args.hidden if args.model == "gcn2" and args.initial_rows == "send" else None
+    costs = layout_costs(ranks, data.num_nodes, halo, args.layers, args.hidden, state)
+    for cost in costs:
+        print(json.dumps({"layout": cost.name, "parts": cost.parts, "stages": cost.stages,
+                          "halo_bytes": cost.halo_bytes, "stage_bytes": cost.stage_bytes,
+                          "bytes": cost.total}))
+    best = best_layout(costs)
+    recompute = state is None and args.model == "gcn2" and best.stages > 1
+    print(json.dumps({"best": best.name, "parts": best.parts, "stages": best.stages,
+                      "command": f"pyg-dist train --parts {ranks} --model {args.model} "
+                                 f"--layers {args.layers} --strategy layer-pipeline "
+                                 f"--stages {best.stages}"
+                                 + (" --initial-rows recompute" if recompute else "")}))
+    return 0
+
+
+def check_command(args: argparse.Namespace) -> int:
+    checks = check_host(args.nnodes, args.node_rank, args.nproc_per_node, args.master_addr,
+                        args.master_port, args.parts_dir)
+    for check in checks:
+        print(check)
+    return 0 if all(c.ok for c in checks) else 1

@@ -1,0 +1,212 @@
+"""A training job of ``pyg-dist train`` as one typed, resolved configuration:
+the graph, the model, and :func:`pyg_dist.train.train`'s option objects.
+
+:meth:`Job.to_dict` is what the final JSON line carries as ``config`` and what
+``--config FILE`` reads back, so feeding a run's line back reruns the job."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from pyg_dist.config import (
+    STRATEGIES,
+    Adam,
+    Checkpoint,
+    Evaluation,
+    GradSync,
+    Options,
+    Strategy,
+    option,
+    strategy_from_dict,
+)
+from pyg_dist.datasets.load import DATASETS
+from pyg_dist.models import DEEP_MODELS
+from pyg_dist.partitioning.cut import METHODS
+
+__all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "DEFAULT_PARTS", "resolve"]
+
+#: Ranks (= parts) when neither the command line nor torchrun says.
+DEFAULT_PARTS = 4
+
+#: Defaults per model: the published recipes (GCN: Kipf & Welling; GAT:
+#: Velickovic et al.; GCNII: Chen et al., Cora), which SAGE and GIN share with
+#: GCN and the residual GCN / SAGE with GCNII here. ``lr`` and
+#: ``weight_decay`` are :class:`~pyg_dist.config.Adam`'s.
+_GCN_RECIPE = {"hidden": 16, "heads": 1, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4,
+               "layers": 2}
+_DEEP_RECIPE = {"hidden": 64, "heads": 1, "dropout": 0.6, "lr": 0.01, "weight_decay": 5e-4,
+                "layers": 16}
+RECIPES: dict[str, dict[str, Any]] = {
+    "gcn": _GCN_RECIPE,
+    "sage": _GCN_RECIPE,
+    "gat": {**_GCN_RECIPE, "hidden": 8, "heads": 8, "dropout": 0.6, "lr": 0.005},
+    "gin": _GCN_RECIPE,
+    "gcn2": _DEEP_RECIPE,
+    "resgcn": _DEEP_RECIPE,
+    "ressage": _DEEP_RECIPE,
+}
+MODELS = tuple(RECIPES)
+
+
+@dataclass(frozen=True)
+class Graph(Options):
+    """The graph: a dataset cut into parts, or a partition folder."""
+
+    dataset: str = option("synthetic", ", ".join(DATASETS), choices=tuple(DATASETS),
+                          metavar="NAME")
+    root: str | None = option(None, "folder of <root>/Cora/raw/...", type=str, metavar="DIR")
+    parts: int | None = option(None, "parts = ranks (default: 4 or torchrun's)", type=int,
+                               metavar="P")
+    method: str = option("metis", "|".join(METHODS), choices=METHODS,
+                         metavar="HOW")
+    seed: int = option(0, "seed of the graph, cut, model and dropout", metavar="S")
+    num_nodes: int | None = option(None, "nodes of a synthetic graph", type=int, metavar="N")
+    avg_degree: float | None = option(None, "edges per node of a synthetic graph", type=float,
+                                      metavar="D")
+    parts_dir: str | None = option(None, "a partition folder (default: cut one)",
+                                   type=str, metavar="DIR")
+
+    def check(self) -> None:
+        if self.dataset not in DATASETS:
+            raise ValueError(f"Graph(dataset={self.dataset!r}): use one of {', '.join(DATASETS)}")
+        if self.method not in METHODS:
+            raise ValueError(f"Graph(method={self.method!r}): use one of {', '.join(METHODS)}")
+        if self.parts is not None and (not isinstance(self.parts, int) or self.parts < 1):
+            raise ValueError(f"Graph(parts={self.parts!r}): use a number of ranks >= 1")
+
+
+@dataclass(frozen=True)
+class Model(Options):
+    """The model and its sizes; unset sizes are the model's published recipe."""
+
+    name: str = option("gcn", ", ".join(MODELS), choices=MODELS, metavar="NAME")
+    layers: int | None = option(None, "layers (default: the model's recipe)", type=int,
+                                metavar="L")
+    hidden: int | None = option(None, "hidden features (per head for gat)", type=int,
+                                metavar="H")
+    heads: int | None = option(None, "attention heads of gat", type=int, metavar="N")
+    dropout: float | None = option(None, "dropout (default: the model's recipe)", type=float,
+                                   metavar="P")
+
+    def check(self) -> None:
+        if self.name not in RECIPES:
+            raise ValueError(f"Model(name={self.name!r}): use one of {', '.join(MODELS)}")
+
+    def resolved(self) -> Model:
+        """This model with its recipe's sizes where none are set."""
+        recipe = RECIPES[self.name]
+        return dataclasses.replace(self, **{k: recipe[k] for k in ("layers", "hidden", "heads",
+                                                                   "dropout")
+                                            if getattr(self, k) is None})
+
+
+@dataclass(frozen=True)
+class Run(Options):
+    """How the job runs: logging, progress, a time limit."""
+
+    log_every: int = option(0, "print the ledger's totals every N epochs", metavar="N")
+    progress: bool = option(True, "a progress bar on rank 0")
+    timeout: float | None = option(None, "stop spawned ranks after S seconds", type=float,
+                                   metavar="S")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One resolved ``pyg-dist train`` job."""
+
+    graph: Graph
+    model: Model
+    epochs: int
+    strategy: Strategy
+    grad_sync: GradSync
+    optimizer: Adam
+    evaluation: Evaluation
+    checkpoint: Checkpoint | None
+    run: Run
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"graph": self.graph.to_dict(), "model": self.model.to_dict(),
+                "epochs": self.epochs,
+                "strategy": {"name": self.strategy.name, **self.strategy.to_dict()},
+                "grad_sync": self.grad_sync.to_dict(), "optimizer": self.optimizer.to_dict(),
+                "evaluation": self.evaluation.to_dict(),
+                "checkpoint": None if self.checkpoint is None else self.checkpoint.to_dict(),
+                "run": self.run.to_dict()}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Job:
+        ckpt = values.get("checkpoint")
+        return cls(Graph.from_dict(values.get("graph", {})),
+                   Model.from_dict(values.get("model", {})), int(values.get("epochs", 200)),
+                   strategy_from_dict(values.get("strategy", {})),
+                   GradSync.from_dict(values.get("grad_sync", {})),
+                   Adam.from_dict(values.get("optimizer", {})),
+                   Evaluation.from_dict(values.get("evaluation", {})),
+                   None if ckpt is None else Checkpoint.from_dict(ckpt),
+                   Run.from_dict(values.get("run", {})))
+
+
+#: The sections of a job's dictionary, by option class (strategies apart).
+SECTIONS: dict[str, type[Options]] = {"graph": Graph, "model": Model, "grad_sync": GradSync,
+                                      "optimizer": Adam, "evaluation": Evaluation,
+                                      "checkpoint": Checkpoint, "run": Run}
+
+
+def resolve(base: dict[str, Any], given: dict[str, dict[str, Any]]) -> Job:
+    """The job of a config dictionary ``base`` (a job's :meth:`Job.to_dict`,
+    possibly partial) with the command line's ``given`` options on top
+    (``{"graph": {...}, "strategy": {...}, "top": {"epochs": ...}}``) and the
+    model's recipe under whatever neither sets."""
+    values = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for section, fields in given.items():
+        if section == "top":
+            values.update(fields)
+        elif section == "strategy":
+            values["strategy"] = _strategy(values.get("strategy") or {}, fields)
+        else:
+            values[section] = {**(values.get(section) or {}), **fields}
+    model = Model.from_dict(values.get("model", {})).resolved()
+    recipe = RECIPES[model.name]
+    values["model"] = model.to_dict()
+    values["optimizer"] = {"lr": recipe["lr"], "weight_decay": recipe["weight_decay"],
+                           **(values.get("optimizer") or {})}
+    if values.get("checkpoint") is not None and values["checkpoint"].get("dir") is None:
+        raise ValueError("--resume and --checkpoint-every need --checkpoint DIR")
+    return Job.from_dict(values)
+
+
+def _strategy(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The strategy the command line names (``name``), or that its options
+    belong to, with the base's fields when the base is the same strategy."""
+    given = dict(given)
+    name = given.pop("name", None)
+    owners = {n for n, cls in STRATEGIES.items() for key in given
+              if key in _fields(cls) and not _shared(key)}
+    if name is None:
+        if len(owners) > 1:
+            raise ValueError(f"options of several strategies were given "
+                             f"({', '.join(sorted(owners))}); pick one with --strategy")
+        name = owners.pop() if owners else base.get("name", "graph-parallel")
+    cls = STRATEGIES[name]
+    stray = sorted(key for key in given if key not in _fields(cls))
+    if stray:
+        flags = ", ".join("--" + key.replace("_", "-") for key in stray)
+        raise ValueError(f"{flags} do(es) not apply to --strategy {name}; leave them out or "
+                         f"choose the strategy they belong to")
+    fields = {k: v for k, v in base.items() if k in _fields(cls)} \
+        if base.get("name", "graph-parallel") == name else {}
+    return {"name": name, **fields, **given}
+
+
+def _fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+
+
+def _shared(key: str) -> bool:
+    """Whether several strategies have field ``key`` (it names none of them)."""
+    return sum(key in _fields(cls) for cls in STRATEGIES.values()) > 1
+
+
+def is_deep(job: Job) -> bool:
+    return job.model.name in DEEP_MODELS

@@ -1,0 +1,337 @@
+r"""What :func:`pyg_dist.train.train` and ``pyg-dist train`` are told, as typed
+option objects: one training strategy and the settings every strategy shares.
+
+======================================  ==========================================
+strategy                                what crosses the network each step
+======================================  ==========================================
+:class:`GraphParallel` (the default)    halo rows and their gradients, under a
+                                        halo policy; the parameter gradients
+:class:`GradientOnly`                   the parameter gradients alone: each rank
+                                        trains on a group of clusters, regrouped
+                                        every few epochs
+:class:`LayerPipeline`                  activations between layer stages and
+                                        halo rows within a stage (deep models)
+======================================  ==========================================
+
+Beside the strategy: :class:`GradSync` (how gradients are summed),
+:class:`Adam` (the default optimizer's settings), :class:`Evaluation` and
+:class:`Checkpoint`. Each object checks its own fields when it is made, with
+an error that names the fix, and reads and writes itself as a dictionary of
+plain values (:meth:`Options.to_dict`, :meth:`Options.from_dict`), which is
+also what ``pyg-dist train --config FILE`` reads. The command line is built
+from the same fields: their ``help`` metadata is the one description of each
+option.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pyg_dist.grads.spec import GRAD_COMPRESS_CHOICES, parse_grad_compress
+from pyg_dist.halo import SPECS, HaloPolicy, parse_policy
+from pyg_dist.halo.compress import CODECS
+from pyg_dist.pipeline.pipeline import INITIAL_ROWS
+from pyg_dist.regroup.correction import CORRECTIONS
+from pyg_dist.regroup.schedule import SCHEMES
+from pyg_dist.regroup.trainer import SOURCES
+
+__all__ = ["Options", "GraphParallel", "GradientOnly", "LayerPipeline", "Strategy", "GradSync",
+           "Adam", "Evaluation", "Checkpoint", "STRATEGIES", "option", "strategy_from_dict"]
+
+
+def option(default: Any, help: str, *, type: Any = None, choices: tuple[str, ...] | None = None,
+           metavar: str | None = None) -> Any:
+    """A dataclass field that is also a command-line option: ``help`` is its
+    one description, ``type`` converts the command line's text (:obj:`None`:
+    the type of ``default``), ``choices`` the allowed values (the package's
+    own constants)."""
+    return field(default=default, metadata={"help": help, "type": type, "choices": choices,
+                                            "metavar": metavar})
+
+
+class Options:
+    """Base of the option objects: validation in ``check``, and a dictionary
+    of plain values both ways."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raises :class:`ValueError`, naming the field and the fix, on a bad field."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain values (policies as their spec strings)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Any:
+        """The object :meth:`to_dict` wrote; unknown keys are refused by name."""
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(values) - names - {"name"})
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no field {', '.join(map(repr, unknown))}; "
+                             f"its fields are {', '.join(sorted(names))}")
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, HaloPolicy):
+        return value.spec()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def _int(cls: Any, name: str, value: Any, low: int, fix: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{cls.__name__}({name}={value!r}): {name} must be an integer "
+                         f">= {low}; {fix}")
+
+
+def _choice(cls: Any, name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{cls.__name__}({name}={value!r}): use one of {', '.join(choices)}")
+
+
+def _policy(cls: Any, name: str, value: Any) -> None:
+    """A halo policy given as a :class:`~pyg_dist.halo.HaloPolicy` or its spec."""
+    if value is None or isinstance(value, HaloPolicy):
+        return
+    if not isinstance(value, str):
+        raise ValueError(f"{cls.__name__}({name}={value!r}): give a halo policy or its spec, "
+                         f"e.g. 'exact', 'stale:4,compress=int8'")
+    try:
+        parse_policy(value)
+    except ValueError as exc:
+        raise ValueError(f"{cls.__name__}({name}={value!r}): {exc}") from None
+
+
+def as_policy(value: HaloPolicy | str | None) -> HaloPolicy | None:
+    """A policy from a policy or its spec (:obj:`None` stays)."""
+    return parse_policy(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class GraphParallel(Options):
+    """Graph parallel training (the default): every rank trains the model on
+    its own part; its layers fetch the halo rows of remote neighbours under a
+    halo policy, so with :class:`~pyg_dist.halo.Exact` every step equals
+    single-process training on the whole graph.
+
+    Args:
+        halo (HaloPolicy or str, optional): The policy of every layer that
+            sets none (a policy or its spec, e.g. ``"stale:4,compress=int8"``
+            or ``"auto"``); :obj:`None` keeps the graph's default (what
+            :meth:`DistData.load` was given, else exact). (default: :obj:`None`)
+    """
+
+    name: ClassVar[str] = "graph-parallel"
+    halo: HaloPolicy | str | None = option(
+        None, f"{', '.join(SPECS)}; any with ,compress={'|'.join(CODECS)}", type=str,
+        metavar="POLICY")
+
+    def check(self) -> None:
+        _policy(type(self), "halo", self.halo)
+
+
+@dataclass(frozen=True)
+class GradientOnly(Options):
+    r"""Gradient-only training: each rank trains on a group of clusters of
+    the partition folder (cut with ``clusters_per_part`` :math:`m \ge 2`) with
+    no halo exchange at all; the groups change every ``regroup_every`` epochs
+    and a coverage correction weighs what each group misses (see
+    :mod:`pyg_dist.regroup`). Only gradients cross the network. Under
+    ``correction="node"`` the model is called with edge weights,
+    ``model(x, edge_index, edge_weight)``. Evaluation runs on the whole part.
+
+    Args:
+        clusters_per_rank (int, optional): :math:`m`, checked against the
+            folder's ``clusters_per_part``; :obj:`None` takes the folder's
+            (``pyg-dist train`` partitions with 4). (default: :obj:`None`)
+        regroup_every (int, optional): Epochs between regroupings. (default: :obj:`50`)
+        regroup (str, optional): How clusters move between ranks: ``"sweep"``,
+            ``"random"`` or ``"home"`` (never). (default: :obj:`"sweep"`)
+        correction (str, optional): ``"node"``, ``"batch"`` or ``"none"``.
+            (default: :obj:`"node"`)
+        shrinkage (float, optional): Pulls the correction's weights toward
+            their mean, in [0, 1]. (default: :obj:`0.0`)
+        regroup_from (str, optional): Where a new group comes from:
+            ``"folder"`` (read again) or ``"peers"`` (sent by the ranks that
+            held its clusters). (default: :obj:`"folder"`)
+    """
+
+    name: ClassVar[str] = "gradient-only"
+    clusters_per_rank: int | None = option(None, "clusters per rank (cuts 4 if no folder)",
+                                           type=int, metavar="M")
+    regroup_every: int = option(50, "epochs between regroupings", metavar="N")
+    regroup: str = option("sweep", "|".join(SCHEMES), choices=SCHEMES,
+                          metavar="HOW")
+    correction: str = option("node", f"correction: {'|'.join(CORRECTIONS)}",
+                             choices=CORRECTIONS, metavar="KIND")
+    shrinkage: float = option(0.0, "pull weights to their mean, 0..1", metavar="L")
+    regroup_from: str = option("folder", f"groups come from: {'|'.join(SOURCES)}",
+                               choices=SOURCES, metavar="SRC")
+
+    def check(self) -> None:
+        cls = type(self)
+        if self.clusters_per_rank is not None:
+            _int(cls, "clusters_per_rank", self.clusters_per_rank, 1,
+                 "or None to take the partition folder's")
+        _int(cls, "regroup_every", self.regroup_every, 1, "it counts epochs")
+        _choice(cls, "regroup", self.regroup, SCHEMES)
+        _choice(cls, "correction", self.correction, CORRECTIONS)
+        _choice(cls, "regroup_from", self.regroup_from, SOURCES)
+        if isinstance(self.shrinkage, bool) or not isinstance(self.shrinkage, (int, float)) \
+                or not 0.0 <= self.shrinkage <= 1.0:
+            raise ValueError(f"GradientOnly(shrinkage={self.shrinkage!r}): use a value in "
+                             f"[0, 1]: 0 keeps the correction, 1 gives every weight their mean")
+
+
+@dataclass(frozen=True)
+class LayerPipeline(Options):
+    """A layer pipeline for deep models (:class:`~pyg_dist.models.DeepGNN`):
+    the ranks form a grid of world size / ``stages`` graph parts × ``stages``
+    layer stages; ``data`` must be loaded with :func:`pyg_dist.pipeline.load`.
+
+    Args:
+        stages (int, optional): Layer stages. (default: :obj:`2`)
+        chunks (int, optional): Chunks per graph part flowing through the
+            pipeline; above 1, layers read other chunks' rows from history
+            tables (at most one epoch old). (default: :obj:`1`)
+        initial_rows (str, optional): How later stages get GCNII's initial
+            rows: ``"send"`` or ``"recompute"`` (half the bytes).
+            (default: :obj:`"send"`)
+        halo (HaloPolicy or str, optional): The policy within a stage (its
+            compression applies to the rows exchanged there), as
+            :class:`GraphParallel`'s. (default: :obj:`None`)
+    """
+
+    name: ClassVar[str] = "layer-pipeline"
+    halo: HaloPolicy | str | None = option(None, "", type=str, metavar="POLICY")
+    stages: int = option(2, "layer stages (grid: parts/S x S)", metavar="S")
+    chunks: int = option(1, "chunks per part (>1: history tables)", metavar="K")
+    initial_rows: str = option("send", f"initial rows: {'|'.join(INITIAL_ROWS)}",
+                               choices=INITIAL_ROWS, metavar="HOW")
+
+    def check(self) -> None:
+        _policy(type(self), "halo", self.halo)
+        for name in ("stages", "chunks"):
+            _int(type(self), name, getattr(self, name), 1, "a pipeline has at least one")
+        _choice(type(self), "initial_rows", self.initial_rows, INITIAL_ROWS)
+
+
+Strategy = GraphParallel | GradientOnly | LayerPipeline
+#: The strategies by name (``pyg-dist train --strategy NAME``).
+STRATEGIES: dict[str, type[Options]] = {
+    cls.name: cls for cls in (GraphParallel, GradientOnly, LayerPipeline)  # type: ignore[attr-defined]
+}
+
+
+def strategy_from_dict(values: dict[str, Any]) -> Strategy:
+    """The strategy ``{"name": ..., **fields}`` spells (what ``to_dict`` of a
+    strategy wrote, with its name)."""
+    name = values.get("name", GraphParallel.name)
+    cls = STRATEGIES.get(name)
+    if cls is None:
+        raise ValueError(f"unknown strategy '{name}'; use one of {', '.join(STRATEGIES)}")
+    return cls.from_dict(values)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class GradSync(Options):
+    """How the ranks sum parameter gradients.
+
+    Args:
+        compress (str, optional): :obj:`None` (one exact all-reduce after
+            backward), ``"fp16"``, ``"powersgd:R"``, ``"covap:K"`` or
+            ``"covap:auto"`` (DDP hooks overlapping with backward; see
+            :mod:`pyg_dist.grads`). Booked as ``grad_bytes``. (default: :obj:`None`)
+    """
+
+    compress: str | None = option(None, "none|fp16|powersgd:R|covap:K|covap:auto",
+                                  type=str, metavar="SPEC")
+
+    def check(self) -> None:
+        try:
+            parse_grad_compress(self.compress)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"GradSync(compress={self.compress!r}): {exc}; use "
+                             f"{GRAD_COMPRESS_CHOICES}") from None
+
+    @property
+    def spec(self) -> str:
+        """The compression's spelling (``"none"`` for an exact sum)."""
+        parsed = parse_grad_compress(self.compress)
+        return "none" if parsed is None else parsed.spec()
+
+
+@dataclass(frozen=True)
+class Adam(Options):
+    """The default optimizer, :class:`torch.optim.Adam` with these settings
+    (``train`` also takes any :class:`torch.optim.Optimizer` instead).
+
+    Args:
+        lr (float, optional): Learning rate. (default: :obj:`0.01`)
+        weight_decay (float, optional): L2 weight decay. (default: :obj:`5e-4`)
+    """
+
+    lr: float = option(0.01, "Adam's learning rate", metavar="LR")
+    weight_decay: float = option(5e-4, "Adam's weight decay", metavar="WD")
+
+    def check(self) -> None:
+        for name in ("lr", "weight_decay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"Adam({name}={value!r}): use a number >= 0")
+
+
+@dataclass(frozen=True)
+class Evaluation(Options):
+    """When and how the model is evaluated (global accuracies on the three masks).
+
+    Args:
+        every (int, optional): Evaluate every this many epochs (and after the
+            last); epochs in between repeat the last accuracies and are not
+            candidates for the best epoch. (default: :obj:`1`)
+        halo (HaloPolicy or str, optional): Halo policy of evaluation (a
+            policy or its spec); :obj:`None` is exact, whatever the training
+            policy. Booked as ``halo_bytes_eval``. (default: :obj:`None`)
+    """
+
+    every: int = option(1, "evaluate every N epochs", metavar="N")
+    halo: HaloPolicy | str | None = option(None, "policy of evaluation (default: exact)",
+                                           type=str, metavar="POLICY")
+
+    def check(self) -> None:
+        _int(type(self), "every", self.every, 1, "1 evaluates after every epoch")
+        _policy(type(self), "halo", self.halo)
+
+
+@dataclass(frozen=True)
+class Checkpoint(Options):
+    """Checkpoints of every rank's model, optimizer, halo and policy state,
+    RNG state, ledger and history (see :mod:`pyg_dist.checkpoint`).
+
+    Args:
+        dir (str): The folder (each machine of a multi-host job writes its
+            own ranks' files into its own).
+        every (int, optional): Write one every this many epochs (0: never).
+            (default: :obj:`0`)
+        resume (bool, optional): Continue from the last checkpoint in ``dir``
+            when there is one, else start at epoch 1 (so the first start and
+            every restart share one command); deterministic policies then end
+            with the weights of an uninterrupted run. (default: :obj:`False`)
+    """
+
+    dir: str | os.PathLike = option(None, "folder for checkpoints", type=str, metavar="DIR")
+    every: int = option(0, "write one every N epochs (0: never)", metavar="N")
+    resume: bool = option(False, "continue from the last one, if any")
+
+    def check(self) -> None:
+        if not isinstance(self.dir, (str, os.PathLike)) or not os.fspath(self.dir):
+            raise ValueError(f"Checkpoint(dir={self.dir!r}): name the folder for checkpoints")
+        _int(type(self), "every", self.every, 0, "0 writes none")
+        if not isinstance(self.resume, bool):
+            raise ValueError(f"Checkpoint(resume={self.resume!r}): use True or False")
