@@ -54,7 +54,8 @@ def startup_errors(root):
 
     from pyg_dist import distributed, peers
     from pyg_dist.checkpoint import find_checkpoint
-    from pyg_dist.cli import _train_joined
+    from pyg_dist.cli.job import resolve
+    from pyg_dist.cli.run import train_joined
 
     rank, out = distributed.rank(), {}
     folder = Path(root) / f"copy{rank}"  # each rank's own machine
@@ -75,7 +76,7 @@ def startup_errors(root):
     peers.package_versions = real
     peers.publish(distributed.all_gather_objects, rank, 10.0)
     try:
-        _train_joined({"parts": 3, "parts_dir": str(folder)})
+        train_joined(resolve({}, {"graph": {"parts": 3, "parts_dir": str(folder)}}))
     except ValueError as exc:
         out["parts"] = str(exc)
     ckpt = Path(root) / f"ckpt{rank}"

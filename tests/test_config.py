@@ -1,0 +1,168 @@
+"""The typed training options: each checks its own fields with an error that
+names the fix, round-trips through plain dictionaries, and the keywords of
+earlier releases map onto them with a warning."""
+import inspect
+import warnings
+
+import pytest
+import torch
+from graphs import awkward_graph
+
+import pyg_dist
+from pyg_dist.config import (
+    STRATEGIES,
+    Adam,
+    Checkpoint,
+    Evaluation,
+    GradientOnly,
+    GradSync,
+    GraphParallel,
+    LayerPipeline,
+    strategy_from_dict,
+)
+from pyg_dist.halo import Stale
+from pyg_dist.train import _translate, train
+
+EXAMPLES = [
+    GraphParallel(),
+    GraphParallel(halo="stale:4,compress=int8"),
+    GradientOnly(clusters_per_rank=3, regroup_every=5, regroup="random", correction="batch",
+                 shrinkage=0.25, regroup_from="peers"),
+    LayerPipeline(stages=4, chunks=2, initial_rows="recompute", halo="exact,compress=fp16"),
+    GradSync("covap:auto"),
+    Adam(lr=0.005, weight_decay=0.0),
+    Evaluation(every=10, halo="exact,compress=int8"),
+    Checkpoint("ckpt", every=5, resume=True),
+]
+
+
+@pytest.mark.parametrize("options", EXAMPLES, ids=lambda o: type(o).__name__)
+def test_options_round_trip_through_plain_dictionaries(options):
+    values = options.to_dict()
+    assert all(isinstance(v, (str, int, float, bool, type(None))) for v in values.values())
+    assert type(options).from_dict(values) == options
+
+
+def test_a_policy_object_is_written_as_its_spec():
+    options = GraphParallel(halo=Stale(every=3, compress="int8"))
+    assert options.to_dict() == {"halo": "stale:3,compress=int8"}
+    assert GraphParallel.from_dict(options.to_dict()).halo == "stale:3,compress=int8"
+
+
+def test_strategies_are_read_back_by_name():
+    for strategy in EXAMPLES[:4]:
+        assert strategy_from_dict({"name": strategy.name, **strategy.to_dict()}) == strategy
+    assert set(STRATEGIES) == {"graph-parallel", "gradient-only", "layer-pipeline"}
+    with pytest.raises(ValueError, match="use one of graph-parallel, gradient-only"):
+        strategy_from_dict({"name": "model-parallel"})
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: GraphParallel(halo="stale"), r"GraphParallel\(halo='stale'\).*stale:K"),
+    (lambda: GraphParallel(halo=4), "give a halo policy or its spec"),
+    (lambda: GradientOnly(regroup_every=0), r"regroup_every must be an integer >= 1"),
+    (lambda: GradientOnly(regroup="sorted"), "use one of sweep, random, home"),
+    (lambda: GradientOnly(correction="edge"), "use one of node, batch, none"),
+    (lambda: GradientOnly(shrinkage=1.5), r"use a value in \[0, 1\]"),
+    (lambda: GradientOnly(regroup_from="disk"), "use one of folder, peers"),
+    (lambda: GradientOnly(clusters_per_rank=0), "clusters_per_rank must be an integer >= 1"),
+    (lambda: LayerPipeline(stages=0), "stages must be an integer >= 1"),
+    (lambda: LayerPipeline(chunks=True), "chunks must be an integer >= 1"),
+    (lambda: LayerPipeline(initial_rows="copy"), "use one of send, recompute"),
+    (lambda: GradSync("covap:0"), "shard count K >= 1"),
+    (lambda: Adam(lr=-1.0), r"Adam\(lr=-1.0\): use a number >= 0"),
+    (lambda: Evaluation(every=0), "1 evaluates after every epoch"),
+    (lambda: Checkpoint(), "name the folder for checkpoints"),
+    (lambda: Checkpoint("ckpt", every=-1), "0 writes none"),
+    (lambda: GradSync.from_dict({"compres": "fp16"}), "has no field 'compres'"),
+])
+def test_each_option_checks_its_fields_and_names_the_fix(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_train_takes_at_most_ten_parameters():
+    assert len(inspect.signature(train).parameters) <= 10
+    assert list(inspect.signature(train).parameters)[:3] == ["model", "data", "epochs"]
+
+
+def test_old_keywords_map_onto_the_option_objects():
+    assert _translate({"lr": 0.1}, {}) == {"optimizer": Adam(lr=0.1)}
+    assert _translate({"checkpoint": "c", "checkpoint_every": 2, "resume": True}, {}) == \
+        {"checkpoint": Checkpoint("c", every=2, resume=True)}
+    assert _translate({"eval_every": 5, "eval_halo": "exact,compress=int8"}, {}) == \
+        {"evaluation": Evaluation(every=5, halo="exact,compress=int8")}
+    assert _translate({"grad_compress": "none"}, {}) == {"grad_sync": GradSync()}
+    assert _translate({"mode": "gradient-only", "regroup_every": 3, "shrinkage": 0.5}, {}) == \
+        {"strategy": GradientOnly(regroup_every=3, shrinkage=0.5)}
+    assert _translate({"chunks": 2}, {}) == {"strategy": LayerPipeline(stages=1, chunks=2)}
+    assert _translate({"stages": 1, "chunks": 1}, {}) == {}
+    with pytest.raises(ValueError, match="use one of exact, gradient-only"):
+        _translate({"mode": "isolated"}, {})
+    with pytest.raises(ValueError, match="clusters_per_rank in mode='gradient-only' only"):
+        _translate({"clusters_per_rank": 3}, {})
+    with pytest.raises(ValueError, match="needs checkpoint=<folder>"):
+        _translate({"resume": True}, {})
+
+
+def test_old_keywords_warn_and_train_as_the_new_spelling(tmp_path):
+    """One process: the old spelling gives the weights of the new one."""
+    pyg_dist.partition(awkward_graph(num_features=4), 1, tmp_path / "parts")
+    from pyg_dist.models import GNN
+
+    states = []
+    for old in (True, False):
+        data = pyg_dist.DistData.load(tmp_path / "parts")
+        torch.manual_seed(0)
+        model = GNN("sage", 4, 8, 3, dropout=0.0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if old:
+                train(model, data, epochs=3, lr=0.05, weight_decay=0.0, eval_every=2,
+                      progress=False)
+            else:
+                train(model, data, 3, optimizer=Adam(lr=0.05, weight_decay=0.0),
+                      evaluation=Evaluation(every=2), progress=False)
+        deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)
+                        and "train" in str(w.message)]
+        assert len(deprecations) == (1 if old else 0)
+        if old:
+            assert "lr= -> optimizer=Adam(lr=...)" in str(deprecations[0].message)
+            assert "eval_every= -> evaluation=Evaluation(every=...)" in \
+                str(deprecations[0].message)
+        states.append(model.state_dict())
+    for name, value in states[0].items():
+        assert torch.equal(value, states[1][name]), name
+
+
+def test_a_wrong_type_names_the_option_object(tmp_path):
+    pyg_dist.partition(awkward_graph(num_features=4), 1, tmp_path / "parts")
+    from pyg_dist.models import GNN
+
+    data = pyg_dist.DistData.load(tmp_path / "parts")
+    model = GNN("gcn", 4, 8, 3)
+    with pytest.raises(TypeError, match=r"pass GraphParallel\(...\), GradientOnly"):
+        train(model, data, 1, strategy="gradient-only", progress=False)
+    with pytest.raises(TypeError, match=r"Evaluation\(every=..., halo=...\)"):
+        train(model, data, 1, evaluation=5, progress=False)
+
+
+def test_graph_parallel_halo_sets_the_policy_of_layers_that_set_none(tmp_path):
+    pyg_dist.partition(awkward_graph(num_features=4), 1, tmp_path / "parts")
+    from pyg_dist.models import GNN
+
+    data = pyg_dist.DistData.load(tmp_path / "parts")
+    train(GNN("gcn", 4, 8, 3), data, 1, strategy=GraphParallel(halo="stale:3"), progress=False)
+    assert data.edge_index.registry.policy(None) == Stale(every=3)
+    assert data.edge_index.registry.eval_default is None
+
+
+def test_resume_without_a_checkpoint_starts_at_epoch_one(tmp_path, capsys):
+    pyg_dist.partition(awkward_graph(num_features=4), 1, tmp_path / "parts")
+    from pyg_dist.models import GNN
+
+    data = pyg_dist.DistData.load(tmp_path / "parts")
+    result = train(GNN("gcn", 4, 8, 3), data, 2, progress=False,
+                   checkpoint=Checkpoint(tmp_path / "none", resume=True))
+    assert result.epochs == 2 and [e.epoch for e in result.history] == [1, 2]
+    assert "no checkpoint in" in capsys.readouterr().err
