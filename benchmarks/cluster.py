@@ -61,6 +61,7 @@ MODELS = {"cora": (16, 2), "community": (128, 2)}
 def worker(args):
     """Every policy and seed on this rank's part; rank 0 prints one JSON row each."""
     import pyg_dist
+    from pyg_dist.config import Evaluation
     from pyg_dist.halo import parse_policy
     from pyg_dist.models import GNN
     from pyg_dist.train import train
@@ -76,8 +77,8 @@ def worker(args):
             torch.manual_seed(seed)
             model = GNN("gcn", data.x.size(1), hidden, data.meta.num_classes, layers=layers)
             torch.manual_seed(seed * 1000 + data.rank)
-            result = train(model, data, epochs=args.epochs, progress=False,
-                           eval_every=args.eval_every)
+            result = train(model, data, args.epochs, progress=False,
+                           evaluation=Evaluation(every=args.eval_every))
             summary = result.summary()
             if data.rank == 0:
                 print("ROW " + json.dumps({

@@ -41,6 +41,7 @@ import torch
 from cluster import CORA_ROOT, collected, load_graph, testbed_arguments
 
 import pyg_dist
+from pyg_dist.config import Evaluation, GradientOnly, GradSync, GraphParallel
 from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
 from pyg_dist.train import train
@@ -50,14 +51,14 @@ from pyg_dist.train import train
 HIDDEN = {"cora": 16, "community": 128}
 HIDDEN_DEEP = {"cora": 64, "community": 128}
 
-# (label, train() options, halo policy)
+# (label, GradientOnly options of the gradient-only rows or grad_compress, halo policy)
 MODES = [
     ("exact", {}, "exact"),
     ("auto", {}, "auto"),
     ("isolated, no correction", {}, "isolated"),
-    ("gradient-only, node", {"mode": "gradient-only", "correction": "node"}, "exact"),
-    ("gradient-only, batch", {"mode": "gradient-only", "correction": "batch"}, "exact"),
-    ("gradient-only, none", {"mode": "gradient-only", "correction": "none"}, "exact"),
+    ("gradient-only, node", {"correction": "node"}, "exact"),
+    ("gradient-only, batch", {"correction": "batch"}, "exact"),
+    ("gradient-only, none", {"correction": "none"}, "exact"),
 ]
 COMPRESSIONS = ["none", "fp16", "powersgd:4", "covap:2", "covap:4", "covap:auto"]
 
@@ -71,11 +72,13 @@ def rank_body(parts_dir, kind, layers, hidden, classes, seed, epochs, runs, eval
         model = GNN(kind, data.x.size(1), hidden, classes, layers=layers, dropout=0.5,
                     residual=layers > 2)
         torch.manual_seed(seed * 1000 + data.rank)
-        if options.get("mode") == "gradient-only":
-            options = {**options, "regroup_every": regroup[0], "regroup": regroup[1],
-                       "regroup_from": regroup_from}
-        result = train(model, data, epochs=epochs, progress=False, eval_every=eval_every,
-                       **options)
+        options = dict(options)
+        grad_sync = GradSync(options.pop("grad_compress", None))
+        strategy = (GradientOnly(**options, regroup_every=regroup[0], regroup=regroup[1],
+                                 regroup_from=regroup_from)
+                    if label.startswith("gradient-only") else GraphParallel())
+        result = train(model, data, epochs, strategy=strategy, grad_sync=grad_sync,
+                       evaluation=Evaluation(every=eval_every), progress=False)
         summary = result.summary()
         rows.append({
             "mode": label, "test_acc": result.test_acc,

@@ -44,6 +44,7 @@ from cluster import CORA_ROOT, collected, load_graph, testbed_arguments
 
 import pyg_dist
 from pyg_dist import pipeline
+from pyg_dist.config import Evaluation, GraphParallel, LayerPipeline
 from pyg_dist.models import DeepGNN
 from pyg_dist.pipeline import best_layout, halo_rows, layout_costs
 from pyg_dist.train import train
@@ -73,9 +74,10 @@ def rank_body(folders, kind, layers, classes, seed, epochs, eval_every, runs, in
         optimizer = torch.optim.Adam([
             {"params": model.convs.parameters(), "weight_decay": 0.01},
             {"params": model.lins.parameters(), "weight_decay": 5e-4}], lr=0.01)
-        result = train(model, data, epochs=epochs, optimizer=optimizer, progress=False,
-                       eval_every=eval_every, stages=stages, chunks=chunks,
-                       initial_rows=initial_rows)
+        strategy = (GraphParallel() if stages == 1 and chunks == 1 else
+                    LayerPipeline(stages=stages, chunks=chunks, initial_rows=initial_rows))
+        result = train(model, data, epochs, strategy=strategy, optimizer=optimizer,
+                       evaluation=Evaluation(every=eval_every), progress=False)
         later = result.history[1:]  # the first epoch fills the history tables
         rows.append({
             "layout": name, "chunks": chunks, "test_acc": result.test_acc,

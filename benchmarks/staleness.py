@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 import pyg_dist
+from pyg_dist.config import Evaluation
 from pyg_dist.datasets import planetoid, synthetic
 from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
@@ -58,7 +59,8 @@ def rank_body(parts_dir, kind, classes, seed, epochs, policies, eval_every):
         torch.manual_seed(seed)
         model = GNN(kind, data.x.size(1), 16, classes, dropout=0.5)
         torch.manual_seed(seed * 1000 + data.rank)
-        result = train(model, data, epochs=epochs, progress=False, eval_every=eval_every)
+        result = train(model, data, epochs, progress=False,
+                       evaluation=Evaluation(every=eval_every))
         summary = result.summary()
         rows.append({
             "policy": label,

@@ -11,6 +11,8 @@ from graphs import awkward_graph
 from tolerances import assert_close
 
 import pyg_dist
+from pyg_dist.checkpoint import load_checkpoint
+from pyg_dist.config import Checkpoint
 from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
 from pyg_dist.train import train
@@ -33,8 +35,8 @@ def one_run(parts_dir, spec, ckpt=None, fail_at=None, resume=False, init_seed=0)
         if stats.epoch == fail_at:
             raise Interrupted(f"stopped at epoch {stats.epoch}")
 
-    result = train(model, data, epochs=EPOCHS, progress=False, callback=stop,
-                   checkpoint=ckpt, checkpoint_every=EVERY if ckpt else 0, resume=resume)
+    result = train(model, data, EPOCHS, progress=False, callback=stop,
+                   checkpoint=Checkpoint(ckpt, every=EVERY, resume=resume) if ckpt else None)
     return {k: v.clone() for k, v in model.state_dict().items()}, result
 
 
@@ -113,16 +115,15 @@ def test_checkpoint_files_are_complete(tmp_path):
     pyg_dist.partition(awkward_graph(num_features=4), 1, tmp_path / "parts")
     data = pyg_dist.DistData.load(tmp_path / "parts")
     model = GNN("sage", 4, 4, 3)
-    train(model, data, epochs=4, progress=False, checkpoint=tmp_path / "ck",
-          checkpoint_every=2)
+    train(model, data, 4, progress=False, checkpoint=Checkpoint(tmp_path / "ck", every=2))
     assert json.loads((tmp_path / "ck" / "latest.json").read_text()) == {"epoch": 4,
                                                                           "world_size": 1}
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["latest.json", "rank_0.prev.pt",
                                                                  "rank_0.pt"]
-    with pytest.raises(ValueError, match="needs checkpoint=<folder>"):
-        train(model, data, epochs=1, progress=False, resume=True)
+    with pytest.raises(ValueError, match="name the folder for checkpoints"):
+        train(model, data, 1, progress=False, checkpoint=Checkpoint(None, resume=True))
     with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
-        train(model, data, epochs=1, progress=False, checkpoint=tmp_path / "none", resume=True)
+        load_checkpoint(tmp_path / "none", model, torch.optim.Adam(model.parameters()), data)
 
 
 FINGERPRINT = ("import torch; from pyg_dist.halo.layer import fingerprint; "

@@ -5,6 +5,7 @@ import pytest
 import torch
 from graphs import awkward_graph
 
+from pyg_dist.config import Evaluation
 from pyg_dist.models import GNN
 from pyg_dist.train import train
 
@@ -21,7 +22,7 @@ def test_eval_every_evaluates_on_schedule_and_picks_best_among_them():
         return real_forward(x, edge_index)
 
     model.forward = counting_forward
-    result = train(model, data, epochs=7, progress=False, eval_every=3)
+    result = train(model, data, 7, evaluation=Evaluation(every=3), progress=False)
     assert calls.count(False) == 3  # epochs 3, 6 and the last
     assert all(math.isnan(e.val_acc) for e in result.history[:2])
     assert result.history[3].val_acc == result.history[2].val_acc
@@ -49,7 +50,7 @@ def eval_traffic(parts):
         data = pyg_dist.DistData.load(parts)
         torch.manual_seed(0)
         model = GNN("gcn", 16, 8, 3)
-        result = train(model, data, epochs=3, progress=False, eval_halo=spec)
+        result = train(model, data, 3, evaluation=Evaluation(halo=spec), progress=False)
         out[spec] = {"eval": result.total("halo_bytes_eval"),
                      "train": result.total("halo_bytes_fwd") + result.total("halo_bytes_bwd"),
                      "weights": [p.detach().clone() for p in model.parameters()]}

@@ -18,6 +18,7 @@ class Interrupted(Exception):
 
 
 def _train(parts, spec, epochs=EPOCHS, ckpt=None, fail_at=None, resume=False):
+    from pyg_dist.config import Checkpoint, Evaluation, GradSync
     from pyg_dist.models import GNN
     from pyg_dist.train import train
 
@@ -30,9 +31,9 @@ def _train(parts, spec, epochs=EPOCHS, ckpt=None, fail_at=None, resume=False):
             raise Interrupted
 
     try:
-        result = train(model, data, epochs=epochs, progress=False, grad_compress=spec,
-                       checkpoint=ckpt, checkpoint_every=2 if ckpt else 0, resume=resume,
-                       callback=stop, eval_every=epochs)
+        result = train(model, data, epochs, progress=False, grad_sync=GradSync(spec),
+                       checkpoint=Checkpoint(ckpt, every=2, resume=resume) if ckpt else None,
+                       callback=stop, evaluation=Evaluation(every=epochs))
     except Interrupted:
         return None
     rows = [r for r in data.ledger.rows() if r["direction"] == "grad"]
