@@ -93,6 +93,13 @@ class Model(Options):
         if self.name not in RECIPES:
             raise ValueError(f"Model(name={self.name!r}): use one of {', '.join(MODELS)}")
 
+    def sizes(self) -> tuple[int, int, int, float]:
+        """``layers``, ``hidden``, ``heads`` and ``dropout`` of a resolved model."""
+        sizes = self.resolved()
+        assert sizes.layers is not None and sizes.hidden is not None, "recipes set every size"
+        assert sizes.heads is not None and sizes.dropout is not None, "recipes set every size"
+        return sizes.layers, sizes.hidden, sizes.heads, sizes.dropout
+
     def resolved(self) -> Model:
         """This model with its recipe's sizes where none are set."""
         recipe = RECIPES[self.name]

@@ -150,15 +150,14 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
                          f"with node labels to train on it")
     torch.manual_seed(job.graph.seed)
     model: Any
-    assert spec.layers is not None and spec.hidden is not None and spec.dropout is not None, \
-        "a resolved job has the recipe's sizes"
+    layers, hidden, heads, dropout = spec.sizes()
     if spec.name in DEEP_MODELS:
-        model = DeepGNN(spec.name, data.x.size(1), spec.hidden, data.meta.num_classes,
-                        layers=spec.layers, dropout=spec.dropout).to(data.x.device)
+        model = DeepGNN(spec.name, data.x.size(1), hidden, data.meta.num_classes,
+                        layers=layers, dropout=dropout)
     else:
-        model = GNN(spec.name, data.x.size(1), spec.hidden, data.meta.num_classes,
-                    layers=spec.layers, dropout=spec.dropout,
-                    heads=spec.heads).to(data.x.device)
+        model = GNN(spec.name, data.x.size(1), hidden, data.meta.num_classes, layers=layers,
+                    dropout=dropout, heads=heads)
+    model = model.to(data.x.device)
     rank = distributed.rank()
     torch.manual_seed(job.graph.seed * 1000 + rank)  # dropout differs per rank
     result = train(model, data, job.epochs, strategy=strategy, grad_sync=job.grad_sync,
