@@ -40,6 +40,8 @@ from pyg_dist.config import (
     LayerPipeline,
 )
 from pyg_dist.halo import parse_policy
+from pyg_dist.models import DEEP_MODELS
+from pyg_dist.pipeline.pipeline import INITIAL_ROWS
 
 __all__ = ["main", "build_parser", "parse_job", "read_config", "RECIPES"]
 
@@ -69,10 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     layouts = sub.add_parser("layouts", help="bytes per epoch of every grid of graph parts x "
                                              "layer stages for a deep model, and the best")
     add_fields(layouts, Graph, "graph", skip={"parts_dir"})
-    layouts.add_argument("--model", default="gcn2", choices=["gcn2", "resgcn", "ressage"])
+    layouts.add_argument("--model", default=DEEP_MODELS[0], choices=DEEP_MODELS)
     layouts.add_argument("--layers", type=int, default=32)
     layouts.add_argument("--hidden", type=int, default=64)
-    layouts.add_argument("--initial-rows", default="send", choices=["send", "recompute"])
+    layouts.add_argument("--initial-rows", default=INITIAL_ROWS[0], choices=INITIAL_ROWS)
 
     check = sub.add_parser("check", help="check this machine before torchrun starts a "
                                          "multi-host job (same flags as its torchrun)")
