@@ -27,7 +27,7 @@ from torch import Tensor
 from pyg_dist.ops.gat_ref import GatArgs, GatGrads
 from pyg_dist.ops.triton.configs import CHUNK_NNZ, SPLIT_DEGREE
 from pyg_dist.ops.triton.gat_kernel import (
-    AUTOTUNE,
+    GAT_AUTOTUNE,
     LaunchTensors,
     chunk_rows,
     leaky_relu,
@@ -145,7 +145,7 @@ def _finish_entries(
     return total
 
 
-@triton.autotune(**AUTOTUNE)
+@triton.autotune(**GAT_AUTOTUNE)
 @triton.jit
 def _grad_rows_kernel(
     # pointers
@@ -200,7 +200,7 @@ def _grad_rows_kernel(
     tl.store(grad_dst_ptr + row * heads + head, total, mask=is_short & in_grid)
 
 
-@triton.autotune(**AUTOTUNE)
+@triton.autotune(**GAT_AUTOTUNE)
 @triton.jit
 def _grad_chunks_kernel(
     # pointers
@@ -249,7 +249,7 @@ def _grad_chunks_kernel(
     tl.store(part_ptr + chunk * heads + head, weighted, mask=in_grid)
 
 
-@triton.autotune(**AUTOTUNE)
+@triton.autotune(**GAT_AUTOTUNE)
 @triton.jit
 def _grad_combine_kernel(
     # pointers
@@ -374,7 +374,7 @@ def _source_entries(
     return acc, alpha_sum
 
 
-@triton.autotune(**AUTOTUNE)
+@triton.autotune(**GAT_AUTOTUNE)
 @triton.jit
 def _source_rows_kernel(
     # pointers
@@ -433,7 +433,7 @@ def _source_rows_kernel(
                  mask=is_short & in_grid & (tl.program_id(2) == 0))
 
 
-@triton.autotune(**AUTOTUNE)
+@triton.autotune(**GAT_AUTOTUNE)
 @triton.jit
 def _source_chunks_kernel(
     # pointers

@@ -25,21 +25,16 @@ from pyg_dist.ops.triton.checks import FLOAT_DTYPES, check_csr, check_same_devic
 from pyg_dist.ops.triton.configs import (
     CHUNK_NNZ,
     SPLIT_DEGREE,
-    autotune_configs,
-    prune_by_width,
+    autotune_args,
 )
 from pyg_dist.ops.triton.plan import HubPlan, hub_plan
 from pyg_dist.ops.triton.tiles import gather_tile
 
-__all__ = ["gat_forward", "LaunchTensors", "AUTOTUNE", "chunk_rows", "pre_scores", "leaky_relu",
+__all__ = ["gat_forward", "LaunchTensors", "GAT_AUTOTUNE", "chunk_rows", "pre_scores", "leaky_relu",
            "scale_tile"]
 
 #: Autotuning of every GAT kernel; num_feats is the width C of one head.
-AUTOTUNE = dict(
-    configs=autotune_configs(),
-    key=["num_feats"],
-    prune_configs_by={"early_config_prune": prune_by_width},
-)
+GAT_AUTOTUNE = autotune_args("num_feats")
 
 
 # ------------------------------------------------------------- device helpers
@@ -186,7 +181,7 @@ def _store_softmax_row(
 # ------------------------------------------------------------------- forward
 
 
-@triton.autotune(**AUTOTUNE)
+@triton.autotune(**GAT_AUTOTUNE)
 @triton.jit
 def _gat_rows_kernel(
     # pointers
@@ -238,7 +233,7 @@ def _gat_rows_kernel(
                        is_short & in_grid & (tl.program_id(2) == 0), heads, num_feats)
 
 
-@triton.autotune(**AUTOTUNE)
+@triton.autotune(**GAT_AUTOTUNE)
 @triton.jit
 def _gat_chunks_kernel(
     # pointers
@@ -291,7 +286,7 @@ def _gat_chunks_kernel(
     tl.store(part_sum_ptr + chunk * heads + head, total, mask=first)
 
 
-@triton.autotune(**AUTOTUNE)
+@triton.autotune(**GAT_AUTOTUNE)
 @triton.jit
 def _gat_combine_kernel(
     # pointers
