@@ -1,11 +1,15 @@
 """The one home of :mod:`torch.distributed`: the process group
 (``pyg_dist.init()``), groups, collectives and point-to-point messages.
 
-No other module of the package calls :mod:`torch.distributed`. Every helper
-that waits for other ranks runs under :func:`pyg_dist.peers.guard`, so a peer
-lost meanwhile raises :class:`~pyg_dist.peers.PeerLost` naming it, and every
-collective is a no-op in a group of one process. Point-to-point helpers take
-the peer's rank in ``group`` (the global rank for the default group)."""
+No other module of the package calls a collective or sends a message itself;
+what is used of :mod:`torch.distributed` elsewhere runs its own communication:
+DDP with torch's communication hooks (:mod:`pyg_dist.grads.sync`) and
+torchrun's error records (:mod:`pyg_dist.cli`). Every collective and
+point-to-point helper here runs under :func:`pyg_dist.peers.guard`, so a peer
+lost meanwhile raises :class:`~pyg_dist.peers.PeerLost` naming it. The
+reductions, broadcasts, gathers and barriers are no-ops in a group of one
+process. Point-to-point helpers take the peer's rank in ``group`` (the global
+rank for the default group)."""
 from __future__ import annotations
 
 import os
