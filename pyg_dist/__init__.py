@@ -3,8 +3,7 @@ from pyg_dist.data import DistData, DistEdgeIndex
 from pyg_dist.distributed import init, shutdown
 from pyg_dist.launch import RankFailed, launch
 from pyg_dist.partitioning import PartitionMeta, partition
-
-__version__ = "0.1.0"
+from pyg_dist.version import __version__
 
 __all__ = [
     "partition",

@@ -1,7 +1,15 @@
-"""The process group: ``pyg_dist.init()`` and the few collectives the training
-loop, checkpoints, CLI and data loading need. Besides the halo transport
-(:mod:`pyg_dist.halo.comm`), this is the only module that calls
-:mod:`torch.distributed`; every helper is a no-op in a group of one process."""
+"""The one home of :mod:`torch.distributed`: the process group
+(``pyg_dist.init()``), groups, collectives and point-to-point messages.
+
+No other module of the package calls a collective or sends a message itself;
+what is used of :mod:`torch.distributed` elsewhere runs its own communication:
+DDP with torch's communication hooks (:mod:`pyg_dist.grads.sync`) and
+torchrun's error records (:mod:`pyg_dist.cli`). Every collective and
+point-to-point helper here runs under :func:`pyg_dist.peers.guard`, so a peer
+lost meanwhile raises :class:`~pyg_dist.peers.PeerLost` naming it. The
+reductions, broadcasts, gathers and barriers are no-ops in a group of one
+process. Point-to-point helpers take the peer's rank in ``group`` (the global
+rank for the default group)."""
 from __future__ import annotations
 
 import os
@@ -19,13 +27,17 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "world_size", "is_distributed", "default_device",
     "collective_device", "all_reduce", "all_reduce_with_grad", "all_reduce_values", "broadcast",
     "barrier", "differing_ranks", "all_gather_objects", "raise_together", "sync_tensors",
-    "all_reduce_gradients", "new_group", "host_store", "DEFAULT_TIMEOUT",
+    "all_reduce_gradients", "new_group", "host_store", "DEFAULT_TIMEOUT", "Group", "GradBucket",
+    "backend", "group_id", "all_reduce_future", "all_to_all_single", "send", "recv", "isend",
+    "batch_send_recv", "wait_all",
 ]
 
 #: Collectives that wait longer than this raise instead of hanging (seconds).
 DEFAULT_TIMEOUT = env.DEFAULT_TIMEOUT
 
 Group = Any  # a torch.distributed.ProcessGroup, or None for the default group
+#: The bucket of gradients a DDP communication hook is handed.
+GradBucket = dist.GradBucket
 
 
 def init(backend: str | None = None, timeout: float | timedelta | None = None) -> None:
@@ -166,22 +178,108 @@ def all_reduce_values(values: Sequence[float], op: str = "sum",
     return reduced.tolist()
 
 
-def broadcast(tensor: Tensor, group: Group = None) -> Tensor:
-    """``tensor`` as rank 0 of ``group`` has it, on every rank."""
+def all_reduce_future(tensor: Tensor, group: Group = None) -> torch.futures.Future:
+    """Starts summing ``tensor`` (on the collective device) over ``group`` in
+    place; the future's value is ``[tensor]`` (the form DDP communication
+    hooks return)."""
+    with peers.guard("all_reduce"):
+        return dist.all_reduce(tensor, group=group, async_op=True).get_future()
+
+
+def broadcast(tensor: Tensor, group: Group = None, src: int = 0) -> Tensor:
+    """``tensor`` as rank ``src`` of ``group`` has it, on every rank."""
     if not is_distributed(group):
         return tensor
     buffer = tensor.to(collective_device(group))
-    src = dist.get_global_rank(group, 0) if group is not None else 0
     with peers.guard("broadcast"):
-        dist.broadcast(buffer, src=src, group=group)
+        dist.broadcast(buffer, src=_global(src, group), group=group)
     return buffer.to(tensor.device)
 
 
-def new_group() -> Any:
-    """A new process group of every rank on the default group's backend, so
-    its collectives run beside the default group's. Collective: every rank
-    creates its groups in the same order."""
-    return dist.new_group(backend=dist.get_backend())
+def new_group(ranks: Sequence[int] | None = None) -> Any:
+    """A new process group of ``ranks`` (global ranks; :obj:`None`: every
+    rank) on the default group's backend, so its collectives run beside the
+    default group's. Collective: every rank creates its groups in the same
+    order, including those it is not part of."""
+    with peers.guard("new_group"):
+        return dist.new_group(ranks=None if ranks is None else list(ranks),
+                              backend=dist.get_backend())
+
+
+def backend(group: Group = None) -> str:
+    """The backend of ``group`` (``"gloo"``, ``"nccl"``)."""
+    return str(dist.get_backend(group))
+
+
+def group_id() -> int:
+    """An id of the default group, new each time a group is initialised (0
+    without one): the key of things made per group."""
+    return id(dist.group.WORLD) if dist.is_initialized() else 0
+
+
+def _global(q: int, group: Group) -> int:
+    """Global rank of rank ``q`` of ``group`` (point-to-point ops address global ranks)."""
+    return q if group is None else dist.get_global_rank(group, q)
+
+
+def all_to_all_single(recv: Tensor, send: Tensor, recv_counts: Sequence[int],
+                      send_counts: Sequence[int], group: Group = None,
+                      what: str = "all_to_all") -> list[Any]:
+    """Starts sending ``send_counts[q]`` rows of ``send`` to every rank ``q``
+    of ``group`` and receiving ``recv_counts[q]`` rows from each into ``recv``
+    (in rank order); returns the pending works (see :func:`wait_all`)."""
+    with peers.guard(what):
+        return [dist.all_to_all_single(recv, send, list(recv_counts), list(send_counts),
+                                       group=group, async_op=True)]
+
+
+def send(tensor: Tensor, dst: int, group: Group = None, tag: int = 0,
+         what: str = "send") -> None:
+    """Sends ``tensor`` to rank ``dst`` of ``group`` and waits until it is taken."""
+    with peers.guard(what):
+        dist.send(tensor, _global(dst, group), group=group, tag=tag)
+
+
+def recv(tensor: Tensor, src: int, group: Group = None, tag: int = 0,
+         what: str = "recv") -> Tensor:
+    """Receives into ``tensor`` what rank ``src`` of ``group`` sends; returns it."""
+    with peers.guard(what):
+        dist.recv(tensor, _global(src, group), group=group, tag=tag)
+    return tensor
+
+
+def isend(tensor: Tensor, dst: int, group: Group = None, tag: int = 0,
+          what: str = "send") -> Any:
+    """Starts sending ``tensor`` to rank ``dst`` of ``group``; returns the
+    pending work (see :func:`wait_all`). Keep ``tensor`` alive until then."""
+    with peers.guard(what):
+        return dist.isend(tensor, _global(dst, group), group=group, tag=tag)
+
+
+def batch_send_recv(sends: dict[int, Tensor], recvs: dict[int, Tensor], group: Group = None,
+                    tag: int = 0, what: str = "point-to-point") -> list[Any]:
+    """Starts one batch of point-to-point messages: ``sends[q]`` to rank ``q``
+    of ``group`` and ``recvs[q]`` filled from rank ``q``, posted peer by peer
+    in rank order. Returns the pending works (see :func:`wait_all`); every
+    peer must post the matching batch."""
+    ops = []
+    for q in sorted(set(sends) | set(recvs)):
+        if q in recvs:
+            ops.append(dist.P2POp(dist.irecv, recvs[q], _global(q, group), group, tag))
+        if q in sends:
+            ops.append(dist.P2POp(dist.isend, sends[q], _global(q, group), group, tag))
+    if not ops:
+        return []
+    with peers.guard(what):
+        return list(dist.batch_isend_irecv(ops))
+
+
+def wait_all(works: Iterable[Any], what: str = "point-to-point") -> None:
+    """Waits for pending works (of :func:`isend`, :func:`batch_send_recv`,
+    :func:`all_to_all_single`)."""
+    with peers.guard(what):
+        for work in works:
+            work.wait()
 
 
 def barrier(group: Group = None) -> None:

@@ -87,11 +87,11 @@ def package_versions() -> dict[str, str]:
     import torch
     import torch_geometric
 
-    import pyg_dist
+    from pyg_dist.version import __version__
 
     python = ".".join(map(str, sys.version_info[:3]))
     return {"python": python, "torch": torch.__version__,
-            "torch_geometric": torch_geometric.__version__, "pyg_dist": pyg_dist.__version__}
+            "torch_geometric": torch_geometric.__version__, "pyg_dist": __version__}
 
 
 def publish(all_gather: Callable[[Any], list[Any]], rank: int, timeout: float) -> list[Peer]:

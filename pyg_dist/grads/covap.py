@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
+
+from pyg_dist import distributed
 
 __all__ = ["CovapState", "covap_hook", "covap_compress"]
 
@@ -128,7 +129,7 @@ def covap_compress(grad: Tensor, residual: Tensor | None, mask: Tensor,
     return sent, grad.clone()
 
 
-def covap_hook(state: CovapState, bucket: dist.GradBucket) -> torch.futures.Future[Tensor]:
+def covap_hook(state: CovapState, bucket: distributed.GradBucket) -> torch.futures.Future[Tensor]:
     """A DDP communication hook (``ddp.register_comm_hook(state, covap_hook)``)
     averaging this step's shard of each bucket over ``state.process_group``;
     unsent elements come back as zeros (their parameters wait for a later
@@ -143,11 +144,11 @@ def covap_hook(state: CovapState, bucket: dist.GradBucket) -> torch.futures.Futu
         state.keep(params, residual)
     else:
         payload = buffer
-    payload.div_(dist.get_world_size(state.process_group))
+    payload.div_(distributed.world_size(state.process_group))
     state.sent += payload.numel()
     if bucket.is_last():
         state.step += 1
-    future = dist.all_reduce(payload, group=state.process_group, async_op=True).get_future()
+    future = distributed.all_reduce_future(payload, state.process_group)
 
     def unpack(done: torch.futures.Future) -> Tensor:
         reduced = done.value()[0]

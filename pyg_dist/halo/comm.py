@@ -14,10 +14,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-from pyg_dist import env, peers
+from pyg_dist import distributed, env
+from pyg_dist.distributed import Group
 
 __all__ = ["exchange_rows", "PendingRows", "TRANSPORTS", "default_transport", "MAX_TAG"]
 
@@ -26,9 +26,9 @@ TRANSPORTS = env.TRANSPORTS
 MAX_TAG = 2**31 - 1
 
 
-def default_transport(group: dist.ProcessGroup | None = None) -> str:
+def default_transport(group: Group = None) -> str:
     """``PYG_DIST_TRANSPORT`` if set, else all_to_all on NCCL and p2p otherwise."""
-    return env.transport() or ("all_to_all" if dist.get_backend(group) == "nccl" else "p2p")
+    return env.transport() or ("all_to_all" if distributed.backend(group) == "nccl" else "p2p")
 
 
 @dataclass
@@ -40,9 +40,7 @@ class PendingRows:
     send: Tensor | None = None  # kept alive until the exchange completes
 
     def wait(self) -> Tensor:
-        with peers.guard("halo exchange"):
-            for work in self.works:
-                work.wait()
+        distributed.wait_all(self.works, "halo exchange")
         self.works = []
         return self.recv
 
@@ -51,7 +49,7 @@ def exchange_rows(
     send: Tensor,
     send_counts: list[int],
     recv_counts: list[int],
-    group: dist.ProcessGroup | None = None,
+    group: Group = None,
     transport: str | None = None,
     async_op: bool = False,
     tag: int = 0,
@@ -72,18 +70,18 @@ def exchange_rows(
     """
     row_shape = send.shape[1:]
     recv = send.new_empty((sum(recv_counts), *row_shape))
-    if not dist.is_initialized() or dist.get_world_size(group) == 1:
+    if not distributed.is_distributed(group):
         assert recv.numel() == 0, "a single rank has no halo to receive"
         return PendingRows(recv, []) if async_op else recv
     transport = transport or default_transport(group)
     send = send.contiguous()
     if transport not in TRANSPORTS:
         raise ValueError(f"unknown transport '{transport}'; use one of {', '.join(TRANSPORTS)}")
-    with peers.guard("halo exchange"):
-        if transport == "p2p":
-            works = _p2p(send, recv, send_counts, recv_counts, group, tag)
-        else:
-            works = _all_to_all(send, recv, send_counts, recv_counts, group)
+    if transport == "p2p":
+        works = _p2p(send, recv, send_counts, recv_counts, group, tag)
+    else:
+        works = distributed.all_to_all_single(_as_bytes(recv), _as_bytes(send), recv_counts,
+                                              send_counts, group, "halo exchange")
     pending = PendingRows(recv, works, send)
     return pending if async_op else pending.wait()
 
@@ -95,28 +93,13 @@ def _as_bytes(t: Tensor) -> Tensor:
 
 
 def _p2p(send: Tensor, recv: Tensor, send_counts, recv_counts, group, tag: int) -> list:
-    rank = dist.get_rank(group)
+    rank = distributed.rank(group)
     send_b, recv_b = _as_bytes(send), _as_bytes(recv)
-    ops, s_off, r_off = [], 0, 0
+    sends, recvs, s_off, r_off = {}, {}, 0, 0
     for q, (n_send, n_recv) in enumerate(zip(send_counts, recv_counts)):
         if q != rank and n_recv > 0:
-            ops.append(dist.P2POp(dist.irecv, recv_b[r_off : r_off + n_recv], _peer(q, group),
-                                  group, tag))
+            recvs[q] = recv_b[r_off : r_off + n_recv]
         if q != rank and n_send > 0:
-            ops.append(dist.P2POp(dist.isend, send_b[s_off : s_off + n_send], _peer(q, group),
-                                  group, tag))
+            sends[q] = send_b[s_off : s_off + n_send]
         s_off, r_off = s_off + n_send, r_off + n_recv
-    return dist.batch_isend_irecv(ops) if ops else []
-
-
-def _all_to_all(send: Tensor, recv: Tensor, send_counts, recv_counts, group) -> list:
-    work = dist.all_to_all_single(
-        _as_bytes(recv), _as_bytes(send), list(recv_counts), list(send_counts), group=group,
-        async_op=True,
-    )
-    return [work]
-
-
-def _peer(q: int, group: dist.ProcessGroup | None) -> int:
-    """Global rank of group rank ``q`` (P2P ops address global ranks)."""
-    return q if group is None else dist.get_global_rank(group, q)
+    return distributed.batch_send_recv(sends, recvs, group, tag, "halo exchange")

@@ -47,7 +47,8 @@ class PartitionMeta:
         part_sizes: Owned nodes per part.
         halo_sizes: Halo nodes per part (remote sources of its in-edges).
         train_sizes: Training nodes per part (empty if there is no ``train_mask``).
-        method: ``"metis"`` or ``"random"``.
+        method: The cutter: ``"metis"``, ``"metis-coarse"`` or ``"random"``
+            (:data:`~pyg_dist.partitioning.cut.METHODS`).
         seed: The seed of the cut.
         fingerprint: sha256 of the graph's structure and attribute shapes.
         num_classes: ``max(y) + 1`` for integer node labels ``y``, else :obj:`None`.

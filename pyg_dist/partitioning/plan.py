@@ -19,7 +19,6 @@ time from chunked passes over the edges, so the whole graph is never copied.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +27,7 @@ from torch import Tensor
 
 from pyg_dist.partitioning.arrays import bincount_chunked, chunks, small_int_dtype
 
-__all__ = ["LocalPart", "PartPlan", "build_parts"]
+__all__ = ["LocalPart", "PartPlan"]
 
 
 @dataclass
@@ -182,15 +181,6 @@ class PartPlan:
             counts.append(hi - lo)
         nodes = np.concatenate(blocks) if blocks else np.empty(0, dtype=np.int64)
         return nodes, _ptr(np.asarray(counts, dtype=np.int64))
-
-
-def build_parts(edge_index: Tensor, part: Tensor, num_parts: int) -> Iterator[LocalPart]:
-    """Every part's :class:`LocalPart` from ``part`` (``[N]``, the owner of each
-    node), one at a time: a part's arrays can be written and freed before the
-    next one is built."""
-    plan = PartPlan.create(edge_index, part, num_parts)
-    for p in range(num_parts):
-        yield plan.build(p)
 
 
 def _halo(p: int, src: np.ndarray, edge_owner: np.ndarray,

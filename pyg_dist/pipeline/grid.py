@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch.distributed as dist
-
 from pyg_dist import distributed
 
 __all__ = ["Grid", "grid"]
@@ -65,7 +63,7 @@ def grid(stages: int = 1) -> Grid:
     Raises:
         ValueError: If ``stages`` does not divide the world size.
     """
-    key = (stages, id(dist.group.WORLD) if dist.is_initialized() else 0)
+    key = (stages, distributed.group_id())
     if key in _GRIDS:
         return _GRIDS[key]
     world, rank = distributed.world_size(), distributed.rank()
@@ -77,7 +75,7 @@ def grid(stages: int = 1) -> Grid:
     parts = world // stages
     group = None
     if stages > 1:
-        groups = [dist.new_group(ranks=[s * parts + d for d in range(parts)])
+        groups = [distributed.new_group([s * parts + d for d in range(parts)])
                   for s in range(stages)]
         group = groups[rank // parts]
     _GRIDS[key] = Grid(parts, stages, rank % parts, rank // parts, group)

@@ -6,11 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pyg_dist import distributed, peers
+from pyg_dist import distributed
 from pyg_dist.data import DistData, DistEdgeIndex
 from pyg_dist.halo.exchange import exchange_route
 from pyg_dist.halo.ledger import GRADIENTS, STAGE
@@ -213,7 +212,7 @@ class Pipeline:
             return
         for s in range(self.grid.stages):
             for p in self.parameters(s):
-                dist.broadcast(p.data, src=self.grid.stage_root(s))
+                p.data.copy_(distributed.broadcast(p.data, src=self.grid.stage_root(s)))
 
     # -- one epoch -----------------------------------------------------------------
 
@@ -380,7 +379,9 @@ class Pipeline:
         step = 1 if direction != "bwd" else -1
         peer = self.grid.rank_of(self.grid.stage + step)
         rows = rows.contiguous()
-        self._sends.append((dist.isend(rows, peer, tag=self._tag(chunk, direction)), rows))
+        work = distributed.isend(rows, peer, tag=self._tag(chunk, direction),
+                                 what="stage transfer")
+        self._sends.append((work, rows))
         self.ledger.record(*_stage_key(direction), bytes_sent=rows.numel() * rows.element_size(),
                            exchanges=1)
 
@@ -389,16 +390,13 @@ class Pipeline:
         peer = self.grid.rank_of(self.grid.stage + step)
         rows = self.data.x.new_empty(chunk.rows.numel(), self.state_width)
         start = time.perf_counter()
-        with peers.guard("stage transfer"):
-            dist.recv(rows, peer, tag=self._tag(chunk, direction))
+        distributed.recv(rows, peer, tag=self._tag(chunk, direction), what="stage transfer")
         self.ledger.record(*_stage_key(direction), bytes_recv=rows.numel() * rows.element_size(),
                            seconds=time.perf_counter() - start)
         return rows
 
     def _finish_sends(self) -> None:
-        with peers.guard("stage transfer"):
-            for work, _ in self._sends:
-                work.wait()
+        distributed.wait_all((work for work, _ in self._sends), "stage transfer")
         self._sends = []
 
     def _shared_labels(self, labels: Tensor | None) -> Tensor:
@@ -409,10 +407,10 @@ class Pipeline:
         if labels is None:
             labels = torch.empty(self.graph.num_owned, dtype=torch.long,
                                  device=self.graph.col.device)
-            dist.recv(labels, self.grid.rank_of(0))
+            distributed.recv(labels, self.grid.rank_of(0), what="stage transfer")
         else:
             for s in range(1, self.grid.stages):
-                dist.send(labels, self.grid.rank_of(s))
+                distributed.send(labels, self.grid.rank_of(s), what="stage transfer")
         return labels
 
 

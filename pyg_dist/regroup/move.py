@@ -7,10 +7,9 @@ import io
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-from pyg_dist import distributed, peers
+from pyg_dist import distributed
 
 __all__ = ["move_clusters"]
 
@@ -32,12 +31,8 @@ def move_clusters(held: dict[int, Any], before: list[list[int]], after: list[lis
     sizes = distributed.all_gather_objects({dst: p.numel() for dst, p in payloads.items()})
     buffers = {src: torch.empty(sizes[src][rank], dtype=torch.uint8)
                for src in range(len(sizes)) if rank in sizes[src]}
-    ops = [dist.P2POp(dist.irecv, buffer, src) for src, buffer in buffers.items()]
-    ops += [dist.P2POp(dist.isend, payload, dst) for dst, payload in payloads.items()]
-    if ops:
-        with peers.guard("cluster move"):
-            for work in dist.batch_isend_irecv(ops):
-                work.wait()
+    works = distributed.batch_send_recv(payloads, buffers, what="cluster move")
+    distributed.wait_all(works, "cluster move")
     contents = {c: held[c] for c in after[rank] if owner[c] == rank}
     for buffer in buffers.values():
         contents.update(_unpack(buffer))

@@ -10,6 +10,7 @@ import pytest
 import torch
 from tolerances import TOL, assert_close
 
+from pyg_dist import cpu_ext
 from pyg_dist.ops import backends, cpu, spmm, spmm_ref, to_csr
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,7 +35,7 @@ def run_spmm(fn, rowptr, col, x, xh, value, reduce, grad):
 
 
 def test_extension_builds_where_a_compiler_is():
-    reason = cpu._why_not_buildable()
+    reason = cpu_ext._why_not_buildable()
     if reason:
         pytest.skip(f"nothing to build with: {reason}")
     assert cpu.is_available(), cpu.unavailable_reason()
@@ -199,7 +200,8 @@ def test_failed_build_warns_with_the_compiler_output(tmp_path):
     compiler = tmp_path / "broken-c++"
     compiler.write_text("#!/bin/sh\necho 'broken-c++: this compiler always fails' >&2\nexit 1\n")
     compiler.chmod(0o755)
-    reason = cpu._why_not_buildable() or ("needs a POSIX shell" if sys.platform == "win32" else "")
+    reason = (cpu_ext._why_not_buildable()
+              or ("needs a POSIX shell" if sys.platform == "win32" else ""))
     if reason:
         pytest.skip(f"nothing to build with: {reason}")
     result = run_fallback(tmp_path, CXX=str(compiler))
@@ -219,14 +221,14 @@ def test_a_lock_left_by_a_killed_build_is_removed(tmp_path, monkeypatch):
     monkeypatch.setattr(cpp_extension, "_get_build_directory", lambda name, verbose: str(tmp_path))
     lock = tmp_path / "lock"
     lock.touch()
-    old = time.time() - cpu.STALE_LOCK_SECONDS - 60
+    old = time.time() - cpu_ext.STALE_LOCK_SECONDS - 60
     os.utime(lock, (old, old))
     with pytest.warns(RuntimeWarning, match="removing the lock of a C.. build"):
-        cpu._wait_for_build("any")
+        cpu_ext._wait_for_build("any")
     assert not lock.exists()
 
     lock.touch()  # a build in progress: its process removes the lock when done
     threading.Timer(0.5, lock.unlink).start()
     start = time.monotonic()
-    cpu._wait_for_build("any")
+    cpu_ext._wait_for_build("any")
     assert not lock.exists() and time.monotonic() - start >= 0.4

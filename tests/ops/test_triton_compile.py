@@ -111,11 +111,18 @@ def _compile_all():
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from pyg_dist.ops.triton import gat_grad_kernel, gat_kernel, sddmm_kernel, spmm_kernel
+    from pyg_dist.ops.triton import (
+        gat_grad_rows_kernel,
+        gat_grad_sources_kernel,
+        gat_kernel,
+        sddmm_kernel,
+        spmm_kernel,
+    )
 
+    modules = (gat_kernel, gat_grad_rows_kernel, gat_grad_sources_kernel, sddmm_kernel,
+               spmm_kernel)
     for capability in TARGETS:
         for name, index, floating, constexprs in _variants():
-            modules = (gat_kernel, gat_grad_kernel, sddmm_kernel, spmm_kernel)
             module = next(m for m in modules if hasattr(m, name))
             fn = getattr(module, name).fn  # the JITFunction under the autotuner
             source = ASTSource(fn, _signature(fn, index, floating, constexprs), constexprs)

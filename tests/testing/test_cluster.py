@@ -108,10 +108,8 @@ def test_deadline_stops_every_process_and_failures_still_tear_down():
 
 @needs_namespaces
 def test_ctrl_c_tears_down_and_a_killed_run_is_cleaned_next_time(tmp_path):
-    from pyg_dist.testing import cluster
-
-    # The module's own file runs its command line without importing torch.
-    command = [sys.executable, cluster.__file__, "--hosts", "2", "--", "sleep", "60"]
+    command = [sys.executable, "-m", "pyg_dist.testing.cluster", "--hosts", "2", "--",
+               "sleep", "60"]
 
     def start():
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -1,7 +1,11 @@
-"""Triton kernels behind :func:`pyg_dist.ops.spmm`.
+"""Triton kernels behind :func:`pyg_dist.ops.spmm` (forward SpMM, SDDMM) and
+:func:`pyg_dist.ops.gat` (attention forward and backward).
 
-Importing this package never imports Triton; :func:`kernels` does, so a
-machine without Triton or without a GPU can import :mod:`pyg_dist.ops`.
+Importing this package defines no kernel: Triton itself is imported, if it is
+installed, by :mod:`pyg_dist.typing`'s detection, and the kernel modules only
+by :func:`kernels`, which returns :obj:`None` (with a warning when they fail
+to load) instead of raising, so a machine without Triton or without a GPU can
+import :mod:`pyg_dist.ops`.
 """
 from __future__ import annotations
 

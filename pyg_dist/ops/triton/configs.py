@@ -19,8 +19,9 @@ __all__ = [
     "CHUNK_NNZ",
     "MAX_TILE",
     "INTERPRET_CONFIG",
-    "AUTOTUNE",
+    "AUTOTUNE_ENABLED",
     "autotune_configs",
+    "autotune_args",
     "prune_by_width",
 ]
 
@@ -52,7 +53,7 @@ INTERPRET_CONFIG = {"BLOCK_E": 32, "BLOCK_F": 128}
 #: runs the one default config of the feature width (``BLOCK_E`` = 32).
 #: Autotuning compiles every candidate for every new width and dtype, minutes
 #: for a test suite; the GPU test run uses this switch, benchmarks do not.
-AUTOTUNE = env.triton_autotune()
+AUTOTUNE_ENABLED = env.triton_autotune()
 
 # Candidates autotuning chooses from, per feature width (see prune_by_width).
 _BLOCK_E = (16, 32, 64)
@@ -86,7 +87,7 @@ def autotune_configs() -> list[triton.Config]:
     """
     if TRITON_INTERPRET:
         return [triton.Config(dict(INTERPRET_CONFIG), num_warps=1)]
-    if not AUTOTUNE:
+    if not AUTOTUNE_ENABLED:
         return [_config(_DEFAULT_BLOCK_E, block_f) for block_f in _BLOCK_F]
     return [
         _config(block_e, block_f)
@@ -94,6 +95,14 @@ def autotune_configs() -> list[triton.Config]:
         for block_e in _BLOCK_E
         if block_e * block_f <= MAX_TILE
     ]
+
+
+def autotune_args(*key: str) -> dict[str, Any]:
+    """The keyword arguments of ``triton.autotune`` for a kernel of this
+    package: :func:`autotune_configs`, pruned by :func:`prune_by_width`, tuned
+    anew for each value of the kernel arguments named in ``key``."""
+    return dict(configs=autotune_configs(), key=list(key),
+                prune_configs_by={"early_config_prune": prune_by_width})
 
 
 def prune_by_width(
@@ -106,6 +115,6 @@ def prune_by_width(
     lanes."""
     widths = sorted({config.kwargs["BLOCK_F"] for config in configs})
     target = min(max(triton.next_power_of_2(int(named_args["num_feats"])), widths[0]), widths[-1])
-    allowed = (target, target // 2) if AUTOTUNE else (target,)
+    allowed = (target, target // 2) if AUTOTUNE_ENABLED else (target,)
     keep = [c for c in configs if c.kwargs["BLOCK_F"] in allowed]
     return keep or configs[:1]

@@ -25,21 +25,16 @@ from pyg_dist.ops.triton.checks import FLOAT_DTYPES, check_csr, check_same_devic
 from pyg_dist.ops.triton.configs import (
     CHUNK_NNZ,
     SPLIT_DEGREE,
-    autotune_configs,
-    prune_by_width,
+    autotune_args,
 )
 from pyg_dist.ops.triton.plan import HubPlan, hub_plan
-from pyg_dist.ops.triton.tiles import gather_tile
+from pyg_dist.ops.triton.tiles import chunk_span, gather_tile, short_row_span
 
-__all__ = ["gat_forward", "LaunchTensors", "AUTOTUNE", "chunk_rows", "pre_scores", "leaky_relu",
-           "scale_tile"]
+__all__ = ["gat_forward", "LaunchTensors", "GAT_AUTOTUNE", "chunk_rows", "pre_scores",
+           "source_scores", "leaky_relu", "scale_tile"]
 
 #: Autotuning of every GAT kernel; num_feats is the width C of one head.
-AUTOTUNE = dict(
-    configs=autotune_configs(),
-    key=["num_feats"],
-    prune_configs_by={"early_config_prune": prune_by_width},
-)
+GAT_AUTOTUNE = autotune_args("num_feats")
 
 
 # ------------------------------------------------------------- device helpers
@@ -69,18 +64,26 @@ def pre_scores(
     ``alpha_src[col] + alpha_dst[row] (+ alpha_edge)`` for one head, the
     halo's scores read at ``col - num_owned``."""
     src = tl.load(col_ptr + e_offs, mask=e_mask, other=0).to(tl.int64)
-    if HAS_HALO:
-        owned = src < num_owned
-        own = tl.load(asrc_ptr + src * heads + head, mask=e_mask & owned, other=0.0)
-        halo = tl.load(asrc_halo_ptr + (src - num_owned) * heads + head,
-                       mask=e_mask & ~owned, other=0.0)
-        pre = tl.where(owned, own, halo).to(tl.float32)
-    else:
-        pre = tl.load(asrc_ptr + src * heads + head, mask=e_mask, other=0.0).to(tl.float32)
+    pre = source_scores(asrc_ptr, asrc_halo_ptr, src, e_mask, head, num_owned, heads, HAS_HALO)
     pre = pre + tl.load(adst_ptr + row * heads + head).to(tl.float32)
     if HAS_EDGE:
         pre += tl.load(aedge_ptr + e_offs * heads + head, mask=e_mask, other=0.0).to(tl.float32)
     return pre
+
+
+@triton.jit
+def source_scores(asrc_ptr, asrc_halo_ptr, src, mask, head, num_owned, heads,
+                  HAS_HALO: tl.constexpr):
+    """Float32 ``alpha_src[src, head]`` for sources ``src`` (int64, a scalar or
+    a tile) where ``mask``, zero elsewhere; a source from ``num_owned`` on is
+    read from the halo's scores at ``src - num_owned``."""
+    if HAS_HALO:
+        owned = src < num_owned
+        own = tl.load(asrc_ptr + src * heads + head, mask=mask & owned, other=0.0)
+        halo = tl.load(asrc_halo_ptr + (src - num_owned) * heads + head,
+                       mask=mask & ~owned, other=0.0)
+        return tl.where(owned, own, halo).to(tl.float32)
+    return tl.load(asrc_ptr + src * heads + head, mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -186,7 +189,7 @@ def _store_softmax_row(
 # ------------------------------------------------------------------- forward
 
 
-@triton.autotune(**AUTOTUNE)
+@triton.autotune(**GAT_AUTOTUNE)
 @triton.jit
 def _gat_rows_kernel(
     # pointers
@@ -221,11 +224,7 @@ def _gat_rows_kernel(
     row = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     f_offs = tl.program_id(2) * BLOCK_F + tl.arange(0, BLOCK_F)
-    in_grid = row < num_rows
-    start = tl.load(rowptr_ptr + row, mask=in_grid, other=0).to(tl.int64)
-    end = tl.load(rowptr_ptr + row + 1, mask=in_grid, other=0).to(tl.int64)
-    is_short = (end - start) <= split_degree
-    end = tl.where(is_short, end, start)
+    start, end, short = short_row_span(rowptr_ptr, row, num_rows, split_degree)
     m, total, acc = _softmax_entries(
         col_ptr, x_ptr, halo_ptr, asrc_ptr, asrc_halo_ptr, adst_ptr, aedge_ptr, scale_ptr,
         start, end, row, head, f_offs, f_offs < num_feats,
@@ -233,12 +232,12 @@ def _gat_rows_kernel(
         HAS_HALO, HAS_EDGE, HAS_SCALE, BLOCK_E, BLOCK_F,
     )
     # Row-wide conditions enter the store mask through the feature bound.
-    f_limit = tl.where(is_short & in_grid, num_feats, 0)
+    f_limit = tl.where(short, num_feats, 0)
     _store_softmax_row(out_ptr, lse_ptr, row, head, m, total, acc, f_offs, f_offs < f_limit,
-                       is_short & in_grid & (tl.program_id(2) == 0), heads, num_feats)
+                       short & (tl.program_id(2) == 0), heads, num_feats)
 
 
-@triton.autotune(**AUTOTUNE)
+@triton.autotune(**GAT_AUTOTUNE)
 @triton.jit
 def _gat_chunks_kernel(
     # pointers
@@ -274,10 +273,8 @@ def _gat_chunks_kernel(
     chunk = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     f_offs = tl.program_id(2) * BLOCK_F + tl.arange(0, BLOCK_F)
-    in_grid = chunk < num_chunks
-    start = tl.load(chunk_start_ptr + chunk, mask=in_grid, other=0)
-    end = tl.load(chunk_end_ptr + chunk, mask=in_grid, other=0)
-    row = tl.load(chunk_row_ptr + chunk, mask=in_grid, other=0)
+    start, end, row, in_grid = chunk_span(chunk_start_ptr, chunk_end_ptr, chunk_row_ptr, chunk,
+                                          num_chunks)
     m, total, acc = _softmax_entries(
         col_ptr, x_ptr, halo_ptr, asrc_ptr, asrc_halo_ptr, adst_ptr, aedge_ptr, scale_ptr,
         start, end, row, head, f_offs, f_offs < num_feats,
@@ -291,7 +288,7 @@ def _gat_chunks_kernel(
     tl.store(part_sum_ptr + chunk * heads + head, total, mask=first)
 
 
-@triton.autotune(**AUTOTUNE)
+@triton.autotune(**GAT_AUTOTUNE)
 @triton.jit
 def _gat_combine_kernel(
     # pointers

@@ -17,17 +17,13 @@ from torch import Tensor
 
 from pyg_dist.ops.csr import csr_row
 from pyg_dist.ops.triton.checks import check_csr, check_dense, check_same_device, row_major
-from pyg_dist.ops.triton.configs import autotune_configs, prune_by_width
+from pyg_dist.ops.triton.configs import autotune_args
 from pyg_dist.ops.triton.tiles import gather_tile
 
 __all__ = ["sddmm"]
 
 
-@triton.autotune(
-    configs=autotune_configs(),
-    key=["num_feats"],
-    prune_configs_by={"early_config_prune": prune_by_width},
-)
+@triton.autotune(**autotune_args("num_feats"))
 @triton.jit
 def _sddmm_kernel(
     # pointers

@@ -35,8 +35,7 @@ from pyg_dist.ops.triton.checks import (
 from pyg_dist.ops.triton.configs import (
     CHUNK_NNZ,
     SPLIT_DEGREE,
-    autotune_configs,
-    prune_by_width,
+    autotune_args,
 )
 from pyg_dist.ops.triton.plan import HubPlan, hub_plan
 from pyg_dist.ops.triton.tiles import gather_tile, merge_first_max
@@ -47,11 +46,7 @@ REDUCTIONS = ("sum", "mean", "max")
 
 # Keyed on the width and the reduction: max carries a second (int64) tile
 # through the loop, which shifts the best tile size.
-_AUTOTUNE = dict(
-    configs=autotune_configs(),
-    key=["num_feats", "REDUCE"],
-    prune_configs_by={"early_config_prune": prune_by_width},
-)
+_SPMM_AUTOTUNE = autotune_args("num_feats", "REDUCE")
 
 
 @triton.jit
@@ -130,7 +125,7 @@ def _store_row(
     tl.store(out_ptr + row * stride_out + f_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.autotune(**_AUTOTUNE)
+@triton.autotune(**_SPMM_AUTOTUNE)
 @triton.jit
 def _spmm_rows_kernel(
     # pointers
@@ -183,7 +178,7 @@ def _spmm_rows_kernel(
     )
 
 
-@triton.autotune(**_AUTOTUNE)
+@triton.autotune(**_SPMM_AUTOTUNE)
 @triton.jit
 def _spmm_chunks_kernel(
     # pointers
@@ -232,7 +227,7 @@ def _spmm_chunks_kernel(
         tl.store(part_arg_ptr + chunk * stride_part + f_offs, arg, mask=mask)
 
 
-@triton.autotune(**_AUTOTUNE)
+@triton.autotune(**_SPMM_AUTOTUNE)
 @triton.jit
 def _spmm_combine_kernel(
     # pointers

@@ -1,11 +1,12 @@
-"""Device helpers shared by the SpMM and SDDMM kernels: the fused two-source
-gather and the first-maximum merge. Called from ``@triton.jit`` kernels only."""
+"""Device helpers shared by the kernels: the fused two-source gather, the
+first-maximum merge, and the span of entries a row or chunk program walks.
+Called from ``@triton.jit`` kernels only."""
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-__all__ = ["gather_tile", "merge_first_max"]
+__all__ = ["gather_tile", "merge_first_max", "short_row_span", "chunk_span"]
 
 
 @triton.jit
@@ -76,3 +77,27 @@ def merge_first_max(best, arg, vals, pos, valid, nnz):
     tile_arg = tl.min(tl.where(hit, pos, nnz), axis=0)
     take = (tile_arg < nnz) & ((tile_best > best) | (arg >= nnz))
     return tl.where(take, tile_best, best), tl.where(take, tile_arg, arg)
+
+
+@triton.jit
+def short_row_span(rowptr_ptr, row, num_rows, split_degree):
+    """The entries ``[start, end)`` of CSR row ``row`` (int64) for the program
+    of a rows kernel, and ``short``: whether the row is in the grid and has at
+    most ``split_degree`` entries. Other rows get an empty span (the split
+    path computes them), so ``short`` is the condition of every store."""
+    in_grid = row < num_rows
+    start = tl.load(rowptr_ptr + row, mask=in_grid, other=0).to(tl.int64)
+    end = tl.load(rowptr_ptr + row + 1, mask=in_grid, other=0).to(tl.int64)
+    short = in_grid & ((end - start) <= split_degree)
+    return start, tl.where(short, end, start), short
+
+
+@triton.jit
+def chunk_span(chunk_start_ptr, chunk_end_ptr, chunk_row_ptr, chunk, num_chunks):
+    """The entries ``[start, end)`` of chunk ``chunk`` of a hub plan, the row
+    it belongs to, and whether the chunk is in the grid (else all zero)."""
+    in_grid = chunk < num_chunks
+    start = tl.load(chunk_start_ptr + chunk, mask=in_grid, other=0)
+    end = tl.load(chunk_end_ptr + chunk, mask=in_grid, other=0)
+    row = tl.load(chunk_row_ptr + chunk, mask=in_grid, other=0)
+    return start, end, row, in_grid
