@@ -2,6 +2,9 @@
 equals single-process training of the same deep model; with more chunks every
 row used is at most one epoch old and the bytes are the hand count; the
 errors name the fix."""
+import itertools
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -233,10 +236,29 @@ def test_errors_name_the_fix(runs):
     assert "DeepGNN" in errors["model"]
 
 
+def brute_force_balance(costs, stages):
+    """The least largest stage cost over every split of ``costs`` into
+    ``stages`` consecutive non-empty runs, tried one by one."""
+    best = math.inf
+    for cuts in itertools.combinations(range(1, len(costs)), stages - 1):
+        bounds = (0, *cuts, len(costs))
+        best = min(best, max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])))
+    return best
+
+
 def test_balance_minimises_the_largest_stage():
     assert balance([10, 1, 1, 1, 1, 1], 2) == [1, 5]
     assert balance([1, 1, 1, 1], 4) == [1, 1, 1, 1]
-    assert sum(balance([3, 1, 2, 5, 1, 1, 4], 3)) == 7
+    g = torch.Generator().manual_seed(0)
+    cases = [([3, 1, 2, 5, 1, 1, 4], 3), ([3, 1, 2, 5, 1, 1, 4], 2)]
+    cases += [(torch.randint(1, 20, (int(n),), generator=g).tolist(), int(s))
+              for n, s in [(5, 2), (6, 3), (8, 3), (9, 4), (7, 7)]]
+    for costs, stages in cases:
+        counts = balance(costs, stages)
+        assert len(counts) == stages and all(c >= 1 for c in counts) and sum(counts) == len(costs)
+        bounds = [0, *itertools.accumulate(counts)]
+        largest = max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:]))
+        assert largest == brute_force_balance(costs, stages), (costs, stages, counts)
     with pytest.raises(ValueError, match="fewer stages"):
         balance([1, 1], 3)
 
