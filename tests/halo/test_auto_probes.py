@@ -77,11 +77,10 @@ def test_the_aggregation_timing_is_positive_and_below_a_second(results):
         assert timing == results[0]["spmm"][0], "every rank sees the slowest rank's timing"
 
 
-def test_the_warmup_compute_is_positive_and_below_an_epochs_wall_time(results):
+def test_the_warmup_compute_is_positive_and_within_the_epochs_it_spans(results):
     for res in results:
         compute = res["note"]["compute"]
         assert math.isfinite(compute) and 0.0 < compute < 30.0, compute
         assert compute == results[0]["note"]["compute"]  # the slowest rank's
-    # one warm-up step's compute, less its exchanges, fits in the slowest rank's epochs
-    slowest = max(sum(res["epoch_seconds"]) for res in results)
-    assert compute < slowest
+    # warm-up step 1 runs from epoch 2's first fetch to epoch 3's: within those two epochs
+    assert compute <= max(sum(res["epoch_seconds"][1:3]) for res in results)
