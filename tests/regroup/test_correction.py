@@ -4,6 +4,7 @@ shrinkage's extremes; the group's subgraph is the induced one."""
 import pytest
 import torch
 from graphs import awkward_graph
+from tolerances import assert_close
 from torch_geometric.data import Data
 
 import pyg_dist
@@ -41,8 +42,8 @@ def test_a_group_is_the_induced_subgraph_of_its_clusters(folder):
     assert torch.equal(group.data.x, graph.x[gid])
     assert torch.equal(group.in_degree, torch.bincount(dst, minlength=graph.num_nodes)[gid])
     kept = torch.bincount(group.data.edge_index[1], minlength=gid.numel())
-    assert torch.allclose(group.coverage[group.in_degree > 0],
-                          (kept / group.in_degree)[group.in_degree > 0])
+    assert_close(group.coverage[group.in_degree > 0],
+                 (kept / group.in_degree)[group.in_degree > 0], what="coverage")
 
 
 def test_node_correction_averages_to_the_full_graph_aggregation(folder):
@@ -91,12 +92,12 @@ def test_batch_weight_is_the_mean_node_weight_of_the_training_nodes(folder):
     pi = torch.tensor([[1.0, 0.25, 0.5], [0.25, 1.0, 0.2], [0.5, 0.2, 1.0]],
                       dtype=torch.float64)
     group = hand_group(torch.tensor([True, True, False, False]))
-    assert torch.allclose(edge_weights(group, pi), torch.tensor([1.0, 4.0, 2.0, 4.0, 4.0, 2.0]))
-    assert torch.allclose(node_weights(group, pi),
-                          torch.tensor([2.0, 2.5, 2.5, 1.5], dtype=torch.float64))
-    assert batch_weight(group, pi) == pytest.approx((2.0 + 2.5) / 2)
-    assert batch_weight(hand_group(torch.tensor([False, True, True, True])), pi) == \
-        pytest.approx((2.5 + 2.5 + 1.5) / 3)
+    assert_close(edge_weights(group, pi), torch.tensor([1.0, 4.0, 2.0, 4.0, 4.0, 2.0]),
+                 what="edge weights")
+    assert_close(node_weights(group, pi), torch.tensor([2.0, 2.5, 2.5, 1.5]), what="omega")
+    others = hand_group(torch.tensor([False, True, True, True]))
+    assert_close(torch.tensor([batch_weight(group, pi), batch_weight(others, pi)]),
+                 torch.tensor([(2.0 + 2.5) / 2, (2.5 + 2.5 + 1.5) / 3]), what="batch weights")
     assert batch_weight(hand_group(torch.zeros(4, dtype=torch.bool)), pi) == 1.0
     _, path, meta = folder
     group = ClusterGroup.load(path, meta, [0, 2, 5, 7])
@@ -107,7 +108,7 @@ def test_shrinkage_extremes():
     weights = torch.tensor([1.0, 2.0, 6.0])
     assert torch.equal(shrink(weights, 0.0), weights)
     assert torch.equal(shrink(weights, 1.0), torch.full((3,), 3.0))
-    assert torch.allclose(shrink(weights, 0.5), torch.tensor([2.0, 2.5, 4.5]))
+    assert_close(shrink(weights, 0.5), torch.tensor([2.0, 2.5, 4.5]), what="shrinkage 0.5")
 
 
 @pytest.mark.parametrize("kind", ["gcn", "sage"])
@@ -147,11 +148,11 @@ def test_group_graph_runs_the_dist_layers_as_pyg_runs_the_subgraph(folder, kind)
             expected = reference.lin_l(mean) + reference.lin_r(x)
         got = (layer(x_ours, ours) if not weighted
                else layer(x_ours, ours, edge_weight=weight[order]))
-        torch.testing.assert_close(got, expected)
+        assert_close(got, expected, what=f"{kind} weighted={weighted} output")
         expected.square().sum().backward()
         got.square().sum().backward()
-        torch.testing.assert_close(x_ours.grad, x.grad)
+        assert_close(x_ours.grad, x.grad, what=f"{kind} weighted={weighted} input gradient")
         for (name, a), b in zip(reference.named_parameters(), layer.parameters()):
-            torch.testing.assert_close(b.grad, a.grad, msg=name)
+            assert_close(b.grad, a.grad, what=f"{kind} weighted={weighted} {name}")
             a.grad, b.grad = None, None
     assert not ours.ledger.rows()  # nothing was exchanged

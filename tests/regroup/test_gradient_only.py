@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from graphs import awkward_graph
-from tolerances import TOL, assert_close, rel_err
+from tolerances import SAME, TOL, assert_close, rel_err
 
 import pyg_dist
 from pyg_dist.halo import Stale
@@ -244,7 +244,7 @@ def test_corrections_change_training_and_ranks_stay_equal(results, folder):
 def test_resumed_run_ends_with_the_uninterrupted_weights(results):
     for res in results:
         for name, value in res["node"]["state"].items():
-            assert torch.allclose(res["resumed"]["state"][name], value, atol=1e-6), name
+            assert_close(res["resumed"]["state"][name], value, what=name, tol=SAME)
 
 
 def test_node_correction_needs_layers_that_take_edge_weights(results, folder):
