@@ -18,10 +18,10 @@ from tolerances import assert_close
 
 import pyg_dist
 from pyg_dist.datasets import planetoid
-from pyg_dist.testing.cluster import Cluster, netem_reason, unavailable_reason
+from pyg_dist.testing import withNamespaces, withNetem
+from pyg_dist.testing.cluster import Cluster
 
-pytestmark = pytest.mark.skipif(bool(unavailable_reason()),
-                                reason=f"no network namespaces: {unavailable_reason()}")
+pytestmark = withNamespaces.mark
 
 EPOCHS, EVERY = 20, 5
 TRAIN = ["-m", "pyg_dist.cli", "train", "--parts-dir", "parts", "--epochs", str(EPOCHS),
@@ -153,7 +153,7 @@ def test_killed_rank_restarts_from_checkpoint(cluster, cora_parts, two_by_two):
     assert _json(results[0].stdout)["test_acc"] == uninterrupted["test_acc"]
 
 
-@pytest.mark.skipif(bool(netem_reason()), reason=f"no packet loss: {netem_reason()}")
+@withNetem
 def test_one_percent_loss_same_result(cora_parts, two_by_two):
     """1% loss on every link: TCP retransmits, training ends with the same
     weights, only slower."""

@@ -444,7 +444,9 @@ def check_compression(dirs):
 
 def check_degrees(dirs):
     """A weighted GCN: fixed weights' halo degrees cross once per graph, as
-    'degree'; weights that need grad exchange them every call, differentiably."""
+    'degree'; weights that need grad exchange them every call, differentiably
+    (the gradient of every edge weight, in the order of ``edge_id``, summed
+    over the 3 steps of outputs summed)."""
     out = {}
     for learnable in (False, True):
         data = fresh(dirs)
@@ -460,7 +462,9 @@ def check_degrees(dirs):
         out[learnable] = {
             "fwd": per_step(ledger_rows(data, label), "bytes_sent", 3),
             "bwd": per_step(ledger_rows(data, label, "bwd"), "bytes_sent", 3),
-            "weight_grad": None if weight.grad is None else weight.grad.abs().sum().item(),
+            "weight_grad": None if weight.grad is None else weight.grad.clone(),
+            "edge_id": data.edge_index.edge_id.clone(),
+            "state": layer.state_dict(),
             "num_send": data.edge_index.plan.num_send,
             "num_halo": data.edge_index.plan.num_halo,
         }

@@ -6,27 +6,52 @@ import torch
 from pyg_dist.halo import HaloChannel, HaloPlan, Ledger
 from pyg_dist.halo.comm import MAX_TAG
 
+EPOCHS, MAX_STALENESS = 5, 2
+WIDTHS = [(4, 6), (6, 3)]  # the 2-layer GCN: (in, out) of each layer
+
+
+def aggregated_width(f_in, f_out):
+    """GCN aggregates before transforming when that is narrower, after otherwise."""
+    return min(f_in, f_out)
+
+
+def static_input_call(call):
+    """What a layer fed the same input at its ``call``-th call (from 0)
+    exchanges: the first call cannot know the input is static and goes
+    through the policy; the second sees it again and fetches it once into
+    the cache; later calls exchange nothing."""
+    return {0: "policy", 1: "fill"}.get(call)
+
+
+def refreshes(step):
+    """Adaptive(tol=inf): blocks never drift past tol, so they are re-sent
+    when max_staleness old (and at step 0)."""
+    return step % MAX_STALENESS == 0
+
 
 def test_trained_epochs_book_a_hand_count(policy_results):
     """A 2-layer GCN (4 -> 6 -> 3) trained 5 epochs under Adaptive(tol=inf,
-    max_staleness=2). Layer 0 aggregates its 4 input features: at step 0
-    through Adaptive (rows and one flag byte per peer), at step 1 once more
-    into the static-input cache, then never. Layer 1 sends 3-wide transformed
-    rows at steps 0, 2, 4 (age 2), their gradients on the same steps, and flag
-    bytes every step. Evaluation is exact: layer 0 twice (first call, cache
-    fill), layer 1 every epoch. Totals are summed over ranks."""
+    max_staleness=2), its input static: per epoch, the bytes the rules above
+    give (rows of 4 bytes per value; Adaptive sends one flag byte per peer at
+    every step it runs; the input's gradients are never sent; evaluation is
+    exact, with its own static-input cache). Totals are summed over ranks."""
     halo = sum(res["trained"]["num_halo"] for res in policy_results)  # = rows sent, all ranks
     peers = sum(res["trained"]["peers"] for res in policy_results)
-    f4, f3 = halo * 4 * 4, halo * 3 * 4
-    expected_fwd = [f4 + peers + f3 + peers, f4 + peers, f3 + peers, peers, f3 + peers]
-    expected_bwd = [f3, 0, f3, 0, f3]
-    expected_eval = [f4 + f3, f4 + f3, f3, f3, f3]
+    rows = [halo * aggregated_width(*w) * 4 for w in WIDTHS]
+    expected_fwd, expected_bwd, expected_eval = [], [], []
+    for t in range(EPOCHS):
+        first = static_input_call(t)
+        layer0 = {"policy": rows[0] * refreshes(t) + peers, "fill": rows[0], None: 0}[first]
+        layer1 = rows[1] * refreshes(t) + peers
+        expected_fwd.append(layer0 + layer1)
+        expected_bwd.append(rows[1] * refreshes(t))  # layer 0's input takes no gradient
+        expected_eval.append((rows[0] if first is not None else 0) + rows[1])
     for res in policy_results:  # every rank reports the global totals
         r = res["trained"]
         assert r["fwd"] == expected_fwd
         assert r["bwd"] == expected_bwd
         assert r["eval"] == expected_eval
-    assert peers > 0
+    assert peers > 0 and halo > 0
 
 
 def channel():

@@ -15,7 +15,7 @@ from policy_cases import (
     STEPS,
     inputs,
 )
-from tolerances import assert_close
+from tolerances import SAME, TOL, assert_close
 from torch_geometric.nn import GCNConv, SAGEConv
 
 from pyg_dist.halo.sampled import node_uniform
@@ -26,18 +26,21 @@ def test_stale_refreshes_exactly_every_k_steps(policy_results, grads):
     """Forward uses the halo of the last refresh; backward sends gradients on
     refresh steps only: those of the step, plus (accumulate) the ones of the
     steps that reused the rows since the previous refresh."""
+    with_halo = 0
     for res in policy_results:
         for kind in ("gcn", "sage"):
             for every in (1, 3):
                 r = res["stale"][(kind, every, grads)]
-                assert r["fwd_err"] < 1e-5, (kind, every)
-                assert r["bwd_err"] < 1e-5, (kind, every)
+                assert r["fwd_err"] <= TOL[torch.float32], (kind, every)
+                assert r["bwd_err"] <= TOL[torch.float32], (kind, every)
                 refreshes = [t for t in range(STEPS) if t % every == 0]
                 if r["exchanged"] != [0] * STEPS:  # ranks with a halo at all
+                    with_halo += 1
                     assert [t for t, e in enumerate(r["exchanged"]) if e] == refreshes
                     assert r["staleness"] == [t % every for t in range(STEPS)]
                     assert r["bwd_steps"] == refreshes
-            assert res["stale"][(kind, "k1")] < 1e-6
+            assert res["stale"][(kind, "k1")] <= SAME
+    assert with_halo > 0, "no rank exchanged: the schedule was never checked"
 
 
 @pytest.mark.parametrize("kind", ["gcn", "sage"])
@@ -45,7 +48,7 @@ def test_cached_reuses_the_first_halo_without_bytes_or_gradients(policy_results,
     sent = False
     for res in policy_results:
         r = res["cached"][kind]
-        assert r["fwd_err"] < 1e-5 and r["bwd_err"] < 1e-5
+        assert r["fwd_err"] <= TOL[torch.float32] and r["bwd_err"] <= TOL[torch.float32]
         assert r["fwd_bytes"] == [r["num_send"] * F_IN * 4] + [0] * (STEPS - 1)
         assert r["bwd_bytes"] == [0] * STEPS
         sent |= r["num_send"] > 0
@@ -57,12 +60,15 @@ def test_cached_reuses_the_first_halo_without_bytes_or_gradients(policy_results,
 def test_pipelined_uses_last_steps_halo_and_gradients(policy_results, kind, smoothing):
     """Outputs and input gradients at every step from 0 on, smoothed by
     h~_t = g h~_(t-1) + (1 - g) h_(t-1); transfers overlap compute."""
+    moved = 0
     for res in policy_results:
         r = res["pipelined"][(kind, smoothing)]
-        assert r["fwd_err"] < 1e-5
-        assert r["bwd_err"] < 1e-5
+        assert r["fwd_err"] <= TOL[torch.float32]
+        assert r["bwd_err"] <= TOL[torch.float32]
         if r["moves"]:  # background transfers travelled while the rank computed
+            moved += 1
             assert r["overlapped"] > 0
+    assert moved > 0, "no rank moved halo rows: the overlap was never checked"
 
 
 @pytest.mark.parametrize("schedule", sorted(ADAPTIVE_SCHEDULES))
@@ -73,11 +79,13 @@ def test_adaptive_resends_exactly_when_drift_or_age_demand(policy_results, sched
     (accumulated for GCN, dropped for SAGE) equal the layer fed the rows the
     policy holds, and each held row is its owner's row of the step it arrived."""
     *_, expected_steps = ADAPTIVE_SCHEDULES[schedule]
-    any_halo = False
+    any_halo = any_send = False
     for res in policy_results:
         r = res["adaptive"][(schedule, kind)]
-        assert r["fwd_err"] < 1e-5 and r["bwd_err"] < 1e-5 and r["rows_err"] == 0.0
+        assert r["fwd_err"] <= TOL[torch.float32] and r["bwd_err"] <= TOL[torch.float32]
+        assert r["rows_err"] == 0.0
         if r["num_send"]:
+            any_send = True
             block = r["num_send"] * F_IN * 4
             assert r["bytes"] == [block if t in expected_steps else 0
                                   for t in range(ADAPTIVE_STEPS)]
@@ -89,18 +97,18 @@ def test_adaptive_resends_exactly_when_drift_or_age_demand(policy_results, sched
                                       for t in range(ADAPTIVE_STEPS)]
             last = [max(s for s in expected_steps if s <= t) for t in range(ADAPTIVE_STEPS)]
             assert r["staleness"] == [t - s for t, s in zip(range(ADAPTIVE_STEPS), last)]
-    assert any_halo
+    assert any_halo and any_send
 
 
 def test_adaptive_tol0_is_exact(policy_results):
     for res in policy_results:
-        assert res["adaptive"]["tol0"] < 1e-6
+        assert res["adaptive"]["tol0"] <= SAME
 
 
 def test_sampled_p1_is_exact(policy_results):
     for res in policy_results:
         for kind in ("gcn", "sage"):
-            assert res["sampled"][(kind, "p1")] < 1e-6
+            assert res["sampled"][(kind, "p1")] <= SAME
 
 
 def sampled_reference(kind, graph, part, kept, state, x, up):
@@ -197,22 +205,25 @@ def test_isolated_is_pyg_on_each_part_alone(policy_results, policy_graph, kind):
 def test_evaluation_exchanges_exactly_under_any_policy(policy_results, policy):
     for res in policy_results:
         r = res["eval"][policy]
-        assert r["err"] < 1e-6
+        assert r["err"] <= SAME
         assert r["eval_bytes"] == [0, 0, r["num_send"] * F_IN * 4]
 
 
 def test_input_caching_keeps_results_and_drops_bytes(policy_results):
+    sent = 0
     for res in policy_results:
         cached, uncached = res["caching"][True], res["caching"][False]
         for a, b in zip(cached["outs"], uncached["outs"]):
             assert_close(a, b, what="cached vs uncached layer-0 halo")
         if any(uncached["layer0"]):
+            sent += 1
             # Step 0 does not know yet that the input is static; step 1 fetches
             # it once for the cache; later steps send nothing for layer 0.
             assert all(b > 0 for b in uncached["layer0"])
             assert cached["layer0"][:2] == uncached["layer0"][:2]
             assert cached["layer0"][2:] == [0, 0]
             assert cached["total"] < uncached["total"]
+    assert sent > 0, "no rank sent layer-0 rows: the caching was never checked"
 
 
 def test_shared_dropout_keeps_layer0_cached_and_exact(policy_results, policy_graph):
@@ -257,10 +268,24 @@ def test_shared_dropout_keeps_layer0_cached_and_exact(policy_results, policy_gra
     assert sent
 
 
-def test_fixed_edge_weights_exchange_halo_degrees_once(policy_results):
+def test_fixed_edge_weights_exchange_halo_degrees_once(policy_results, policy_graph):
     """Weighted GCN: the halo degrees of fixed weights cross once per graph
     (one float32 per sent row, booked as 'degree'); weights that need grad
-    exchange them every call and get gradients through them."""
+    exchange them every call and get through them the gradient PyG's GCNConv
+    gives every edge weight of the whole graph."""
+    graph = policy_graph
+    conv = GCNConv(F_IN, F_OUT)
+    conv.load_state_dict(policy_results[0]["degrees"][True]["state"])
+    weight = graph.edge_weight.clone().requires_grad_()
+    for t in range(3):
+        conv(inputs(graph.num_nodes, t)[0], graph.edge_index, weight).sum().backward()
+    gathered = torch.full_like(weight, float("nan"))
+    for res in policy_results:
+        learnable = res["degrees"][True]
+        gathered[learnable["edge_id"]] = learnable["weight_grad"]
+    assert not gathered.isnan().any(), "every edge belongs to one rank"
+    assert_close(gathered, weight.grad, what="edge-weight gradient")
+    assert (weight.grad != 0).float().mean() > 0.5  # a gradient worth comparing
     for res in policy_results:
         fixed, learnable = res["degrees"][False], res["degrees"][True]
         row = fixed["num_send"] * 4
@@ -268,4 +293,3 @@ def test_fixed_edge_weights_exchange_halo_degrees_once(policy_results):
         assert fixed["weight_grad"] is None
         assert learnable["fwd"] == [row] * 3
         assert learnable["bwd"] == [learnable["num_halo"] * 4] * 3  # degree gradients
-        assert learnable["weight_grad"] > 0

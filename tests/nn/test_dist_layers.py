@@ -4,7 +4,6 @@ One launch per world size runs every case (layers, options, two-layer models,
 training steps) on METIS and random cuts of an awkward random graph, Cora and a
 tiny graph; the test process compares with PyG's own layers, and the training
 runs with plain single-process PyG training written here."""
-import importlib.util
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ from torch_geometric.nn import GCNConv, SAGEConv
 
 import pyg_dist
 from pyg_dist.models import GNN
+from pyg_dist.testing import withTriton
 from pyg_dist.train import train
 
 WORLD_SIZES = [1, 2, 3, 4]
@@ -30,7 +30,6 @@ LR, WEIGHT_DECAY = 0.01, 5e-4  # pyg_dist.train's defaults, spelled out for the 
 # and both cuts. An installed Triton whose backend does not load fails these
 # cases instead of skipping them.
 TORCH_GRAPHS = ("awkward", "tiny")
-WITH_TRITON = importlib.util.find_spec("triton") is not None
 TRITON_CASES = {  # (world size, graph-method) -> case names
     (2, "awkward-metis"): ("gcn-5x3-{}",), (2, "awkward-random"): ("sage-3x7-{'aggr': 'max'}",),
     (4, "awkward-metis"): ("sage-5x3-{'aggr': 'mean'}",),
@@ -40,7 +39,7 @@ TRITON_CASES = {  # (world size, graph-method) -> case names
 
 def triton_cases(world_size, key):
     """Names of the cases run on the Triton backend for a world size and cut."""
-    return TRITON_CASES.get((world_size, key), ()) if WITH_TRITON else ()
+    return TRITON_CASES.get((world_size, key), ()) if withTriton.enabled else ()
 
 
 

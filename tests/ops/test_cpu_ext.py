@@ -12,11 +12,9 @@ from tolerances import TOL, assert_close
 
 from pyg_dist import cpu_ext
 from pyg_dist.ops import backends, cpu, spmm, spmm_ref, to_csr
+from pyg_dist.testing import withCPUExtension
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-needs_ext = pytest.mark.skipif(
-    not cpu.is_available(), reason=f"C++ extension unavailable: {cpu.unavailable_reason()}"
-)
 
 
 def make_graph(num_rows, num_src, nnz, seed, hub=0):
@@ -43,7 +41,7 @@ def test_extension_builds_where_a_compiler_is():
     assert cpu.source_dir() is not None
 
 
-@needs_ext
+@withCPUExtension
 def test_default_backend_for_cpu_tensors_is_the_extension():
     rowptr, col = make_graph(20, 20, 60, seed=0)
     x = torch.randn(20, 4)
@@ -55,7 +53,7 @@ def test_default_backend_for_cpu_tensors_is_the_extension():
     assert_close(out, spmm_ref(rowptr, col, x))
 
 
-@needs_ext
+@withCPUExtension
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
 @pytest.mark.parametrize("feats", [33, 130])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
@@ -87,7 +85,7 @@ def test_two_threads_match_ref_and_one_thread(reduce, feats, index_dtype):
         assert torch.equal(a, c), f"{reduce}/F={feats} {name} depends on the thread count"
 
 
-@needs_ext
+@withCPUExtension
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_two_threads_half_precision(dtype):
     rowptr, col = make_graph(1000, 1000, 20000, seed=7, hub=2000)
@@ -109,7 +107,7 @@ def test_two_threads_half_precision(dtype):
     assert dtype in TOL
 
 
-@needs_ext
+@withCPUExtension
 def test_max_picks_the_first_entry_among_ties_and_infinities():
     # row 0: three copies of source 0 (ties); row 1: only -inf; row 2: empty
     rowptr = torch.tensor([0, 3, 5, 5])
@@ -130,7 +128,7 @@ def test_with_cpu_ext_flag_matches_the_loader():
     assert pyg_dist_typing.WITH_CPU_EXT is cpu.is_available()
 
 
-@needs_ext
+@withCPUExtension
 def test_kernel_errors_name_the_fix():
     rowptr, col = make_graph(10, 10, 30, seed=3)
     x = torch.randn(10, 3)

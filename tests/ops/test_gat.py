@@ -9,6 +9,7 @@ from tolerances import assert_close
 from torch_geometric.utils import scatter, softmax
 
 from pyg_dist.ops import available_backends, gat, gat_attention, gat_ref, to_csr
+from pyg_dist.testing import withTritonBackend
 
 CPU_BACKENDS = available_backends("cpu")
 CUDA_BACKENDS = available_backends("cuda") if torch.cuda.is_available() else []
@@ -159,8 +160,7 @@ def test_hub_row_and_wide_heads(backend, device):
     compare(ours, ref, torch.float32, f"{backend} hub")
 
 
-@pytest.mark.skipif("triton" not in CPU_BACKENDS + CUDA_BACKENDS,
-                    reason="the Triton backend does not run here")
+@withTritonBackend
 def test_triton_split_rows_and_sources(monkeypatch):
     """Rows and sources above the split degree go through the chunk kernels
     and their combines (split thresholds made small, as in test_triton.py)."""

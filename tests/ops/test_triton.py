@@ -1,21 +1,19 @@
 """The Triton backend against the PyTorch reference: on CUDA when present,
 otherwise on the CPU through Triton's interpreter (see conftest.py), where every
 program costs milliseconds, so graphs stay at a few hundred entries."""
-import importlib.util
-
 import pytest
 import torch
 from tolerances import assert_close
 
 from pyg_dist.ops import available_backends, spmm, spmm_ref, to_csr
 from pyg_dist.ops.torch_kernels import TorchKernels
+from pyg_dist.testing import withTriton
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 # Skipped only where Triton is not installed: an installed Triton whose
 # backend does not load fails these tests instead of skipping them.
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                                reason="Triton is not installed")
+pytestmark = withTriton.mark
 
 
 def test_triton_backend_is_available_when_installed():

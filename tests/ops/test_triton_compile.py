@@ -7,23 +7,16 @@ import os
 import subprocess
 import sys
 
-import pytest
+from pyg_dist.testing import withTriton, withTritonCompiler
 
-pytest.importorskip("triton")
+pytestmark = withTriton.mark
 
 # Compute capabilities: Hopper is the target, Ampere the oldest
 # GPU the kernels are meant for.
 TARGETS = (90, 80)
 
 
-def _ptxas_available() -> bool:
-    import triton
-
-    root = os.path.dirname(triton.__file__)
-    return os.path.exists(os.path.join(root, "backends", "nvidia", "bin", "ptxas"))
-
-
-@pytest.mark.skipif(not _ptxas_available(), reason="Triton's NVIDIA backend (ptxas) is missing")
+@withTritonCompiler
 def test_kernels_compile_for_nvidia_gpus():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

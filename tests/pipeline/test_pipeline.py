@@ -2,11 +2,14 @@
 equals single-process training of the same deep model; with more chunks every
 row used is at most one epoch old and the bytes are the hand count; the
 errors name the fix."""
+import itertools
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 from graphs import awkward_graph
-from tolerances import rel_err
+from tolerances import TOL, assert_close, rel_err
 
 import pyg_dist
 from pyg_dist.models import DeepGNN
@@ -46,6 +49,64 @@ def reference(kind, steps=2):
     return losses, {k: v.clone() for k, v in net.state_dict().items()}
 
 
+def chunked_reference(labels, steps):
+    """Single-process GCNII trained as the chunked pipeline promises, built
+    here from PyG's GCN2Conv on the whole graph: a table per layer holds
+    every node's input to the layer, filled by an exact forward before the
+    first epoch; chunk ``k`` (the nodes labelled ``k`` on any rank) aggregates
+    its own rows fresh (gradients flow through them) and every other node's
+    row from the table: rows written this epoch for chunks before ``k``, last
+    epoch's (or the fill's) for the rest; then writes its rows. Per epoch:
+    the sum of the chunks' losses, one SGD step. Returns losses and weights."""
+    from torch_geometric.nn import GCN2Conv
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    data, net = graph(), model("gcn2")
+    n, chunks = data.num_nodes, int(labels.max()) + 1
+    convs = []
+    for k, dist_conv in enumerate(net.convs):
+        conv = GCN2Conv(WIDTH, alpha=0.1, theta=0.5, layer=k + 1, normalize=False)
+        conv.load_state_dict(dist_conv.state_dict())
+        assert conv.beta == dist_conv.beta and conv.alpha == dist_conv.alpha
+        convs.append(conv)
+    lin_in, lin_out = net.lins
+    params = [*lin_in.parameters(), *lin_out.parameters(),
+              *(p for conv in convs for p in conv.parameters())]
+    opt = torch.optim.SGD(params, lr=LR)
+    edge_index, weight = gcn_norm(data.edge_index, None, n, add_self_loops=True)
+    train = data.train_mask
+    with torch.no_grad():  # the fill: the exact forward with the initial weights
+        tables, h = [], lin_in(data.x).relu()
+        x0 = h
+        for conv in convs:
+            tables.append(h.clone())
+            h = conv(h, x0, edge_index, weight).relu()
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        total = 0.0
+        for k in range(chunks):
+            mine = (labels == k).view(-1, 1)
+            h = lin_in(data.x).relu()
+            x0 = h
+            into = (labels == k)[edge_index[1]]
+            for index, conv in enumerate(convs):
+                mixed = torch.where(mine, h, tables[index])
+                tables[index] = torch.where(mine, h.detach(), tables[index])
+                h = conv(mixed, x0, edge_index[:, into], weight[into]).relu()
+            rows = mine.view(-1) & train
+            loss = F.cross_entropy(lin_out(h)[rows], data.y[rows], reduction="sum") / train.sum()
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        losses.append(total)
+    state = {"lins.0." + k: v for k, v in lin_in.state_dict().items()}
+    state |= {"lins.1." + k: v for k, v in lin_out.state_dict().items()}
+    for index, conv in enumerate(convs):
+        state |= {f"convs.{index}.{k}": v for k, v in conv.state_dict().items()}
+    return losses, state
+
+
 def run_layout(folders, stages, kind, chunks, steps=2, balance_=None, halo=None,
                initial_rows="send"):
     net = model(kind)
@@ -62,7 +123,8 @@ def run_layout(folders, stages, kind, chunks, steps=2, balance_=None, halo=None,
     rows = data.ledger.rows()
     return {"losses": losses, "state": {k: v.clone() for k, v in net.state_dict().items()},
             "accs": accs, "rows": rows, "layers": pipe.schedule()["layers"],
-            "owned": data.edge_index.num_owned}
+            "owned": data.edge_index.num_owned, "global_id": data.global_id.clone(),
+            "labels": pipe.training_chunks.labels.clone()}
 
 
 def graph_parallel(folder, kind, steps=2):
@@ -161,6 +223,30 @@ def test_many_chunks_read_rows_at_most_one_epoch_old(runs):
         assert max(one) == 0
 
 
+def test_many_chunks_read_this_epochs_or_last_epochs_rows_as_the_history_promises(runs):
+    """Every epoch's loss and the weights after the third equal the chunked
+    semantics recomputed from PyG's layers on the whole graph, for the chunks
+    the ranks cut (their labels by global id: a halo row's is its owner's)."""
+    world, _, results = runs
+    for stages in [s for s in (1, 2, 4) if world % s == 0]:
+        labels = torch.full((graph().num_nodes,), -1, dtype=torch.long)
+        for result in results:
+            run = result[(stages, "gcn2", 4)]
+            labels[run["global_id"]] = run["labels"]
+        assert bool((labels >= 0).all()) and int(labels.max()) == 3, "four chunks per part"
+        losses, state = chunked_reference(labels, steps=3)
+        _, exact = reference("gcn2", steps=3)
+        assert max(rel_err(state[k], exact[k]) for k in exact) > 10 * TOL[torch.float32], \
+            "training on history must differ from exact training by more than the tolerance"
+        for rank, result in enumerate(results):
+            run = result[(stages, "gcn2", 4)]
+            for epoch in range(3):
+                assert_close(torch.tensor(run["losses"][epoch]), torch.tensor(losses[epoch]),
+                             what=f"{stages} stages, rank {rank}: loss at epoch {epoch}")
+            for key, ref in state.items():
+                assert_close(run["state"][key], ref, what=f"{stages} stages, rank {rank}: {key}")
+
+
 def test_many_chunks_start_from_the_exact_forward(runs):
     # The tables are filled by an exact forward with the same weights, so the
     # first epoch's loss is the exact one; gradients differ from then on.
@@ -233,10 +319,29 @@ def test_errors_name_the_fix(runs):
     assert "DeepGNN" in errors["model"]
 
 
+def brute_force_balance(costs, stages):
+    """The least largest stage cost over every split of ``costs`` into
+    ``stages`` consecutive non-empty runs, tried one by one."""
+    best = math.inf
+    for cuts in itertools.combinations(range(1, len(costs)), stages - 1):
+        bounds = (0, *cuts, len(costs))
+        best = min(best, max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])))
+    return best
+
+
 def test_balance_minimises_the_largest_stage():
     assert balance([10, 1, 1, 1, 1, 1], 2) == [1, 5]
     assert balance([1, 1, 1, 1], 4) == [1, 1, 1, 1]
-    assert sum(balance([3, 1, 2, 5, 1, 1, 4], 3)) == 7
+    g = torch.Generator().manual_seed(0)
+    cases = [([3, 1, 2, 5, 1, 1, 4], 3), ([3, 1, 2, 5, 1, 1, 4], 2)]
+    cases += [(torch.randint(1, 20, (int(n),), generator=g).tolist(), int(s))
+              for n, s in [(5, 2), (6, 3), (8, 3), (9, 4), (7, 7)]]
+    for costs, stages in cases:
+        counts = balance(costs, stages)
+        assert len(counts) == stages and all(c >= 1 for c in counts) and sum(counts) == len(costs)
+        bounds = [0, *itertools.accumulate(counts)]
+        largest = max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:]))
+        assert largest == brute_force_balance(costs, stages), (costs, stages, counts)
     with pytest.raises(ValueError, match="fewer stages"):
         balance([1, 1], 3)
 

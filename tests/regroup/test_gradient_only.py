@@ -4,7 +4,9 @@ no correction, a resumed run ends with the uninterrupted weights; and the
 errors that name the fix."""
 import pytest
 import torch
+import torch.nn.functional as F
 from graphs import awkward_graph
+from tolerances import SAME, TOL, assert_close, rel_err
 
 import pyg_dist
 from pyg_dist.halo import Stale
@@ -43,8 +45,29 @@ def _train(parts, kind="gcn", ckpt=None, fail_at=None, resume=False, **options):
     }
 
 
+#: The one-step runs: (model, correction), trained one epoch with SGD(lr=1).
+ONE_STEP = [("gcn", "node"), ("gcn", "batch"), ("gcn", "none"), ("sage", "node"),
+            ("sage", "batch")]
+
+
+def _one_step(parts, kind, correction):
+    """One epoch of gradient-only training (regroup="random") with SGD of
+    learning rate 1: the weights after it are the initial ones minus the
+    gradient."""
+    from pyg_dist.models import GNN
+    from pyg_dist.train import train
+
+    data = pyg_dist.DistData.load(parts)
+    torch.manual_seed(0)
+    model = GNN(kind, data.x.size(1), 16, 3, dropout=0.0)
+    train(model, data, epochs=1, progress=False, mode="gradient-only", regroup="random",
+          correction=correction, optimizer=torch.optim.SGD(model.parameters(), lr=1.0))
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
 def body(parts, ckpt):
     out = {c: _train(parts, correction=c) for c in ("node", "batch", "none")}
+    out["one step"] = {case: _one_step(parts, *case) for case in ONE_STEP}
     out["batch, shrinkage 1"] = _train(parts, correction="batch", shrinkage=1.0)
     out["random"] = _train(parts, regroup="random")
     out["random, peers"] = _train(parts, regroup="random", regroup_from="peers")
@@ -62,13 +85,108 @@ def body(parts, ckpt):
     return out
 
 
+def the_graph():
+    return awkward_graph(num_nodes=200, num_edges=1200, num_features=12)
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def folder(tmp_path_factory):
     root = tmp_path_factory.mktemp("gradient_only")
-    pyg_dist.partition(awkward_graph(num_nodes=200, num_edges=1200, num_features=12), 2,
-                       root / "parts", clusters_per_part=3)
-    return pyg_dist.launch(body, 2, args=(str(root / "parts"), str(root / "ckpt")),
+    pyg_dist.partition(the_graph(), 2, root / "parts", clusters_per_part=3)
+    return root
+
+
+@pytest.fixture(scope="module")
+def results(folder):
+    return pyg_dist.launch(body, 2, args=(str(folder / "parts"), str(folder / "ckpt")),
                            timeout=600)
+
+
+def one_step_reference(folder, kind, correction, world=2):
+    """The weights after one SGD step (learning rate 1) of gradient-only
+    training, from PyG's layers on each rank's induced subgraph of the whole
+    graph: rank r holds the clusters random grouping gives it in period 0,
+    where two clusters share a rank with probability pi = (m - 1)/(C - 1).
+    ``"node"``: an edge between two clusters weighs 1/pi (GCN: in the
+    normalisation; SAGE: a weighted mean); ``"batch"``: rank r's loss counts
+    w_r / mean(w) times, w_r the mean over its training nodes i of
+    (1 + sum of i's retained in-edges' weights)/(1 + their count); the loss
+    is the cross entropy summed over the ranks' training nodes, divided by
+    their number."""
+    from torch_geometric.nn import GCNConv, SAGEConv
+    from torch_geometric.utils import scatter
+
+    from pyg_dist.models import GNN
+    from pyg_dist.partitioning.io import read_meta, read_part
+    from pyg_dist.regroup import groups
+
+    graph = the_graph()
+    path = folder / "parts" / "clusters"
+    meta = read_meta(path)
+    clusters = meta.num_parts
+    pi = (clusters // world - 1) / (clusters - 1)
+    cluster = torch.full((graph.num_nodes,), -1, dtype=torch.long)
+    for c in range(clusters):
+        cluster[read_part(path, c, meta)["graph"]["global_id"]] = c
+    assert bool((cluster >= 0).all())
+    torch.manual_seed(0)
+    net = GNN(kind, 12, 16, 3, dropout=0.0)
+    convs = [GCNConv(12, 16), GCNConv(16, 3)] if kind == "gcn" else [SAGEConv(12, 16),
+                                                                    SAGEConv(16, 3)]
+    for conv, twin in zip(convs, net.convs):
+        conv.load_state_dict(twin.state_dict())
+    ranks = []
+    for mine in groups(clusters, world, 0, "random"):
+        inside = torch.isin(cluster, torch.tensor(mine))
+        src, dst = graph.edge_index
+        keep = inside[src] & inside[dst]
+        local = torch.cumsum(inside.long(), 0) - 1
+        edge_index = torch.stack([local[src[keep]], local[dst[keep]]])
+        weight = torch.where(cluster[src[keep]] == cluster[dst[keep]], 1.0, 1.0 / pi).float()
+        n = int(inside.sum())
+        omega = ((1 + scatter(weight.double(), edge_index[1], 0, dim_size=n, reduce="sum"))
+                 / (1 + torch.bincount(edge_index[1], minlength=n).double()))
+        train = graph.train_mask[inside]
+        ranks.append((graph.x[inside], graph.y[inside], train, edge_index, weight,
+                      float(omega[train].mean())))
+    count = sum(int(r[2].sum()) for r in ranks)
+    mean_w = sum(r[5] for r in ranks) / world
+    for x, y, train, edge_index, weight, w in ranks:
+        h = x
+        for k, conv in enumerate(convs):
+            if correction != "node":
+                h = conv(h, edge_index)
+            elif kind == "gcn":
+                h = conv(h, edge_index, weight)
+            else:
+                src, dst = edge_index
+                mean = (scatter(weight.view(-1, 1) * h[src], dst, 0, dim_size=h.size(0))
+                        / scatter(weight, dst, 0, dim_size=h.size(0)).clamp(min=1e-12)
+                        .view(-1, 1))
+                h = conv.lin_l(mean) + conv.lin_r(h)
+            h = h.relu() if k == 0 else h
+        loss = F.cross_entropy(h[train], y[train], reduction="sum") / count
+        (loss * (w / mean_w if correction == "batch" else 1.0)).backward()
+    state = {}
+    for k, conv in enumerate(convs):
+        for name, p in conv.named_parameters():
+            state[f"convs.{k}.{name}"] = (p - p.grad).detach()
+    return state
+
+
+def check_one_step(results, folder, kind, correction):
+    expected = one_step_reference(folder, kind, correction)
+    for rank, res in enumerate(results):
+        state = res["one step"][(kind, correction)]
+        assert set(state) == set(expected)
+        for key, value in expected.items():
+            assert_close(state[key], value, what=f"{kind}/{correction} rank {rank}: {key}")
+    return expected
+
+
+def differ(a, b):
+    """Whether two weight sets differ by more than the float32 tolerance."""
+    return max(rel_err(a[k], b[k]) for k in a) > 10 * TOL[torch.float32]
 
 
 def test_only_gradients_cross_in_training(results):
@@ -105,33 +223,36 @@ def test_clusters_moved_between_ranks_train_as_clusters_read_again(results):
     assert sent == received
 
 
-def test_full_shrinkage_of_batch_weights_is_no_correction(results):
+def test_full_shrinkage_of_batch_weights_is_no_correction(results, folder):
     for res in results:
         for name, value in res["none"]["state"].items():
             assert torch.equal(res["batch, shrinkage 1"]["state"][name], value), name
-        assert any(not torch.equal(res["batch"]["state"][k], v)
-                   for k, v in res["none"]["state"].items())
+    # without shrinkage, the batch weights are the ones computed by hand
+    batch = check_one_step(results, folder, "gcn", "batch")
+    none = check_one_step(results, folder, "gcn", "none")
+    assert differ(batch, none), "the ranks' batch weights must make a difference here"
 
 
-def test_corrections_change_training_and_ranks_stay_equal(results):
+def test_corrections_change_training_and_ranks_stay_equal(results, folder):
     for name in ("node", "batch", "none", "random"):
         for key, value in results[0][name]["state"].items():
             assert torch.equal(results[1][name]["state"][key], value), f"{name}: {key}"
-    assert any(not torch.equal(results[0]["node"]["state"][k], v)
-               for k, v in results[0]["none"]["state"].items())
+    node = check_one_step(results, folder, "gcn", "node")
+    assert differ(node, one_step_reference(folder, "gcn", "none"))
 
 
 def test_resumed_run_ends_with_the_uninterrupted_weights(results):
     for res in results:
         for name, value in res["node"]["state"].items():
-            assert torch.allclose(res["resumed"]["state"][name], value, atol=1e-6), name
+            assert_close(res["resumed"]["state"][name], value, what=name, tol=SAME)
 
 
-def test_node_correction_needs_layers_that_take_edge_weights(results):
+def test_node_correction_needs_layers_that_take_edge_weights(results, folder):
     assert "correction='batch'" in results[0]["gat error"]
-    # SAGE takes them (a weighted mean), and they change its training
-    node, batch = results[0]["sage node"]["state"], results[0]["sage batch"]["state"]
-    assert any(not torch.equal(node[k], v) for k, v in batch.items())
+    # SAGE takes them (a weighted mean), and they change its training as computed by hand
+    node = check_one_step(results, folder, "sage", "node")
+    batch = check_one_step(results, folder, "sage", "batch")
+    assert differ(node, batch)
 
 
 def test_bad_options_name_the_fix(tmp_path):

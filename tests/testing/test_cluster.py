@@ -10,16 +10,13 @@ import time
 
 import pytest
 
+from pyg_dist.testing import withNamespaces
 from pyg_dist.testing.cluster import (
     PREFIX,
     Cluster,
     cleanup_stale,
     parse_rate,
-    unavailable_reason,
 )
-
-needs_namespaces = pytest.mark.skipif(bool(unavailable_reason()),
-                                      reason=f"no network namespaces: {unavailable_reason()}")
 
 #: Sends N megabytes to host1 and prints the seconds it took (stdlib only).
 SEND = """
@@ -67,7 +64,7 @@ def test_parse_rate():
         parse_rate("1 Gbps")
 
 
-@needs_namespaces
+@withNamespaces
 def test_hosts_see_each_other_by_name_on_a_shaped_link():
     with Cluster(hosts=2, rate="100mbit") as cluster:
         names = {h.netns for h in cluster.hosts} | {cluster.switch}
@@ -92,7 +89,7 @@ def test_hosts_see_each_other_by_name_on_a_shaped_link():
     assert not names & _names()
 
 
-@needs_namespaces
+@withNamespaces
 def test_deadline_stops_every_process_and_failures_still_tear_down():
     with pytest.raises(RuntimeError, match="boom"):
         with Cluster(hosts=2) as cluster:
@@ -106,7 +103,7 @@ def test_deadline_stops_every_process_and_failures_still_tear_down():
     assert not names & _names()
 
 
-@needs_namespaces
+@withNamespaces
 def test_ctrl_c_tears_down_and_a_killed_run_is_cleaned_next_time(tmp_path):
     command = [sys.executable, "-m", "pyg_dist.testing.cluster", "--hosts", "2", "--",
                "sleep", "60"]
