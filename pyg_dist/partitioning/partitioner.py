@@ -66,7 +66,7 @@ def partition(
             part :math:`p` the union of clusters :math:`pm, \dots, pm + m - 1`;
             the folder then also holds one part per cluster in
             ``out_dir/clusters/`` for gradient-only training
-            (``train(mode="gradient-only")``), which regroups clusters over the
+            (``train(..., strategy=GradientOnly())``), which regroups clusters over the
             ranks as it trains. (default: :obj:`1`)
 
     Returns:
