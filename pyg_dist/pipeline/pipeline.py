@@ -237,7 +237,8 @@ class Pipeline:
             h = self._layers(self.training_chunks, chunk, masks, h, x0, self.epoch, "fwd",
                              record=bool(self.tables))
             if last:
-                out = self._loss(chunk, model.outputs(self._drop(masks, h, chunk, -1)))
+                h = self._drop(masks, h, chunk, self.output_call)
+                out = self._loss(chunk, model.outputs(h))
                 loss += float(out.detach())
             else:
                 out = self._pack(h, x0)
@@ -275,7 +276,7 @@ class Pipeline:
         h, x0, _ = self._enter(chunk, masks, direction)
         h = self._layers(chunking, chunk, masks, h, x0, epoch, direction, record)
         if self.grid.last:
-            return model.outputs(self._drop(masks, h, chunk, -1))
+            return model.outputs(self._drop(masks, h, chunk, self.output_call))
         self._send(chunk, self._pack(h, x0), direction)
         self._finish_sends()
         return None
@@ -338,12 +339,16 @@ class Pipeline:
 
     def _drop(self, masks: StepMasks | None, h: Tensor, chunk: Chunk, call: int) -> Tensor:
         """A chunk's rows ``h`` dropped as graph-parallel training drops them
-        at the step's dropout ``call`` (``-1``: the output projection's input);
-        unchanged without masks (evaluation, no dropout)."""
+        at the step's dropout ``call`` (see :meth:`StepMasks.drop`); unchanged
+        without masks (evaluation, no dropout)."""
         if masks is None:
             return h
-        call = call if call >= 0 else len(self.model.convs) + 1
         return masks.drop(h, self.graph.global_id[chunk.rows], call)
+
+    @property
+    def output_call(self) -> int:
+        """The step's dropout call of the output projection's input."""
+        return len(self.model.convs) + 1
 
     def _sum_gradients(self) -> None:
         """Sums this stage's gradients over its parts (a recomputed input
