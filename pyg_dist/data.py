@@ -86,6 +86,16 @@ class DistEdgeIndex:
         """``[num_edges]`` local target row of every edge."""
         return csr_row(self.rowptr, self.col)
 
+    def max_in_degree(self) -> int:
+        """The largest in-degree of any node of the whole graph (its owner holds
+        all its in-edges): the maximum over the ranks, collective the first
+        time, then remembered."""
+        def build() -> int:
+            local = int((self.rowptr[1:] - self.rowptr[:-1]).max()) if self.num_owned else 0
+            return int(distributed.all_reduce_values([local], "max", self.channel.group)[0])
+
+        return int(self.cached("max_in_degree", build))
+
     def cached(self, key: Any, build: Any) -> Any:
         """``build()``, computed once per graph and remembered under ``key``."""
         if key not in self._cache:

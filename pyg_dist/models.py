@@ -190,8 +190,11 @@ class DeepGNN(nn.Module):
     def block(self, conv: nn.Module, h: Tensor, x0: Tensor, edge_index: Any) -> Tensor:
         r"""One layer: :math:`\mathbf{H}^{(l)} \to \mathbf{H}^{(l+1)}`."""
         h_in = dropout(h, self.dropout, self.training, edge_index)
-        out = conv(h_in, x0, edge_index) if self.kind == "gcn2" else conv(h_in, edge_index)
-        return self.combine(h, out)
+        return self.combine(h, self.convolve(conv, h_in, x0, edge_index))
+
+    def convolve(self, conv: nn.Module, h_in: Tensor, x0: Tensor, edge_index: Any) -> Tensor:
+        """Convolution ``conv`` of (dropped-out) rows ``h_in``."""
+        return conv(h_in, x0, edge_index) if self.kind == "gcn2" else conv(h_in, edge_index)
 
     def combine(self, h: Tensor, out: Tensor) -> Tensor:
         """A layer's output from its input ``h`` and its convolution's ``out``."""

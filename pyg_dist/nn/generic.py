@@ -6,14 +6,17 @@ attributes computes its owned rows exactly once the halo rows of its input are
 there: :class:`DistMessagePassing` fetches them through the graph's halo
 policy (so every policy, compression and the ledger apply) and calls the PyG
 layer on the bipartite local graph (sources ``[owned ; halo]``, targets the
-owned nodes). Layers that need something global (source degrees as in GCN's
-normalisation, several hops per call) cannot run so; they are refused with
-the alternatives named.
+owned nodes). Each node's in-edges come in the input's order and sequence
+aggregations (LSTM, GRU, ...) pad them as on the whole graph, so order- and
+padding-dependent aggregations are exact too. Layers that need something
+global (source degrees as in GCN's normalisation, several hops per call)
+cannot run so; they are refused with the alternatives named.
 """
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +46,7 @@ from torch_geometric.nn import (
     TAGConv,
     TransformerConv,
 )
+from torch_geometric.nn.aggr import Aggregation, PatchTransformerAggregation
 
 from pyg_dist.data import DistEdgeIndex
 from pyg_dist.halo import LayerHalo
@@ -198,7 +202,53 @@ def propagate_with_halo(layer: Any, forward: Callable[..., Any], x: Any,
     x)`` and the local bipartite graph: the owned rows of the layer's output.
     Per-edge arguments follow the edges when the policy leaves halo rows out."""
     local_args, local_kwargs = _local_arguments(layer, forward, x, edge_index, args, kwargs)
-    return forward(*local_args, **local_kwargs)
+    with _padded_as_whole_graph(layer, edge_index):
+        return forward(*local_args, **local_kwargs)
+
+
+def sequence_aggregations(layer: Any) -> list[Aggregation]:
+    """The aggregations of ``layer`` that read each node's in-edges as one
+    padded sequence (LSTM, GRU, set transformers, ...): those whose
+    ``forward`` takes ``max_num_elements``."""
+    return [m for m in layer.modules() if isinstance(m, Aggregation)
+            and "max_num_elements" in inspect.signature(m.forward).parameters]
+
+
+@contextmanager
+def _padded_as_whole_graph(layer: Any, edge_index: DistEdgeIndex) -> Iterator[None]:
+    r"""Pads the sequences of ``layer``'s sequence aggregations as on the whole
+    graph. They pad every node's in-edges (in order) to the longest sequence
+    of the batch, and LSTM and GRU read the padding too (their output is the
+    last step's): a rank's batch is its owned nodes, so each call gets
+    ``max_num_elements`` = the whole graph's largest in-degree
+    (:meth:`~pyg_dist.DistEdgeIndex.max_in_degree`, one all-reduce per graph)."""
+    modules = sequence_aggregations(layer)
+    if not modules:
+        yield
+        return
+    length = edge_index.max_in_degree()
+    handles = [m.register_forward_pre_hook(_pad(length + _PADDING_EXTRA.get(type(m), 0)),
+                                           with_kwargs=True) for m in modules]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+#: What an aggregation adds to the longest sequence when it picks its own
+#: padding (``max_num_elements=None``).
+_PADDING_EXTRA: dict[type, int] = {PatchTransformerAggregation: 1}
+
+
+def _pad(length: int) -> Callable[..., Any]:
+    def hook(module: Any, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if kwargs.get("max_num_elements") is None:
+            kwargs["max_num_elements"] = length
+        return args, kwargs
+
+    return hook
 
 
 @torch.compiler.disable

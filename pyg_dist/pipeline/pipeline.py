@@ -19,6 +19,7 @@ from pyg_dist.partitioning.io import read_meta
 from pyg_dist.pipeline.chunks import Chunk, Chunking, chunk_labels
 from pyg_dist.pipeline.grid import Grid, grid
 from pyg_dist.pipeline.layers import adjacency, check_splittable, update
+from pyg_dist.pipeline.masks import StepMasks, step_masks
 from pyg_dist.pipeline.split import balance, check_stages, measure_costs
 
 __all__ = ["Pipeline", "load"]
@@ -98,7 +99,10 @@ class Pipeline:
     those into other chunks' rows, historical or this epoch's, are dropped.
     With one chunk nothing is historical and the pipeline computes exactly
     what the model computes on the whole graph. The tables are filled by one
-    forward pass before the first epoch.
+    forward pass before the first epoch. Dropout masks are graph-parallel
+    training's (:mod:`pyg_dist.pipeline.masks`): the same for every node,
+    layer and step whatever the parts, stages and chunks, so one chunk trains
+    exactly as graph-parallel training, dropout included.
 
     Args:
         model (DeepGNN): The model (every rank holds all of it; each trains
@@ -115,7 +119,7 @@ class Pipeline:
             (stage boundaries carry twice the width, their gradients come back)
             or ``"recompute"`` them from the input features with a replica of
             the input projection on every stage (its gradients summed over all
-            ranks; input dropout masks shared by the stages of a part): half
+            ranks; every stage draws the same input dropout masks): half
             the boundary bytes for the projection's compute on every stage.
             (default: :obj:`"send"`)
     """
@@ -156,9 +160,6 @@ class Pipeline:
         self.span = range(*self.bounds[self.grid.stage])
         self.width: int = int(model.lins[0].out_features)  # type: ignore[arg-type]
         self.state_width = self.width * (2 if model.kind == "gcn2" and not self.recompute else 1)
-        # Input dropout masks of a recomputed H0: drawn alike on every stage.
-        self._mask_seed = (int(distributed.broadcast(torch.randint(2**31 - 1, (1,))))
-                           if self.recompute else 0)
         labels = self._shared_labels(chunk_labels(graph, chunks, seed) if self.grid.first
                                      else None)
         self.training_chunks = Chunking.build(graph, chunks, labels)
@@ -223,18 +224,20 @@ class Pipeline:
         model, last = self.model, self.grid.last
         model.train()
         optimizer.zero_grad(set_to_none=True)
+        masks = step_masks(model, self.graph)
         if self.tables and self.epoch == 0:
             with torch.no_grad():
-                self._forward_only(self.whole, record=True, epoch=-1, direction="fwd")
+                self._forward_only(self.whole, masks, record=True, epoch=-1, direction="fwd")
         ins: list[Tensor | None] = []
         outs: list[Tensor] = []
         loss = 0.0
         for chunk in self.training_chunks.chunks:
-            h, x0, state = self._enter(self.training_chunks, chunk, self.epoch, "fwd")
-            h = self._layers(self.training_chunks, chunk, h, x0, self.epoch, "fwd",
+            h, x0, state = self._enter(chunk, masks, "fwd")
+            h = self._layers(self.training_chunks, chunk, masks, h, x0, self.epoch, "fwd",
                              record=bool(self.tables))
             if last:
-                out = self._loss(chunk, model.outputs(F.dropout(h, model.dropout, True)))
+                h = self._drop(masks, h, chunk, self.output_call)
+                out = self._loss(chunk, model.outputs(h))
                 loss += float(out.detach())
             else:
                 out = self._pack(h, x0)
@@ -261,34 +264,36 @@ class Pipeline:
         """Global accuracy on the train, validation and test masks: the whole
         model, exactly (one chunk, no history)."""
         self.model.eval()
-        logits = self._forward_only(self.whole, record=False, epoch=self.epoch,
+        logits = self._forward_only(self.whole, None, record=False, epoch=self.epoch,
                                     direction="eval")
         return accuracies(None if logits is None else logits.argmax(dim=-1), self.data)
 
-    def _forward_only(self, chunking: Chunking, record: bool, epoch: int,
-                      direction: str) -> Tensor | None:
+    def _forward_only(self, chunking: Chunking, masks: StepMasks | None, record: bool,
+                      epoch: int, direction: str) -> Tensor | None:
         """The whole graph forward in one chunk; the last stage's logits."""
         model, chunk = self.model, chunking.chunks[0]
-        h, x0, _ = self._enter(chunking, chunk, epoch, direction)
-        h = self._layers(chunking, chunk, h, x0, epoch, direction, record)
+        h, x0, _ = self._enter(chunk, masks, direction)
+        h = self._layers(chunking, chunk, masks, h, x0, epoch, direction, record)
         if self.grid.last:
-            return model.outputs(F.dropout(h, model.dropout, model.training))
+            return model.outputs(self._drop(masks, h, chunk, self.output_call))
         self._send(chunk, self._pack(h, x0), direction)
         self._finish_sends()
         return None
 
-    def _layers(self, chunking: Chunking, chunk: Chunk, h: Tensor, x0: Tensor, epoch: int,
-                direction: str, record: bool) -> Tensor:
+    def _layers(self, chunking: Chunking, chunk: Chunk, masks: StepMasks | None, h: Tensor,
+                x0: Tensor, epoch: int, direction: str, record: bool) -> Tensor:
         """This stage's layers on one chunk's rows: with one chunk (and no
         table to fill), the model's own layers under the graph's halo policies."""
         model = self.model
         if chunking.count == 1 and not record:
             for index in self.span:
-                h = model.block(model.convs[index], h, x0, self.graph)
+                conv = model.convs[index]
+                h_in = self._drop(masks, h, chunk, 1 + index)
+                h = model.combine(h, model.convolve(conv, h_in, x0, self.graph))
             return h
         for index in self.span:
             conv = model.convs[index]
-            h_in = F.dropout(h, model.dropout, model.training)
+            h_in = self._drop(masks, h, chunk, 1 + index)
             name = str(conv.halo_name or f"convs.{index}")
             halo = None
             if self.grid.parts > 1:
@@ -311,31 +316,38 @@ class Pipeline:
         """The compression of ``conv``'s halo policy (or the graph's default)."""
         return self.graph.registry.policy(getattr(conv, "halo", None)).codec
 
-    def _enter(self, chunking: Chunking, chunk: Chunk, epoch: int,
+    def _enter(self, chunk: Chunk, masks: StepMasks | None,
                direction: str) -> tuple[Tensor, Tensor, Tensor | None]:
         """A chunk's rows entering this stage: ``(h, x0, received)``, the
         received rows requiring grad in training (their gradient goes back)."""
         if self.grid.first:
-            h = self._initial(chunking, chunk, epoch)
+            h = self._initial(chunk, masks)
             return h, h, None
         state = self._receive(chunk, direction)
         if torch.is_grad_enabled():
             state.requires_grad_()
         if self.recompute:
-            return state, self._initial(chunking, chunk, epoch), state
+            return state, self._initial(chunk, masks), state
         h, x0 = self._unpack(state)
         return h, x0, state
 
-    def _initial(self, chunking: Chunking, chunk: Chunk, epoch: int) -> Tensor:
-        r""":math:`\mathbf{H}^{(0)}` of a chunk's rows."""
-        model, x = self.model, self.data.x[chunk.rows]
-        if not self.recompute or not model.training or model.dropout == 0:
-            return model.inputs(F.dropout(x, model.dropout, model.training))
-        generator = torch.Generator(device=x.device)
-        generator.manual_seed(hash((self._mask_seed, epoch, chunking.count, chunk.index))
-                              % (2**63 - 1))
-        keep = torch.rand(x.shape, generator=generator, device=x.device) >= model.dropout
-        return model.inputs(x * keep / (1 - model.dropout))
+    def _initial(self, chunk: Chunk, masks: StepMasks | None) -> Tensor:
+        r""":math:`\mathbf{H}^{(0)}` of a chunk's rows (recomputed on a later
+        stage, with the first stage's masks)."""
+        return self.model.inputs(self._drop(masks, self.data.x[chunk.rows], chunk, 0))
+
+    def _drop(self, masks: StepMasks | None, h: Tensor, chunk: Chunk, call: int) -> Tensor:
+        """A chunk's rows ``h`` dropped as graph-parallel training drops them
+        at the step's dropout ``call`` (see :meth:`StepMasks.drop`); unchanged
+        without masks (evaluation, no dropout)."""
+        if masks is None:
+            return h
+        return masks.drop(h, self.graph.global_id[chunk.rows], call)
+
+    @property
+    def output_call(self) -> int:
+        """The step's dropout call of the output projection's input."""
+        return len(self.model.convs) + 1
 
     def _sum_gradients(self) -> None:
         """Sums this stage's gradients over its parts (a recomputed input
