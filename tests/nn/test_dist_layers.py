@@ -14,6 +14,7 @@ from tolerances import assert_close
 from torch_geometric.nn import GCNConv, SAGEConv
 
 import pyg_dist
+from pyg_dist.config import Adam
 from pyg_dist.models import GNN
 from pyg_dist.testing import withTriton
 from pyg_dist.train import train
@@ -101,8 +102,8 @@ def battery(dirs, cases, train_specs):
         data = pyg_dist.DistData.load(dirs[key])
         model = GNN(kind, data.x.size(1), 8, spec["classes"], dropout=0.0)
         model.load_state_dict(spec["state"])
-        result = train(model, data, epochs=TRAIN_EPOCHS, lr=LR, weight_decay=WEIGHT_DECAY,
-                       progress=False)
+        result = train(model, data, TRAIN_EPOCHS, progress=False,
+                       optimizer=Adam(lr=LR, weight_decay=WEIGHT_DECAY))
         trained[key, kind] = {
             "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
             "losses": [e.loss for e in result.history],

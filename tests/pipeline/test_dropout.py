@@ -11,6 +11,7 @@ from graphs import awkward_graph
 from tolerances import TOL, assert_close
 
 import pyg_dist
+from pyg_dist.config import Adam
 from pyg_dist.models import DeepGNN
 from pyg_dist.pipeline import Pipeline, load
 from pyg_dist.train import train
@@ -47,7 +48,8 @@ def graph_parallel(folder, kind, dropout=DROPOUT):
     net = model(kind, dropout)
     data = pyg_dist.DistData.load(folder)
     torch.manual_seed(SEED)
-    result = train(net, data, epochs=EPOCHS, lr=LR, weight_decay=WEIGHT_DECAY, progress=False)
+    result = train(net, data, EPOCHS, optimizer=Adam(lr=LR, weight_decay=WEIGHT_DECAY),
+                   progress=False)
     return {"losses": [e.loss for e in result.history], "state": state(net)}
 
 

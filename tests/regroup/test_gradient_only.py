@@ -1,4 +1,4 @@
-"""``train(mode="gradient-only")`` on real gloo ranks: no halo traffic in
+"""``train(strategy=GradientOnly(...))`` on real gloo ranks: no halo traffic in
 training, gradients and regroups booked, shrinkage 1 of the batch weights is
 no correction, a resumed run ends with the uninterrupted weights; and the
 errors that name the fix."""
@@ -9,6 +9,7 @@ from graphs import awkward_graph
 from tolerances import SAME, TOL, assert_close, rel_err
 
 import pyg_dist
+from pyg_dist.config import Checkpoint, GradientOnly, GradSync
 from pyg_dist.halo import Stale
 
 EPOCHS = 6
@@ -18,7 +19,8 @@ class Interrupted(Exception):
     pass
 
 
-def _train(parts, kind="gcn", ckpt=None, fail_at=None, resume=False, **options):
+def _train(parts, kind="gcn", ckpt=None, fail_at=None, resume=False, grad_compress=None,
+           **options):
     from pyg_dist.models import GNN
     from pyg_dist.train import train
 
@@ -31,9 +33,11 @@ def _train(parts, kind="gcn", ckpt=None, fail_at=None, resume=False, **options):
             raise Interrupted
 
     try:
-        result = train(model, data, epochs=EPOCHS, progress=False, mode="gradient-only",
-                       regroup_every=2, checkpoint=ckpt, checkpoint_every=2 if ckpt else 0,
-                       resume=resume, callback=stop, **options)
+        result = train(model, data, EPOCHS, progress=False,
+                       strategy=GradientOnly(regroup_every=2, **options),
+                       grad_sync=GradSync(grad_compress),
+                       checkpoint=Checkpoint(ckpt, every=2, resume=resume) if ckpt else None,
+                       callback=stop)
     except Interrupted:
         return None
     return {
@@ -60,8 +64,9 @@ def _one_step(parts, kind, correction):
     data = pyg_dist.DistData.load(parts)
     torch.manual_seed(0)
     model = GNN(kind, data.x.size(1), 16, 3, dropout=0.0)
-    train(model, data, epochs=1, progress=False, mode="gradient-only", regroup="random",
-          correction=correction, optimizer=torch.optim.SGD(model.parameters(), lr=1.0))
+    train(model, data, 1, progress=False,
+          strategy=GradientOnly(regroup="random", correction=correction),
+          optimizer=torch.optim.SGD(model.parameters(), lr=1.0))
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
@@ -267,26 +272,21 @@ def test_bad_options_name_the_fix(tmp_path):
     def fails(folder, match, halo=None, **options):
         data = pyg_dist.DistData.load(tmp_path / folder, halo=halo)
         with pytest.raises(ValueError, match=match):
-            train(model, data, epochs=1, progress=False, mode="gradient-only", **options)
+            train(model, data, 1, progress=False, strategy=GradientOnly(**options))
 
     fails("plain", "clusters_per_part=m")
-    fails("clusters", "regroup_every >= 1", regroup_every=0)
+    fails("clusters", "regroup_every must be an integer >= 1", regroup_every=0)
     fails("clusters", "use one of sweep, random, home", regroup="sorted")
     fails("clusters", "use one of node, batch, none", correction="edge")
-    fails("clusters", r"shrinkage in \[0, 1\]", shrinkage=1.5)
+    fails("clusters", r"use a value in \[0, 1\]", shrinkage=1.5)
     fails("clusters", "exchanges no halo", halo=Stale(2))
     fails("clusters", "use one of folder, peers", regroup_from="disk")
-    fails("clusters", "clusters_per_rank >= 1", clusters_per_rank=0)
+    fails("clusters", "clusters_per_rank must be an integer >= 1", clusters_per_rank=0)
     fails("clusters", r"clusters_per_part=2\) \(CLI: --clusters-per-rank 2\) or pass "
           "clusters_per_rank=3", clusters_per_rank=2)
     model.convs[1].halo = Stale(2)
     fails("clusters", "layer 'convs.1' sets halo='stale:2'")
     model.convs[1].halo = None
-    with pytest.raises(ValueError, match="clusters_per_rank in mode='gradient-only' only"):
-        train(model, pyg_dist.DistData.load(tmp_path / "clusters"), epochs=1,
-              clusters_per_rank=3)
-    with pytest.raises(ValueError, match="use one of exact, gradient-only"):
-        train(model, pyg_dist.DistData.load(tmp_path / "plain"), epochs=1, mode="isolated")
     with pytest.raises(ValueError, match="clusters_per_part >= 1"):
         pyg_dist.partition(graph, 1, tmp_path / "x", clusters_per_part=0)
     with pytest.raises(ValueError, match="61 clusters|clusters for a graph of 60 nodes"):
