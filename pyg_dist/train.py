@@ -379,30 +379,21 @@ def _gradient_only(model: nn.Module, data: Any, strategy: Any) -> GroupRunner | 
 
 
 def halo_choices(ledger: Any, history: list[EpochStats]) -> dict[str, dict[str, Any]]:
-    """The choices policies booked in the ledger's notes (per layer: the
-    policy, predicted bytes of all ranks and seconds of the average rank),
+    """The choices policies recorded in the ledger (per layer: the policy,
+    predicted bytes of all ranks and seconds of the average rank; the graph's
+    predicted epoch seconds: :meth:`~pyg_dist.halo.choices.HaloChoices.predicted`),
     with what was measured since (bytes sent by all ranks, seconds waited by
-    the average rank), and the graph's predicted against measured epoch
-    seconds. Collective."""
-    layers = {k.split("/", 1)[1]: note for k, note in sorted(ledger.notes.items())
-              if "/" in k and "predicted_bytes" in note}
-    if not layers:
-        return {}
+    the average rank, the epoch seconds after the decision). Collective."""
+    choices = ledger.choices
+    out = choices.predicted()
     ranks = distributed.world_size()
-    out: dict[str, dict[str, Any]] = {}
-    for layer, note in layers.items():
-        totals = ledger.layer_totals(layer, note["from_step"])
+    for layer in sorted(choices.layers):
+        totals = ledger.layer_totals(layer, choices.layers[layer].from_step)
         sent, waited = distributed.all_reduce_values([totals["bytes_sent"], totals["seconds"]])
-        out[layer] = {**note, "measured_bytes": int(sent),
-                      "measured_seconds": round(waited / ranks, 6)}
-    graph = ledger.notes.get("auto", {})
-    if "compute" in graph:
-        after = [e.seconds for e in history if e.epoch > graph["decided_at"] + 1]
-        predicted = graph["compute"] + sum(n["predicted_seconds"] / max(n["steps"], 1)
-                                           for n in layers.values())
-        out["epoch"] = {"bandwidth": round(graph["bandwidth"]), "compute": graph["compute"],
-                        "predicted_seconds": round(predicted, 6),
-                        "measured_seconds": round(sum(after) / max(len(after), 1), 6)}
+        out[layer].update(measured_bytes=int(sent), measured_seconds=round(waited / ranks, 6))
+    if "epoch" in out:
+        after = [e.seconds for e in history if e.epoch > choices.link.decided_at + 1]
+        out["epoch"]["measured_seconds"] = round(sum(after) / max(len(after), 1), 6)
     return out
 
 

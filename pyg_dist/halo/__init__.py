@@ -37,7 +37,7 @@ from pyg_dist.halo.pipelined import Pipelined
 from pyg_dist.halo.plan import HaloPlan
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState
 from pyg_dist.halo.sampled import Sampled
-from pyg_dist.halo.spec import SPECS, parse_policy
+from pyg_dist.halo.spec import parse_policy, spellings
 from pyg_dist.halo.stale import Stale
 
 __all__ = [
@@ -55,7 +55,7 @@ __all__ = [
     "FetchContext",
     "HaloCache",
     "parse_policy",
-    "SPECS",
+    "spellings",
     "CODECS",
     "Codec",
     "get_codec",

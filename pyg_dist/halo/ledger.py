@@ -5,6 +5,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pyg_dist.halo.choices import HaloChoices
+
 __all__ = ["Ledger", "LedgerEntry", "DIRECTIONS", "GRADIENTS", "REGROUP", "STAGE"]
 
 #: Directions of halo traffic.
@@ -66,13 +68,17 @@ class Ledger:
 
     The training loop advances :attr:`step` once per optimisation step
     (:meth:`next_step`); exchanges add to the entry of the current step.
-    :attr:`notes` holds what policies decided, per layer (e.g.
-    :class:`~pyg_dist.halo.Auto`'s choice with its predicted bytes and time).
+    :attr:`notes` holds what other parts of training decided, for printing
+    (the gradient all-reduce's choice, a layer pipeline's schedule);
+    :attr:`choices` what a halo policy that chooses for itself
+    (:class:`~pyg_dist.halo.Auto`) chose per layer, with its predictions
+    (:meth:`HaloChoices.predicted <pyg_dist.halo.choices.HaloChoices.predicted>`).
     """
 
     step: int = 0
     entries: dict[tuple[int, str, str], LedgerEntry] = field(default_factory=dict)
     notes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    choices: HaloChoices = field(default_factory=HaloChoices)
 
     def next_step(self) -> int:
         self.step += 1
@@ -139,7 +145,8 @@ class Ledger:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "rows": self.rows(), "notes": self.notes}
+        return {"step": self.step, "rows": self.rows(), "notes": self.notes,
+                "choices": self.choices.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
@@ -147,3 +154,6 @@ class Ledger:
             (r["step"], r["layer"], r["direction"]): LedgerEntry(**r) for r in state["rows"]
         }
         self.notes = dict(state.get("notes", {}))
+        self.choices = HaloChoices()
+        if state.get("choices") is not None:
+            self.choices.load_state_dict(state["choices"])

@@ -18,7 +18,7 @@ from pyg_dist.halo.cache import HaloCache
 from pyg_dist.halo.compress import Codec, get_codec
 from pyg_dist.halo.exchange import HaloChannel, exchange_halo
 
-__all__ = ["HaloPolicy", "HaloRows", "FetchContext", "PolicyState", "transient"]
+__all__ = ["HaloPolicy", "HaloRows", "FetchContext", "PolicyState", "transient", "POLICIES"]
 
 
 @dataclass
@@ -116,6 +116,20 @@ class HaloPolicy:
     #: The argument a spec gives after the colon (``every`` in ``"stale:4"``).
     primary: str | None = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Registers a subclass that names itself in :data:`POLICIES`, so that
+        :func:`~pyg_dist.halo.parse_policy` reads its spelling."""
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if not name:
+            return
+        known = POLICIES.get(name)
+        if known is not None and (known.__module__, known.__qualname__) != (cls.__module__,
+                                                                           cls.__qualname__):
+            raise ValueError(f"halo policy '{cls.__qualname__}' takes the spec name '{name}' of "
+                             f"'{known.__qualname__}'; give it another name")
+        POLICIES[name] = cls
+
     def __init__(self, compress: str | Codec | None = None, cache_inputs: bool = True) -> None:
         self.codec = get_codec(compress)
         self.cache_inputs = cache_inputs
@@ -177,6 +191,11 @@ class HaloPolicy:
 
     def __hash__(self) -> int:
         return hash(repr(self))
+
+
+#: Policy classes by spec name, filled by every subclass of :class:`HaloPolicy`
+#: that sets :attr:`HaloPolicy.name`.
+POLICIES: dict[str, type[HaloPolicy]] = {}
 
 
 def _spell(value: Any) -> str:

@@ -4,30 +4,31 @@
 ``sampled:0.1,seed=3``, ``isolated``, ``exact,compress=int8``, ``auto``,
 ``auto,max_staleness=2``.
 :meth:`HaloPolicy.spec` writes this spelling; :func:`parse_policy` reads it back
-into an equal policy."""
+into an equal policy. Every :class:`HaloPolicy` subclass that sets a ``name``
+registers itself (:data:`~pyg_dist.halo.policy.POLICIES`), so a policy of
+your own is read as soon as its class is defined."""
 from __future__ import annotations
 
 import inspect
 from typing import Any
 
-from pyg_dist.halo.adaptive import Adaptive
-from pyg_dist.halo.auto import Auto
-from pyg_dist.halo.cached import Cached
-from pyg_dist.halo.exact import Exact
-from pyg_dist.halo.isolated import Isolated
-from pyg_dist.halo.pipelined import Pipelined
-from pyg_dist.halo.policy import HaloPolicy
-from pyg_dist.halo.sampled import Sampled
-from pyg_dist.halo.stale import Stale
+from pyg_dist.halo.policy import POLICIES, HaloPolicy
 
-__all__ = ["parse_policy", "SPECS", "POLICIES"]
+__all__ = ["parse_policy", "spellings"]
 
-#: Policy classes by spec name.
-POLICIES: dict[str, type[HaloPolicy]] = {
-    cls.name: cls for cls in (Exact, Cached, Stale, Pipelined, Adaptive, Sampled, Isolated, Auto)
-}
-SPECS = ("exact", "cached", "stale:K", "pipelined[:SMOOTHING]", "adaptive:TOL", "sampled:P",
-         "isolated", "auto")
+
+def spellings() -> tuple[str, ...]:
+    """How a spec spells each policy, by name (``"stale:EVERY"``,
+    ``"pipelined[:SMOOTHING]"``, ...): what :func:`parse_policy` reads."""
+    out = []
+    for name, cls in sorted(POLICIES.items()):
+        if cls.primary is None:
+            out.append(name)
+            continue
+        default = inspect.signature(cls.__init__).parameters[cls.primary].default
+        argument = f":{cls.primary.upper()}"
+        out.append(name + (argument if default is inspect.Parameter.empty else f"[{argument}]"))
+    return tuple(out)
 
 
 def parse_policy(spec: str, compress: str | None = None, cache_inputs: bool = True) -> HaloPolicy:
@@ -38,7 +39,7 @@ def parse_policy(spec: str, compress: str | None = None, cache_inputs: bool = Tr
     name, _, primary = head.partition(":")
     cls = POLICIES.get(name)
     if cls is None:
-        raise ValueError(f"unknown halo policy '{spec}'; use one of {', '.join(SPECS)}")
+        raise ValueError(f"unknown halo policy '{spec}'; use one of {', '.join(spellings())}")
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     kwargs: dict[str, Any] = {}
     if "compress" in accepted and compress is not None:
@@ -62,7 +63,7 @@ def parse_policy(spec: str, compress: str | None = None, cache_inputs: bool = Tr
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"bad halo policy '{spec}': {exc}; use one of {', '.join(SPECS)}") \
+        raise ValueError(f"bad halo policy '{spec}': {exc}; use one of {', '.join(spellings())}") \
             from exc
 
 

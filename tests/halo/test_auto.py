@@ -9,7 +9,8 @@ from torch_geometric.data import Data
 
 import pyg_dist
 from pyg_dist.halo import Auto, Isolated, Stale, parse_policy
-from pyg_dist.halo.auto import _tau
+from pyg_dist.halo.auto import probes
+from pyg_dist.halo.auto.cost import tau
 
 #: Rows one exchange moves (busiest rank), forward, and the sums over ranks.
 ROWS = {"moved": 2000.0, "fwd": 1000.0, "sent_fwd": 1500.0, "sent_bwd": 1500.0}
@@ -32,20 +33,20 @@ def test_spec_round_trip_and_bad_arguments():
 
 def test_negligible_exchange_stays_exact():
     # 2 x 1e-4 s + 2000 rows x 64 B / 125 MB/s = 1.2 ms < 1% of 500 ms
-    assert Auto().exchange_plan(16, ROWS, GBIT) == (None, 1)
-    assert Auto(negligible=0.001).exchange_plan(16, ROWS, GBIT) == ("int8", 2)
+    assert Auto().cost.exchange_plan(16, ROWS, GBIT) == (None, 1)
+    assert Auto(negligible=0.001).cost.exchange_plan(16, ROWS, GBIT) == ("int8", 2)
 
 
 def test_costly_exchange_gets_int8_then_the_least_staleness_that_hides_it():
     slow = {**GBIT, "compute": 0.25}
     # fp32 rows of 256: 2 x 1e-4 + 2000 x 1024 / 125e6 = 16.6 ms > 2.5 ms budget;
     # int8: 2000 x 260 / 125e6 + 2e-4 = 4.4 ms -> 1.8 budgets -> every 2
-    assert Auto().exchange_plan(256, ROWS, slow) == ("int8", 2)
-    assert Auto().exchange_plan(256, ROWS, {**slow, "bandwidth": 12.5e6}) == ("int8", 4)
-    assert Auto(max_staleness=2).exchange_plan(256, ROWS, {**slow, "bandwidth": 12.5e6}) \
+    assert Auto().cost.exchange_plan(256, ROWS, slow) == ("int8", 2)
+    assert Auto().cost.exchange_plan(256, ROWS, {**slow, "bandwidth": 12.5e6}) == ("int8", 4)
+    assert Auto(max_staleness=2).cost.exchange_plan(256, ROWS, {**slow, "bandwidth": 12.5e6}) \
         == ("int8", 2)
     # without compression the staleness alone must hide 16.6 ms: 6.6 budgets -> 4 (cap)
-    assert Auto(compress=None).exchange_plan(256, ROWS, slow) == (None, 4)
+    assert Auto(compress=None).cost.exchange_plan(256, ROWS, slow) == (None, 4)
 
 
 def test_caching_a_wide_input_pays_only_over_many_steps_or_slow_aggregation():
@@ -54,30 +55,30 @@ def test_caching_a_wide_input_pays_only_over_many_steps_or_slow_aggregation():
     cheap = {16: 1e-4, 1433: 1e-4}  # aggregation costs the same at any width
     costly = {16: 1e-4, 1433: 5e-3}  # aggregating 1433 columns: 50x the time
     # once: 1000 rows x 5732 B / 125 MB/s = 46 ms; exchanging 16 columns: ~0.5 ms a step
-    assert auto.cache_pays(1433, 16, ROWS, busy, None, 1, 200, cheap)
-    assert not auto.cache_pays(1433, 16, ROWS, busy, None, 1, 20, cheap)
-    assert not auto.cache_pays(1433, 16, ROWS, busy, None, 1, 200, costly)
-    assert auto.cache_pays(64, 128, ROWS, busy, None, 1, 1, costly)  # narrower: always
+    assert auto.cost.cache_pays(1433, 16, ROWS, busy, None, 1, 200, cheap)
+    assert not auto.cost.cache_pays(1433, 16, ROWS, busy, None, 1, 20, cheap)
+    assert not auto.cost.cache_pays(1433, 16, ROWS, busy, None, 1, 200, costly)
+    assert auto.cost.cache_pays(64, 128, ROWS, busy, None, 1, 1, costly)  # narrower: always
 
 
 def test_caching_or_exchanging_in_the_same_time_sends_fewer_bytes():
     # a 0.5 s step: 0.9 s over 200 steps is under 1% of the run's compute
     costly = {16: 1e-4, 1433: 5e-3}
     # cached: 1500 rows x 1433 x 4 B = 8.6 MB; exchanged: 200 x 3000 rows x 64 B = 38 MB
-    assert Auto(compress=None).cache_pays(1433, 16, ROWS, GBIT, None, 1, 200, costly)
+    assert Auto(compress=None).cost.cache_pays(1433, 16, ROWS, GBIT, None, 1, 200, costly)
     # int8: the one fetch is 1500 x 1437 B = 2.2 MB; the exchange 200 x 3000 x 20 B = 12 MB
-    assert Auto().cache_pays(1433, 16, ROWS, GBIT, "int8", 1, 200, costly)
-    assert not Auto().cache_pays(1433, 16, ROWS, GBIT, "int8", 4, 20, costly)
+    assert Auto().cost.cache_pays(1433, 16, ROWS, GBIT, "int8", 1, 200, costly)
+    assert not Auto().cost.cache_pays(1433, 16, ROWS, GBIT, "int8", 4, 20, costly)
 
 
 def test_prediction_counts_every_refresh_and_both_directions():
     auto = Auto()
-    predicted = auto.predict(ROWS, 16, "int8", 4, 10, GBIT, once=False)
+    predicted = auto.cost.predict(ROWS, 16, "int8", 4, 10, GBIT, once=False)
     assert predicted["predicted_bytes"] == 3 * (1500 + 1500) * 20  # ceil(10 / 4) refreshes
-    assert predicted["predicted_seconds"] == pytest.approx(3 * _tau(2000, 20, GBIT))
-    once = auto.predict(ROWS, 1433, None, 1, 10, GBIT, once=True)
+    assert predicted["predicted_seconds"] == pytest.approx(3 * tau(2000, 20, GBIT))
+    once = auto.cost.predict(ROWS, 1433, None, 1, 10, GBIT, once=True)
     assert once["predicted_bytes"] == 1500 * 4 * 1433
-    once = auto.predict(ROWS, 1433, "int8", 1, 10, GBIT, once=True)
+    once = auto.cost.predict(ROWS, 1433, "int8", 1, 10, GBIT, once=True)
     assert once["predicted_bytes"] == 1500 * (1433 + 4)
 
 
@@ -90,13 +91,12 @@ def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=Non
     """Trains a 2-layer GCN (input 48 columns) with Auto(warmup=2) (or
     ``halo``) on a link the probe is told to see (and, given ``spmm``, the
     seconds of one aggregation per width the timing is told to see)."""
-    import pyg_dist.halo.auto as auto_module
     from pyg_dist.models import GNN
     from pyg_dist.train import train
 
-    auto_module._probe_link = lambda ctx: link
+    probes.probe_link = lambda ctx, width: link
     if spmm is not None:
-        auto_module._time_spmm = lambda ctx, widths: {w: spmm[w] for w in widths}
+        probes.time_spmm = lambda ctx, widths: {w: spmm[w] for w in widths}
     data = pyg_dist.DistData.load(parts, halo=halo or Auto(warmup=2, epochs=planned))
     torch.manual_seed(0)
     model = GNN("gcn", data.x.size(1), hidden, 3, dropout=0.5)
@@ -119,7 +119,7 @@ def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=Non
         "state": {k: v.clone() for k, v in model.state_dict().items()},
         "refreshes": sorted(step for (step, layer, direction), e in data.ledger.entries.items()
                             if layer == "convs.1" and direction == "fwd" and e.exchanges),
-        "starts": dict(data.ledger.notes.get("auto", {}).get("starts", {})),
+        "starts": dict(data.ledger.choices.starts),
     }
 
 
@@ -141,15 +141,13 @@ def two_communities(num_nodes=240, num_edges=1400, crossing=12, num_features=48,
 
 
 def body(parts, light, ckpt):
-    import pyg_dist.halo.auto as auto_module
-
     slow = (0.0, 1e4)  # 10 kB/s: every exchange is expensive
     fast = (0.0, 1e12)
-    real_spmm = auto_module._time_spmm
+    real_spmm = probes.time_spmm
     # on a free link: aggregating the 48 input columns is slow (cache loses) or free (wins)
     out = {"fast": _run(parts, fast, 6, spmm={8: 1e-6, 48: 1.0}),
            "fast_cheap_input": _run(parts, fast, 6, spmm={8: 1.0, 48: 1e-6})}
-    auto_module._time_spmm = real_spmm
+    probes.time_spmm = real_spmm
     out |= {"slow": _run(parts, slow, 8),
            "narrow": _run(parts, slow, 4, hidden=64),
            "hand": _run(parts, slow, 8, halo=Stale(4, compress="int8", cache_inputs=False)),

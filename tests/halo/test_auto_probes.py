@@ -10,36 +10,37 @@ from graphs import awkward_graph
 
 import pyg_dist
 from pyg_dist.halo import Auto
+from pyg_dist.halo.auto import probes
 
 EPOCHS = 4
 
 
 def body(parts):
-    import pyg_dist.halo.auto as auto_module
     from pyg_dist.models import GNN
     from pyg_dist.train import train
 
     seen = {"probe": [], "spmm": []}
-    probe, time_spmm = auto_module._probe_link, auto_module._time_spmm
+    probe, time_spmm = probes.probe_link, probes.time_spmm
 
-    def probe_spy(ctx):
-        seen["probe"].append(probe(ctx))
+    def probe_spy(ctx, width):
+        seen["probe"].append(probe(ctx, width))
         return seen["probe"][-1]
 
     def spmm_spy(ctx, widths):
         seen["spmm"].append(time_spmm(ctx, widths))
         return seen["spmm"][-1]
 
-    auto_module._probe_link, auto_module._time_spmm = probe_spy, spmm_spy
+    probes.probe_link, probes.time_spmm = probe_spy, spmm_spy
     try:
         data = pyg_dist.DistData.load(parts, halo=Auto(warmup=2))
         torch.manual_seed(0)
         model = GNN("gcn", data.x.size(1), 8, 3, dropout=0.0)
         result = train(model, data, epochs=EPOCHS, progress=False)
     finally:
-        auto_module._probe_link, auto_module._time_spmm = probe, time_spmm
-    note = data.ledger.notes["auto"]
-    return {**seen, "note": {k: note[k] for k in ("latency", "bandwidth", "compute")},
+        probes.probe_link, probes.time_spmm = probe, time_spmm
+    link = data.ledger.choices.link
+    return {**seen, "note": {"latency": link.latency, "bandwidth": link.bandwidth,
+                             "compute": link.compute},
             "epoch_seconds": [e.seconds for e in result.history],
             "probe_bytes": data.ledger.layer_totals("auto/probe", 0)["bytes_sent"],
             "num_send": data.edge_index.plan.num_send,
