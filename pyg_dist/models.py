@@ -8,13 +8,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GINConv
 
-from pyg_dist.halo import dropout
 from pyg_dist.nn import (
     DistGATConv,
     DistGCN2Conv,
     DistGCNConv,
     DistMessagePassing,
     DistSAGEConv,
+    dropout,
 )
 
 __all__ = ["GNN", "DeepGNN", "MODELS", "DEEP_MODELS"]

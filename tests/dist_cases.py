@@ -21,7 +21,7 @@ from torch_geometric.nn import (
 from torch_geometric.nn.models import GCN, GIN, GraphSAGE
 
 import pyg_dist
-from pyg_dist.halo.dropout import _keep
+from pyg_dist.dropout import _keep
 from pyg_dist.nn import DistGCNConv, DistMessagePassing, DistSAGEConv, to_distributed
 from pyg_dist.ops import default_backend
 

@@ -20,27 +20,32 @@ layer (``DistGCNConv(..., halo=Stale(every=4))``) or as the default of a
 graph (``DistData.load(..., halo=...)``). Evaluation (``model.eval()``)
 exchanges exactly unless the graph's registry sets an ``eval_default``
 (``train(..., eval_halo=...)``), so accuracy measures the weights a policy trained.
+
+A policy of your own subclasses :class:`HaloPolicy` (its :meth:`~HaloPolicy.fetch`
+gets a :class:`FetchContext` and returns :class:`HaloRows`; what it keeps per
+layer is a :class:`PolicyState`) and, with a ``name``, is read by
+:func:`parse_policy` at once. The exchange itself (:mod:`pyg_dist.halo.exchange`,
+:mod:`pyg_dist.halo.comm`) is internal.
 """
 from pyg_dist.halo.adaptive import Adaptive
 from pyg_dist.halo.auto import Auto
 from pyg_dist.halo.cache import HaloCache
 from pyg_dist.halo.cached import Cached
-from pyg_dist.halo.comm import TRANSPORTS, exchange_rows
-from pyg_dist.halo.compress import CODECS, Codec, get_codec
-from pyg_dist.halo.dropout import dropout
+from pyg_dist.halo.compress import Codec, get_codec
 from pyg_dist.halo.exact import Exact
-from pyg_dist.halo.exchange import HaloChannel, Route, exchange_halo, exchange_route
+from pyg_dist.halo.exchange import HaloChannel
 from pyg_dist.halo.isolated import Isolated
 from pyg_dist.halo.layer import HaloRegistry, LayerHalo
-from pyg_dist.halo.ledger import Ledger, LedgerEntry
+from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.pipelined import Pipelined
 from pyg_dist.halo.plan import HaloPlan
-from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState
+from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState, transient
 from pyg_dist.halo.sampled import Sampled
-from pyg_dist.halo.spec import parse_policy, spellings
+from pyg_dist.halo.spec import parse_policy
 from pyg_dist.halo.stale import Stale
 
 __all__ = [
+    # the policies
     "Exact",
     "Cached",
     "Stale",
@@ -49,26 +54,20 @@ __all__ = [
     "Sampled",
     "Isolated",
     "Auto",
+    "parse_policy",
+    # writing a policy
     "HaloPolicy",
     "HaloRows",
     "PolicyState",
     "FetchContext",
     "HaloCache",
-    "parse_policy",
-    "spellings",
-    "CODECS",
-    "Codec",
-    "get_codec",
-    "LayerHalo",
-    "HaloRegistry",
-    "dropout",
-    "exchange_halo",
-    "exchange_route",
-    "exchange_rows",
     "HaloChannel",
     "HaloPlan",
-    "Route",
+    "transient",
+    "Codec",
+    "get_codec",
+    # per graph: every layer's halo state, and the record of traffic
+    "LayerHalo",
+    "HaloRegistry",
     "Ledger",
-    "LedgerEntry",
-    "TRANSPORTS",
 ]

@@ -10,14 +10,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pyg_dist.dropout import DropoutState, DroppedInput, dropped_input
 from pyg_dist.halo.cache import HaloCache
-from pyg_dist.halo.dropout import DropoutState, DroppedInput, dropped_input
 from pyg_dist.halo.exact import Exact
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState
 
 __all__ = ["LayerHalo", "HaloRegistry", "LayerState", "InputTracker", "fingerprint"]
 
-MODES = ("train", "eval")
+#: The module modes (``model.train()``, ``model.eval()``) a layer keeps its
+#: halo state apart for.
+MODULE_MODES = ("train", "eval")
 #: Entries of an input fingerprinted at a time (8 MB float64 temporaries).
 FINGERPRINT_BLOCK = 1 << 20
 
@@ -94,7 +96,7 @@ class HaloRegistry:
     def layer(self, name: str, mode: str, policy: HaloPolicy) -> LayerState:
         """The state of layer ``name`` in ``mode`` under ``policy``; a new one
         when the policy changed (the old one's exchanges are completed first)."""
-        assert mode in MODES, f"mode must be one of {MODES}"
+        assert mode in MODULE_MODES, f"mode must be one of {MODULE_MODES}"
         key = (name, mode)
         layer = self.layers.get(key)
         if layer is None or layer.policy != policy:
@@ -144,7 +146,7 @@ class LayerHalo:
     Layers use it in two steps: :meth:`open` (the layer's halo and whether its
     raw input is static, which decides whether to aggregate before
     transforming), then :meth:`fetch`. An input made by
-    :func:`~pyg_dist.halo.dropout` from a static tensor counts as static: the
+    :func:`~pyg_dist.nn.dropout` from a static tensor counts as static: the
     halo of the source is cached and the shared mask applied to it.
 
     Both steps run communication and per-graph Python state (policy state,

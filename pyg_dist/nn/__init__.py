@@ -1,10 +1,13 @@
-"""Drop-in distributed layers."""
-from pyg_dist.halo.dropout import dropout
-from pyg_dist.nn.convert import TWINS, to_distributed
+"""Drop-in distributed layers: PyG's layers that also run on a
+:class:`~pyg_dist.DistEdgeIndex`, the norms whose statistics span every rank,
+the generic path for any one-hop layer, :func:`to_distributed` for a whole
+model, and :func:`dropout` drawn alike on every rank."""
+from pyg_dist.dropout import dropout
+from pyg_dist.nn.convert import to_distributed
 from pyg_dist.nn.gat_conv import DistGATConv
 from pyg_dist.nn.gcn2_conv import DistGCN2Conv
 from pyg_dist.nn.gcn_conv import DistGCNConv
-from pyg_dist.nn.generic import EXACT, DistMessagePassing, register_exact
+from pyg_dist.nn.generic import DistMessagePassing, register_exact
 from pyg_dist.nn.norm import DistBatchNorm, DistGraphNorm, DistLayerNorm
 from pyg_dist.nn.sage_conv import DistSAGEConv
 from pyg_dist.nn.twin import DistLayer
@@ -21,7 +24,5 @@ __all__ = [
     "DistGraphNorm",
     "to_distributed",
     "register_exact",
-    "EXACT",
-    "TWINS",
     "dropout",
 ]

@@ -14,11 +14,11 @@ from pyg_dist.nn.norm import NORMS
 from pyg_dist.nn.sage_conv import DistSAGEConv
 from pyg_dist.nn.twin import DistLayer
 
-__all__ = ["to_distributed", "TWINS"]
+__all__ = ["to_distributed"]
 
 #: PyG layers with a specialised Dist twin (a subclass with a faster exact path).
-TWINS: dict[type, type] = {GCNConv: DistGCNConv, SAGEConv: DistSAGEConv, GATConv: DistGATConv,
-                           GCN2Conv: DistGCN2Conv}
+_TWINS: dict[type, type] = {GCNConv: DistGCNConv, SAGEConv: DistSAGEConv, GATConv: DistGATConv,
+                            GCN2Conv: DistGCN2Conv}
 
 
 def to_distributed(model: nn.Module, halo: Any = None) -> nn.Module:
@@ -41,12 +41,12 @@ def to_distributed(model: nn.Module, halo: Any = None) -> nn.Module:
     modules = list(model.named_modules())
     convs = [(name or "conv", m) for name, m in modules if isinstance(m, MessagePassing)]
     for _, conv in convs:  # check every layer before changing any
-        if not isinstance(conv, DistLayer) and type(conv) not in TWINS:
+        if not isinstance(conv, DistLayer) and type(conv) not in _TWINS:
             exactness(type(conv))
     for path, conv in convs:
         if not isinstance(conv, DistLayer):
-            if type(conv) in TWINS:
-                conv.__class__ = TWINS[type(conv)]
+            if type(conv) in _TWINS:
+                conv.__class__ = _TWINS[type(conv)]
             else:
                 DistMessagePassing(conv)
         if halo is not None:

@@ -11,8 +11,8 @@ from torch_geometric.nn import GATConv
 from torch_geometric.utils import scatter
 
 from pyg_dist.data import DistEdgeIndex
+from pyg_dist.dropout import shared_scale
 from pyg_dist.halo import LayerHalo
-from pyg_dist.halo.dropout import shared_scale
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import gat, gat_attention

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.halo import HaloRows, LayerHalo, exchange_halo
+from pyg_dist.halo import HaloRows, LayerHalo
+from pyg_dist.halo.exchange import exchange_halo
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
 
 __all__ = [

@@ -53,11 +53,12 @@ from pyg_dist.halo import LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.twin import DistLayer
 
-__all__ = ["DistMessagePassing", "register_exact", "EXACT", "propagate_with_halo"]
+__all__ = ["DistMessagePassing", "register_exact", "exactness", "ExactLayer",
+           "propagate_with_halo"]
 
 
 @dataclass(frozen=True)
-class Exact:
+class ExactLayer:
     """How a layer runs on ``[owned ; halo]``: which of its ``forward``
     arguments hold one row per edge (restricted with the edges when a policy
     drops halo rows)."""
@@ -67,22 +68,23 @@ class Exact:
 
 #: Layers the generic path runs exactly (outputs and gradients equal the
 #: single-process layer on the whole graph, up to float rounding; layers that
-#: draw random numbers, e.g. attention dropout, only in evaluation).
-EXACT: dict[type, Exact] = {
-    GATConv: Exact(("edge_attr",)),
-    GATv2Conv: Exact(("edge_attr",)),
-    GINConv: Exact(),
-    GINEConv: Exact(("edge_attr",)),
-    GraphConv: Exact(("edge_weight",)),
-    TransformerConv: Exact(("edge_attr",)),
-    ResGatedGraphConv: Exact(("edge_attr",)),
-    SAGEConv: Exact(),
-    EdgeConv: Exact(),
-    LEConv: Exact(("edge_weight",)),
+#: draw random numbers, e.g. attention dropout, only in evaluation); more are
+#: declared with :func:`register_exact`, read with :func:`exactness`.
+_EXACT_LAYERS: dict[type, ExactLayer] = {
+    GATConv: ExactLayer(("edge_attr",)),
+    GATv2Conv: ExactLayer(("edge_attr",)),
+    GINConv: ExactLayer(),
+    GINEConv: ExactLayer(("edge_attr",)),
+    GraphConv: ExactLayer(("edge_weight",)),
+    TransformerConv: ExactLayer(("edge_attr",)),
+    ResGatedGraphConv: ExactLayer(("edge_attr",)),
+    SAGEConv: ExactLayer(),
+    EdgeConv: ExactLayer(),
+    LEConv: ExactLayer(("edge_weight",)),
 }
 
 #: Layers it cannot run exactly, and what to use instead.
-REFUSED: dict[type, str] = {
+_REFUSED: dict[type, str] = {
     GCNConv: "normalises by source degrees: use pyg_dist.nn.DistGCNConv",
     GCN2Conv: "normalises by source degrees: use pyg_dist.nn.DistGCN2Conv",
     ChebConv: "normalises by source degrees and runs K hops per call",
@@ -105,16 +107,16 @@ def register_exact(cls: type, edge_args: tuple[str, ...] = ()) -> None:
     ``forward`` arguments with one row per edge."""
     if not (isinstance(cls, type) and issubclass(cls, MessagePassing)):
         raise TypeError(f"'register_exact' needs a MessagePassing subclass (got {cls!r})")
-    REFUSED.pop(cls, None)
-    EXACT[cls] = Exact(tuple(edge_args))
+    _REFUSED.pop(cls, None)
+    _EXACT_LAYERS[cls] = ExactLayer(tuple(edge_args))
 
 
-def exactness(cls: type) -> Exact:
+def exactness(cls: type) -> ExactLayer:
     """How the generic path runs ``cls``, or an error naming what runs."""
-    if cls in EXACT:
-        return EXACT[cls]
-    supported = ", ".join(sorted(c.__name__ for c in EXACT))
-    reason = REFUSED.get(cls)
+    if cls in _EXACT_LAYERS:
+        return _EXACT_LAYERS[cls]
+    supported = ", ".join(sorted(c.__name__ for c in _EXACT_LAYERS))
+    reason = _REFUSED.get(cls)
     if reason is not None:
         raise ValueError(f"'{cls.__name__}' cannot run distributed exactly: it {reason}; the "
                          f"generic path runs {supported}")
@@ -153,8 +155,10 @@ class DistMessagePassing(DistLayer, MessagePassing):
     ``edge_index`` it is ``conv``; on a :class:`~pyg_dist.DistEdgeIndex` it
     fetches the halo rows of its input through the halo policy and calls
     ``conv`` on the local bipartite graph: sources ``[owned ; halo]``, targets
-    the owned nodes. Exact for the layers of :data:`EXACT` (and any declared
-    with :func:`register_exact`); others are refused, naming the alternatives.
+    the owned nodes. Exact for ``GATConv``, ``GATv2Conv``, ``GINConv``,
+    ``GINEConv``, ``GraphConv``, ``TransformerConv``, ``ResGatedGraphConv``,
+    ``SAGEConv``, ``EdgeConv``, ``LEConv`` and any declared with
+    :func:`register_exact`; others are refused, naming the alternatives.
 
     What crosses the network is the layer's input: the specialised twins
     (:class:`DistGCNConv`, :class:`DistSAGEConv`, :class:`DistGATConv`) send

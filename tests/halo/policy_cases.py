@@ -8,7 +8,6 @@ import torch.distributed as dist
 
 import pyg_dist
 from pyg_dist.halo import (
-    CODECS,
     Adaptive,
     Cached,
     Exact,
@@ -19,6 +18,7 @@ from pyg_dist.halo import (
     Sampled,
     Stale,
 )
+from pyg_dist.halo.compress import CODECS
 from pyg_dist.nn import DistGCNConv, DistSAGEConv
 
 WORLD = 4

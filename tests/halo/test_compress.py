@@ -6,7 +6,6 @@ import torch
 from policy_cases import F_IN
 
 from pyg_dist.halo import (
-    CODECS,
     Adaptive,
     Cached,
     Exact,
@@ -17,6 +16,7 @@ from pyg_dist.halo import (
     get_codec,
     parse_policy,
 )
+from pyg_dist.halo.compress import CODECS
 
 
 def rows(seed):

@@ -6,7 +6,8 @@ import torch
 from graphs import awkward_graph
 
 import pyg_dist
-from pyg_dist.halo import HaloChannel, exchange_halo
+from pyg_dist.halo import HaloChannel
+from pyg_dist.halo.exchange import exchange_halo
 
 WORLD = 4
 

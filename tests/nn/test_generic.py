@@ -59,15 +59,15 @@ def test_layers_that_cannot_run_exactly_are_refused(layer, match):
 
 
 def test_register_exact_declares_a_layer():
-    from pyg_dist.nn.generic import EXACT, REFUSED
+    from pyg_dist.nn.generic import _EXACT_LAYERS, _REFUSED
 
-    saved = dict(EXACT), dict(REFUSED)
+    saved = dict(_EXACT_LAYERS), dict(_REFUSED)
     try:
         register_exact(MFConv)
         conv = to_distributed(MFConv(4, 2))
         assert isinstance(conv, DistMessagePassing)
     finally:
-        EXACT.clear()
-        EXACT.update(saved[0])
-        REFUSED.clear()
-        REFUSED.update(saved[1])
+        _EXACT_LAYERS.clear()
+        _EXACT_LAYERS.update(saved[0])
+        _REFUSED.clear()
+        _REFUSED.update(saved[1])

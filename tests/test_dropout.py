@@ -4,7 +4,7 @@ import torch
 from graphs import awkward_graph
 
 import pyg_dist
-from pyg_dist.halo.dropout import _keep, dropped_input
+from pyg_dist.dropout import _keep, dropped_input
 from pyg_dist.nn import dropout
 
 

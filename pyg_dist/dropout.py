@@ -10,6 +10,10 @@ that holds :math:`v` as a halo row get the same mask, so a layer whose input
 is ``dropout(x)`` of a static ``x`` fetches the halo of ``x`` once and applies
 the mask itself: bit for bit the rows the owner would have sent, at no
 per-step traffic.
+
+Users call it as :func:`pyg_dist.nn.dropout`. It lives outside
+:mod:`pyg_dist.nn` because the halo layer (:class:`~pyg_dist.halo.LayerHalo`)
+recognises a dropped input, and must not import the layers.
 """
 from __future__ import annotations
 
