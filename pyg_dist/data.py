@@ -18,7 +18,7 @@ from pyg_dist.halo.policy import HaloPolicy
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
 from pyg_dist.partitioning.io import PartitionMeta, read_meta, read_part
 
-__all__ = ["DistData", "DistEdgeIndex"]
+__all__ = ["DistData", "DistEdgeIndex", "Adj"]
 
 
 class DistEdgeIndex:
@@ -142,6 +142,11 @@ class DistEdgeIndex:
             f"DistEdgeIndex(rank={self.plan.rank}/{self.plan.world_size}, "
             f"num_owned={self.num_owned}, num_halo={self.num_halo}, num_edges={self.num_edges})"
         )
+
+
+#: A layer's ``edge_index``: PyG's ``[2, num_edges]`` tensor (the layer runs as
+#: the PyG layer does) or a :class:`DistEdgeIndex` (it runs distributed).
+Adj = Tensor | DistEdgeIndex
 
 
 class DistData:

@@ -7,6 +7,8 @@ from typing import Any
 
 from torch import Tensor
 
+from pyg_dist.halo import HaloPolicy
+
 __all__ = ["check_distributed", "halo_repr"]
 
 
@@ -41,6 +43,6 @@ def check_distributed(layer: Any, x: Any, reductions: tuple[str, ...] | None = N
         )
 
 
-def halo_repr(policy: Any) -> str:
+def halo_repr(policy: HaloPolicy | None) -> str:
     """``, halo=<policy>`` for a layer's __repr__, or nothing for the default."""
     return "" if policy is None else f", halo={policy!r}"

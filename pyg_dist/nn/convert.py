@@ -1,11 +1,10 @@
 """``to_distributed``: any PyG model, made distributed in place."""
 from __future__ import annotations
 
-from typing import Any
-
 from torch import nn
 from torch_geometric.nn import GATConv, GCN2Conv, GCNConv, MessagePassing, SAGEConv
 
+from pyg_dist.halo import HaloPolicy
 from pyg_dist.nn.gat_conv import DistGATConv
 from pyg_dist.nn.gcn2_conv import DistGCN2Conv
 from pyg_dist.nn.gcn_conv import DistGCNConv
@@ -21,7 +20,7 @@ _TWINS: dict[type, type] = {GCNConv: DistGCNConv, SAGEConv: DistSAGEConv, GATCon
                             GCN2Conv: DistGCN2Conv}
 
 
-def to_distributed(model: nn.Module, halo: Any = None) -> nn.Module:
+def to_distributed(model: nn.Module, halo: HaloPolicy | None = None) -> nn.Module:
     """Returns ``model`` with every layer made distributed, in place: each
     message-passing layer becomes its specialised twin (:class:`DistGCNConv`,
     :class:`DistSAGEConv`, :class:`DistGATConv`, :class:`DistGCN2Conv`) or runs

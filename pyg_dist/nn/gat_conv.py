@@ -10,9 +10,9 @@ from torch import Tensor
 from torch_geometric.nn import GATConv
 from torch_geometric.utils import scatter
 
-from pyg_dist.data import DistEdgeIndex
+from pyg_dist.data import Adj, DistEdgeIndex
 from pyg_dist.dropout import shared_scale
-from pyg_dist.halo import LayerHalo
+from pyg_dist.halo import HaloPolicy, LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import gat, gat_attention
@@ -102,7 +102,7 @@ class DistGATConv(DistLayer, GATConv):
         fill_value: Any = "mean",
         bias: bool = True,
         residual: bool = False,
-        halo: Any = None,
+        halo: HaloPolicy | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(in_channels, out_channels, heads=heads, concat=concat,
@@ -112,7 +112,7 @@ class DistGATConv(DistLayer, GATConv):
         self.halo = halo
 
     def forward(  # type: ignore[override]
-        self, x: Any, edge_index: Any, edge_attr: Tensor | None = None, size: Any = None,
+        self, x: Any, edge_index: Adj, edge_attr: Tensor | None = None, size: Any = None,
         return_attention_weights: bool | None = None,
     ) -> Any:
         if not isinstance(edge_index, DistEdgeIndex):

@@ -7,8 +7,8 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import GCN2Conv
 
-from pyg_dist.data import DistEdgeIndex
-from pyg_dist.halo import LayerHalo
+from pyg_dist.data import Adj, DistEdgeIndex
+from pyg_dist.halo import HaloPolicy, LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.gcn_conv import REDUCTIONS, GCNAggregation
 from pyg_dist.nn.twin import DistLayer
@@ -85,7 +85,7 @@ class DistGCN2Conv(GCNAggregation, DistLayer, GCN2Conv):
         cached: bool = False,
         add_self_loops: bool = True,
         normalize: bool = True,
-        halo: Any = None,
+        halo: HaloPolicy | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(channels, alpha, theta=theta, layer=layer,
@@ -94,7 +94,7 @@ class DistGCN2Conv(GCNAggregation, DistLayer, GCN2Conv):
         self.halo = halo
 
     def forward(  # type: ignore[override]
-        self, x: Tensor, x_0: Tensor, edge_index: Any, edge_weight: Tensor | None = None
+        self, x: Tensor, x_0: Tensor, edge_index: Adj, edge_weight: Tensor | None = None
     ) -> Tensor:
         if isinstance(edge_index, DistEdgeIndex):
             return self.dist_forward(x, x_0, edge_index, edge_weight)

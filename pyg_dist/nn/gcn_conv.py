@@ -7,8 +7,8 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import GCNConv
 
-from pyg_dist.data import DistEdgeIndex
-from pyg_dist.halo import HaloRows, LayerHalo
+from pyg_dist.data import Adj, DistEdgeIndex
+from pyg_dist.halo import HaloPolicy, HaloRows, LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.gcn_norm import gcn_adjacency
 from pyg_dist.nn.twin import DistLayer
@@ -126,7 +126,7 @@ class DistGCNConv(GCNAggregation, DistLayer, GCNConv):
         add_self_loops: bool | None = None,
         normalize: bool = True,
         bias: bool = True,
-        halo: Any = None,
+        halo: HaloPolicy | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
@@ -134,7 +134,7 @@ class DistGCNConv(GCNAggregation, DistLayer, GCNConv):
         self.halo = halo
 
     def forward(  # type: ignore[override]
-        self, x: Tensor, edge_index: Any, edge_weight: Tensor | None = None
+        self, x: Tensor, edge_index: Adj, edge_weight: Tensor | None = None
     ) -> Tensor:
         if isinstance(edge_index, DistEdgeIndex):
             return self.dist_forward(x, edge_index, edge_weight)

@@ -10,11 +10,10 @@ for fixed edge weights, every call (differentiably) for weights that require gra
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
+from pyg_dist.data import DistEdgeIndex
 from pyg_dist.halo import HaloRows, LayerHalo
 from pyg_dist.halo.exchange import exchange_halo
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
@@ -28,7 +27,7 @@ __all__ = [
 ]
 
 
-def self_loop_structure(edge_index: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def self_loop_structure(edge_index: DistEdgeIndex) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The local CSR with existing self-loops removed and one loop appended to
     every row, cached per graph.
 
@@ -55,7 +54,7 @@ def self_loop_structure(edge_index: Any) -> tuple[Tensor, Tensor, Tensor, Tensor
 
 
 def dist_gcn_norm(
-    edge_index: Any,
+    edge_index: DistEdgeIndex,
     edge_weight: Tensor | None,
     improved: bool,
     add_self_loops: bool,
@@ -74,7 +73,7 @@ def dist_gcn_norm(
 
 
 def owned_degree(
-    edge_index: Any,
+    edge_index: DistEdgeIndex,
     edge_weight: Tensor | None,
     improved: bool,
     add_self_loops: bool,
@@ -105,7 +104,7 @@ def owned_degree(
 
 
 def halo_degree(
-    edge_index: Any,
+    edge_index: DistEdgeIndex,
     edge_weight: Tensor | None,
     improved: bool,
     add_self_loops: bool,
@@ -138,7 +137,7 @@ def halo_degree(
 
 
 def gcn_adjacency(
-    edge_index: Any,
+    edge_index: DistEdgeIndex,
     edge_weight: Tensor | None,
     fetched: HaloRows,
     halo: LayerHalo,

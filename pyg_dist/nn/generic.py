@@ -48,8 +48,8 @@ from torch_geometric.nn import (
 )
 from torch_geometric.nn.aggr import Aggregation, PatchTransformerAggregation
 
-from pyg_dist.data import DistEdgeIndex
-from pyg_dist.halo import LayerHalo
+from pyg_dist.data import Adj, DistEdgeIndex
+from pyg_dist.halo import HaloPolicy, LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.twin import DistLayer
 
@@ -173,7 +173,7 @@ class DistMessagePassing(DistLayer, MessagePassing):
 
     pyg_class = MessagePassing
 
-    def __new__(cls, conv: MessagePassing | None = None, halo: Any = None,
+    def __new__(cls, conv: MessagePassing | None = None, halo: HaloPolicy | None = None,
                 halo_name: str | None = None) -> Any:
         if conv is None:  # unpickling and copying make an empty instance first
             return super().__new__(cls)
@@ -187,14 +187,14 @@ class DistMessagePassing(DistLayer, MessagePassing):
         conv.halo_name = halo_name or getattr(conv, "halo_name", None)
         return conv
 
-    def __init__(self, conv: MessagePassing | None = None, halo: Any = None,
+    def __init__(self, conv: MessagePassing | None = None, halo: HaloPolicy | None = None,
                  halo_name: str | None = None) -> None:
         """Nothing to do: :meth:`__new__` adopted the initialised layer."""
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         return _rebuild, (self.pyg_class, self.__dict__.copy())
 
-    def forward(self, x: Any, edge_index: Any, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, x: Any, edge_index: Adj, *args: Any, **kwargs: Any) -> Any:
         if isinstance(edge_index, DistEdgeIndex):
             return propagate_with_halo(self, super().forward, x, edge_index, *args, **kwargs)
         return super().forward(x, edge_index, *args, **kwargs)

@@ -9,8 +9,8 @@ from torch import Tensor
 from torch.nn.parameter import UninitializedParameter
 from torch_geometric.nn import SAGEConv
 
-from pyg_dist.data import DistEdgeIndex
-from pyg_dist.halo import LayerHalo
+from pyg_dist.data import Adj, DistEdgeIndex
+from pyg_dist.halo import HaloPolicy, LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.generic import propagate_with_halo
 from pyg_dist.nn.twin import DistLayer
@@ -84,14 +84,14 @@ class DistSAGEConv(DistLayer, SAGEConv):
         root_weight: bool = True,
         project: bool = False,
         bias: bool = True,
-        halo: Any = None,
+        halo: HaloPolicy | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(in_channels, out_channels, aggr=aggr, normalize=normalize,
                          root_weight=root_weight, project=project, bias=bias, **kwargs)
         self.halo = halo
 
-    def forward(self, x: Any, edge_index: Any, size: Any = None,  # type: ignore[override]
+    def forward(self, x: Any, edge_index: Adj, size: Any = None,  # type: ignore[override]
                 edge_weight: Tensor | None = None) -> Tensor:
         fast = isinstance(self.aggr, str) and self.aggr in FAST_AGGRS
         if edge_weight is not None and not (isinstance(edge_index, DistEdgeIndex) and fast

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from pyg_dist.halo import HaloPolicy
 from pyg_dist.nn.checks import halo_repr
 
 __all__ = ["DistLayer"]
@@ -24,7 +25,7 @@ class DistLayer:
 
     #: The PyG layer this Dist layer extends.
     pyg_class: ClassVar[Any]
-    halo: Any = None
+    halo: HaloPolicy | None = None
     halo_name: str | None = None
 
     def __prepare_scriptable__(self) -> Any:
