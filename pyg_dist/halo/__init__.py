@@ -41,7 +41,7 @@ from pyg_dist.halo.pipelined import Pipelined
 from pyg_dist.halo.plan import HaloPlan
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState, transient
 from pyg_dist.halo.sampled import Sampled
-from pyg_dist.halo.spec import parse_policy
+from pyg_dist.halo.spec import parse_policy, spellings
 from pyg_dist.halo.stale import Stale
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "Isolated",
     "Auto",
     "parse_policy",
+    "SPECS",
     # writing a policy
     "HaloPolicy",
     "HaloRows",
@@ -71,3 +72,7 @@ __all__ = [
     "HaloRegistry",
     "Ledger",
 ]
+
+#: How specs spell the policies above (``"stale:K"``, ...), for help texts;
+#: :func:`~pyg_dist.halo.spec.spellings` adds policies registered since.
+SPECS = spellings()

@@ -61,6 +61,7 @@ class Pipelined(HaloPolicy):
 
     name = "pipelined"
     primary = "smoothing"
+    usage = "pipelined[:SMOOTHING]"
 
     def __init__(self, smoothing: float | None = None, compress: str | None = None,
                  cache_inputs: bool = True) -> None:

@@ -115,6 +115,9 @@ class HaloPolicy:
     name = ""
     #: The argument a spec gives after the colon (``every`` in ``"stale:4"``).
     primary: str | None = None
+    #: How help and errors spell the spec (``"stale:K"``); empty: the name,
+    #: with ``:PRIMARY`` if it takes one.
+    usage = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Registers a subclass that names itself in :data:`POLICIES`, so that

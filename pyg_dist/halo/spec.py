@@ -18,17 +18,10 @@ __all__ = ["parse_policy", "spellings"]
 
 
 def spellings() -> tuple[str, ...]:
-    """How a spec spells each policy, by name (``"stale:EVERY"``,
-    ``"pipelined[:SMOOTHING]"``, ...): what :func:`parse_policy` reads."""
-    out = []
-    for name, cls in sorted(POLICIES.items()):
-        if cls.primary is None:
-            out.append(name)
-            continue
-        default = inspect.signature(cls.__init__).parameters[cls.primary].default
-        argument = f":{cls.primary.upper()}"
-        out.append(name + (argument if default is inspect.Parameter.empty else f"[{argument}]"))
-    return tuple(out)
+    """How a spec spells each registered policy, by name (``"stale:K"``,
+    ``"pipelined[:SMOOTHING]"``, ...; :attr:`HaloPolicy.usage`)."""
+    return tuple(cls.usage or (name if cls.primary is None else f"{name}:{cls.primary.upper()}")
+                 for name, cls in sorted(POLICIES.items()))
 
 
 def parse_policy(spec: str, compress: str | None = None, cache_inputs: bool = True) -> HaloPolicy:

@@ -35,6 +35,7 @@ class Stale(ReusePolicy):
 
     name = "stale"
     primary = "every"
+    usage = "stale:K"
 
     def __init__(self, every: int, stale_grads: str = "accumulate", compress: str | None = None,
                  cache_inputs: bool = True) -> None:

@@ -2,7 +2,7 @@
 your own included, and names are not taken twice."""
 import pytest
 
-from pyg_dist.halo import Exact, HaloPolicy, HaloRows, parse_policy
+from pyg_dist.halo import SPECS, Exact, HaloPolicy, HaloRows, parse_policy
 from pyg_dist.halo.policy import POLICIES
 from pyg_dist.halo.spec import spellings
 
@@ -10,7 +10,8 @@ from pyg_dist.halo.spec import spellings
 def test_every_policy_is_registered_with_its_spelling():
     assert sorted(POLICIES) == ["adaptive", "auto", "cached", "exact", "isolated", "pipelined",
                                 "sampled", "stale"]
-    assert "stale:EVERY" in spellings() and "pipelined[:SMOOTHING]" in spellings()
+    assert "stale:K" in spellings() and "pipelined[:SMOOTHING]" in spellings()
+    assert SPECS == spellings()
     with pytest.raises(ValueError, match="use one of adaptive:TOL, auto, cached, exact"):
         parse_policy("every_other")
 
@@ -35,7 +36,7 @@ def test_a_policy_of_your_own_is_read_once_defined():
         assert isinstance(policy, EveryOther) and policy.phase == 1
         assert policy.codec is not None and policy.codec.name == "int8"
         assert parse_policy(policy.spec()) == policy
-        assert "every_other[:PHASE]" in spellings()
+        assert "every_other:PHASE" in spellings()
     finally:
         POLICIES.pop("every_other", None)
 
