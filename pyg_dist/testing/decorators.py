@@ -92,7 +92,8 @@ def _triton_backend_reason() -> str:
 def _ptxas_reason() -> str:
     if not pyg_dist_typing.WITH_TRITON:
         return "Triton is not installed or does not import"
-    root = os.path.dirname(pyg_dist_typing.triton.__file__)  # type: ignore[union-attr]
+    triton_file = str(getattr(pyg_dist_typing.triton, "__file__", ""))
+    root = os.path.dirname(triton_file)
     if os.path.exists(os.path.join(root, "backends", "nvidia", "bin", "ptxas")):
         return ""
     return "Triton's NVIDIA backend (ptxas) is missing"

@@ -8,6 +8,7 @@ from tolerances import assert_close
 from torch_geometric.data import Data
 
 import pyg_dist
+from pyg_dist.config import Checkpoint
 from pyg_dist.halo import Auto, Isolated, Stale, parse_policy
 from pyg_dist.halo.auto import probes
 from pyg_dist.halo.auto.cost import tau
@@ -107,8 +108,8 @@ def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=Non
             raise Interrupted(f"stopped at epoch {stats.epoch}")
 
     try:
-        result = train(model, data, epochs=epochs, progress=False, callback=stop,
-                       checkpoint=ckpt, checkpoint_every=2 if ckpt else 0, resume=resume)
+        result = train(model, data, epochs, progress=False, callback=stop,
+                       checkpoint=Checkpoint(ckpt, every=2, resume=resume) if ckpt else None)
     except Interrupted:
         return None
     return {
