@@ -17,6 +17,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyg_dist.partitioning.io import read_meta, read_part
 from pyg_dist.peers import interface_address, package_versions
 
 __all__ = ["Check", "check_host", "check_interface", "check_master", "check_parts",
@@ -159,8 +160,6 @@ def check_parts(parts_dir: str | os.PathLike, nnodes: int, node_rank: int,
                 nproc_per_node: int) -> Check:
     """``parts_dir`` must hold ``meta.json`` for ``nnodes * nproc_per_node``
     parts and the intact part files of this node's ranks."""
-    from pyg_dist.partitioning.io import read_meta, read_part
-
     world = nnodes * nproc_per_node
     ranks = range(node_rank * nproc_per_node, (node_rank + 1) * nproc_per_node)
     try:

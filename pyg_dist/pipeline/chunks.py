@@ -20,6 +20,7 @@ from pyg_dist.data import DistEdgeIndex
 from pyg_dist.halo.comm import exchange_rows
 from pyg_dist.halo.exchange import Route
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
+from pyg_dist.partitioning.cut import metis_cut
 
 __all__ = ["Chunking", "Chunk", "ChunkAdjacency", "chunk_labels"]
 
@@ -149,8 +150,6 @@ def chunk_labels(graph: DistEdgeIndex, count: int, seed: int = 0) -> Tensor:
     contiguous = torch.arange(num_owned, device=device) * count // num_owned
     if not pyg_dist_typing.WITH_METIS:
         return contiguous
-    from pyg_dist.partitioning.cut import metis_cut
-
     row, col = graph.row().cpu(), graph.col.cpu()
     own = col < num_owned
     labels = metis_cut(torch.stack([col[own], row[own]]), num_owned, count, seed).to(device)

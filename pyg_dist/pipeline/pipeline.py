@@ -14,6 +14,7 @@ from pyg_dist.data import DistData, DistEdgeIndex
 from pyg_dist.halo.exchange import exchange_route
 from pyg_dist.halo.ledger import GRADIENTS, STAGE
 from pyg_dist.metrics import accuracies
+from pyg_dist.models import DeepGNN
 from pyg_dist.ops import spmm
 from pyg_dist.partitioning.io import read_meta
 from pyg_dist.pipeline.chunks import Chunk, Chunking, chunk_labels
@@ -127,8 +128,6 @@ class Pipeline:
     def __init__(self, model: nn.Module, data: Any, stages: int = 1, chunks: int = 1,
                  balance: list[int] | None = None, seed: int = 0,
                  initial_rows: str = "send") -> None:
-        from pyg_dist.models import DeepGNN
-
         if not isinstance(model, DeepGNN):
             raise ValueError(
                 f"the layer pipeline splits a pyg_dist.models.DeepGNN (gcn2, resgcn, ressage), "
