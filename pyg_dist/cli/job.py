@@ -21,7 +21,6 @@ from pyg_dist.config import (
     strategy_from_dict,
 )
 from pyg_dist.datasets.load import DATASETS
-from pyg_dist.models import DEEP_MODELS
 from pyg_dist.partitioning.cut import METHODS
 
 __all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "DEFAULT_PARTS", "resolve"]
@@ -154,12 +153,6 @@ class Job:
                    Run.from_dict(values.get("run", {})))
 
 
-#: The sections of a job's dictionary, by option class (strategies apart).
-SECTIONS: dict[str, type[Options]] = {"graph": Graph, "model": Model, "grad_sync": GradSync,
-                                      "optimizer": Adam, "evaluation": Evaluation,
-                                      "checkpoint": Checkpoint, "run": Run}
-
-
 def resolve(base: dict[str, Any], given: dict[str, dict[str, Any]]) -> Job:
     """The job of a config dictionary ``base`` (a job's :meth:`Job.to_dict`,
     possibly partial) with the command line's ``given`` options on top
@@ -214,6 +207,3 @@ def _shared(key: str) -> bool:
     """Whether several strategies have field ``key`` (it names none of them)."""
     return sum(key in _fields(cls) for cls in STRATEGIES.values()) > 1
 
-
-def is_deep(job: Job) -> bool:
-    return job.model.name in DEEP_MODELS
