@@ -14,7 +14,8 @@ strategy                                what crosses the network each step
 ======================================  ==========================================
 
 Beside the strategy: :class:`GradSync` (how gradients are summed),
-:class:`Adam` (the default optimizer's settings), :class:`Evaluation` and
+:class:`Adam` (the default optimizer's settings and its :class:`LRSchedule`),
+:class:`Evaluation` (when to evaluate, and when to stop) and
 :class:`Checkpoint`. Each object checks its own fields when it is made, with
 an error that names the fix, and reads and writes itself as a dictionary of
 plain values (:meth:`Options.to_dict`, :meth:`Options.from_dict`), which is
@@ -29,6 +30,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from torch.optim import lr_scheduler
+
 from pyg_dist.grads.spec import GRAD_COMPRESS_CHOICES, parse_grad_compress
 from pyg_dist.halo import SPECS, HaloPolicy, parse_policy
 from pyg_dist.halo.compress import CODECS
@@ -38,7 +41,8 @@ from pyg_dist.regroup.schedule import SCHEMES
 from pyg_dist.regroup.trainer import SOURCES
 
 __all__ = ["Options", "GraphParallel", "GradientOnly", "LayerPipeline", "Strategy", "GradSync",
-           "Adam", "Evaluation", "Checkpoint", "STRATEGIES", "option", "strategy_from_dict"]
+           "Adam", "LRSchedule", "Evaluation", "Checkpoint", "STRATEGIES", "SCHEDULES", "STOPS",
+           "option", "strategy_from_dict", "parse_phases"]
 
 
 def option(default: Any, help: str, *, type: Any = None, choices: tuple[str, ...] | None = None,
@@ -125,15 +129,73 @@ class GraphParallel(Options):
             sets none (a policy or its spec, e.g. ``"stale:4,compress=int8"``
             or ``"auto"``); :obj:`None` keeps the graph's default (what
             :meth:`DistData.load` was given, else exact). (default: :obj:`None`)
+        phases (tuple, optional): A schedule of policies: ``(epoch, policy)``
+            pairs, each policy the default from that epoch on (every rank
+            switches at the same step), e.g. ``((150, "exact"),)`` trains
+            under ``halo`` until epoch 149 and exactly from epoch 150; or
+            their spelling ``"150=exact"`` (``;`` between pairs).
+            (default: :obj:`()`)
     """
 
     name: ClassVar[str] = "graph-parallel"
     halo: HaloPolicy | str | None = option(
-        None, f"{', '.join(SPECS)}; any with ,compress={'|'.join(CODECS)}", type=str,
+        None, f"{'|'.join(SPECS)}, each [,compress={'|'.join(CODECS)}]", type=str,
         metavar="POLICY")
+    phases: tuple[tuple[int, HaloPolicy | str], ...] = option(
+        (), "then policies by epoch: E=POLICY[;E=...]", type=str, metavar="SCHEDULE")
 
     def check(self) -> None:
         _policy(type(self), "halo", self.halo)
+        object.__setattr__(self, "phases", parse_phases(self.phases))
+
+    def policy_at(self, epoch: int) -> HaloPolicy | str | None:
+        """The default policy of ``epoch`` (1-based): the last phase started
+        by then, else ``halo``."""
+        current = self.halo
+        for start, policy in self.phases:
+            if start <= epoch:
+                current = policy
+        return current
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["phases"] = ";".join(f"{start}={_plain(policy)}" for start, policy in self.phases)
+        return out
+
+
+def parse_phases(value: Any) -> tuple[tuple[int, HaloPolicy | str], ...]:
+    """``(epoch, policy)`` pairs in increasing epoch order from pairs or
+    their spelling ``"150=exact;180=stale:2"``; raises naming the fix."""
+    fix = ("give (epoch, policy) pairs, e.g. ((150, 'exact'),), or '150=exact' "
+           "(';' between pairs)")
+    if isinstance(value, str):
+        pairs: list[Any] = []
+        for item in filter(None, (p.strip() for p in value.split(";"))):
+            start, eq, spec = item.partition("=")
+            if not eq or not start.strip().isdigit():
+                raise ValueError(f"GraphParallel(phases={value!r}): '{item}' is not "
+                                 f"EPOCH=POLICY; {fix}")
+            pairs.append((int(start), spec.strip()))
+        value = pairs
+    if not isinstance(value, (tuple, list)):
+        raise ValueError(f"GraphParallel(phases={value!r}): {fix}")
+    out = []
+    for pair in value:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"GraphParallel(phases={value!r}): {pair!r} is no pair; {fix}")
+        start, policy = pair
+        if isinstance(start, bool) or not isinstance(start, int) or start < 1:
+            raise ValueError(f"GraphParallel(phases={value!r}): a phase starts at an epoch "
+                             f">= 1 (got {start!r}); {fix}")
+        _policy(GraphParallel, "phases", policy)
+        if policy is None:
+            raise ValueError(f"GraphParallel(phases={value!r}): every phase names a policy")
+        out.append((start, policy))
+    starts = [start for start, _ in out]
+    if starts != sorted(set(starts)):
+        raise ValueError(f"GraphParallel(phases={value!r}): phases start at increasing, "
+                         f"distinct epochs")
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -267,29 +329,154 @@ class GradSync(Options):
         return "none" if parsed is None else parsed.spec()
 
 
+#: Learning-rate schedules of :class:`LRSchedule`.
+SCHEDULES = ("constant", "cosine", "plateau")
+
+
+@dataclass(frozen=True)
+class LRSchedule(Options):
+    """A learning-rate schedule, built on :mod:`torch.optim.lr_scheduler` for
+    the optimizer :func:`~pyg_dist.train.train` makes; spelled
+    ``KIND[,KEY=VALUE...]`` on the command line (``"cosine,warmup=10"``).
+
+    Args:
+        kind (str, optional): ``"constant"``, ``"cosine"`` (annealed to
+            ``min_lr`` at the last epoch) or ``"plateau"`` (the rate times
+            ``factor`` after ``patience`` evaluations without a better
+            validation accuracy). (default: :obj:`"constant"`)
+        warmup (int, optional): Epochs of linear warm-up from
+            ``lr / (warmup + 1)`` (not with ``"plateau"``). (default: :obj:`0`)
+        min_lr (float, optional): The lowest rate. (default: :obj:`0.0`)
+        factor (float, optional): ``"plateau"``'s factor. (default: :obj:`0.5`)
+        patience (int, optional): ``"plateau"``'s evaluations to wait.
+            (default: :obj:`10`)
+    """
+
+    kind: str = "constant"
+    warmup: int = 0
+    min_lr: float = 0.0
+    factor: float = 0.5
+    patience: int = 10
+
+    def check(self) -> None:
+        cls = type(self)
+        _choice(cls, "kind", self.kind, SCHEDULES)
+        _int(cls, "warmup", self.warmup, 0, "it counts epochs")
+        _int(cls, "patience", self.patience, 0, "it counts evaluations")
+        if self.kind == "plateau" and self.warmup:
+            raise ValueError("LRSchedule('plateau', warmup=...): a plateau schedule takes no "
+                             "warm-up; use 'cosine,warmup=N' or 'constant,warmup=N'")
+        if not _number(self.min_lr) or self.min_lr < 0:
+            raise ValueError(f"LRSchedule(min_lr={self.min_lr!r}): use a rate >= 0")
+        if not _number(self.factor) or not 0 < self.factor < 1:
+            raise ValueError(f"LRSchedule(factor={self.factor!r}): use a factor in (0, 1)")
+
+    @classmethod
+    def parse(cls, spec: str) -> LRSchedule:
+        """The schedule ``"KIND[,KEY=VALUE...]"`` spells (:meth:`spec` reversed)."""
+        kind, *pairs = [p.strip() for p in spec.split(",")]
+        kinds = {f.name: f.type for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {"kind": kind}
+        for pair in pairs:
+            key, eq, text = pair.partition("=")
+            if not eq or key not in kinds or key == "kind":
+                raise ValueError(f"bad learning-rate schedule '{spec}': '{pair}' is not "
+                                 f"KEY=VALUE with KEY one of warmup, min_lr, factor, patience")
+            try:
+                values[key] = int(text) if kinds[key] == "int" else float(text)
+            except ValueError:
+                raise ValueError(f"bad learning-rate schedule '{spec}': {key} takes a "
+                                 f"number, got '{text}'") from None
+        return cls(**values)
+
+    def spec(self) -> str:
+        """``"KIND[,KEY=VALUE...]"`` with the fields that differ from the defaults."""
+        base = LRSchedule()
+        return ",".join([self.kind, *(f"{f.name}={getattr(self, f.name)}"
+                                      for f in dataclasses.fields(self)
+                                      if f.name != "kind"
+                                      and getattr(self, f.name) != getattr(base, f.name))])
+
+    def build(self, optimizer: Any, epochs: int) -> Any:
+        """The :mod:`torch.optim.lr_scheduler` object of this schedule for
+        ``optimizer`` over ``epochs`` steps (:obj:`None` for a constant rate)."""
+        if self.kind == "plateau":
+            return lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=self.factor,
+                                                  patience=self.patience, min_lr=self.min_lr)
+        warm = (lr_scheduler.LinearLR(optimizer, start_factor=1.0 / (self.warmup + 1),
+                                      total_iters=self.warmup) if self.warmup else None)
+        if self.kind == "constant":
+            return warm
+        cosine = lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, epochs - self.warmup),
+                                                eta_min=self.min_lr)
+        if warm is None:
+            return cosine
+        return lr_scheduler.SequentialLR(optimizer, [warm, cosine], milestones=[self.warmup])
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
+def _schedule(value: Any) -> Any:
+    """A schedule from a schedule or its spelling; raises naming the fix."""
+    if value is None or isinstance(value, LRSchedule):
+        return value
+    if isinstance(value, str):
+        try:
+            return LRSchedule.parse(value)
+        except ValueError as exc:
+            raise ValueError(f"Adam(schedule={value!r}): {exc}") from None
+    if isinstance(value, dict):
+        return LRSchedule(**value)
+    raise ValueError(f"Adam(schedule={value!r}): give an LRSchedule or its spelling, e.g. "
+                     f"'cosine,warmup=10' or 'plateau,factor=0.5'")
+
+
 @dataclass(frozen=True)
 class Adam(Options):
     """The default optimizer, :class:`torch.optim.Adam` with these settings
-    (``train`` also takes any :class:`torch.optim.Optimizer` instead).
+    (``train`` also takes any :class:`torch.optim.Optimizer` instead, alone or
+    with its scheduler as a pair).
 
     Args:
         lr (float, optional): Learning rate. (default: :obj:`0.01`)
         weight_decay (float, optional): L2 weight decay. (default: :obj:`5e-4`)
+        schedule (LRSchedule or str, optional): The learning rate over the
+            epochs, or its spelling (``"cosine,warmup=10"``); :obj:`None` is
+            constant. (default: :obj:`None`)
     """
 
     lr: float = option(0.01, "Adam's learning rate", metavar="LR")
     weight_decay: float = option(5e-4, "Adam's weight decay", metavar="WD")
+    schedule: LRSchedule | str | None = option(
+        None, f"{'|'.join(SCHEDULES)}[,warmup=N,...]", type=str, metavar="SPEC")
 
     def check(self) -> None:
         for name in ("lr", "weight_decay"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"Adam({name}={value!r}): use a number >= 0")
+        object.__setattr__(self, "schedule", _schedule(self.schedule))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        schedule = self.schedule
+        out["schedule"] = schedule.spec() if isinstance(schedule, LRSchedule) else schedule
+        return out
+
+
+#: Why training stopped (``TrainResult.stopped``): the last epoch ran, the
+#: target was reached, the patience or the time budget ran out.
+STOPS = ("epochs", "target", "patience", "time_budget")
 
 
 @dataclass(frozen=True)
 class Evaluation(Options):
-    """When and how the model is evaluated (global accuracies on the three masks).
+    """When and how the model is evaluated (global accuracies on the three
+    masks), and the rules that stop training before its last epoch. Every rank
+    takes the same decision: accuracies are global and the budget is checked
+    on the slowest rank's clock.
 
     Args:
         every (int, optional): Evaluate every this many epochs (and after the
@@ -298,15 +485,43 @@ class Evaluation(Options):
         halo (HaloPolicy or str, optional): Halo policy of evaluation (a
             policy or its spec); :obj:`None` is exact, whatever the training
             policy. Booked as ``halo_bytes_eval``. (default: :obj:`None`)
+        target_acc (float, optional): Stop at the first evaluation whose
+            validation accuracy reaches this, in (0, 1]. (default: :obj:`None`)
+        patience (int, optional): Stop after this many evaluations in a row
+            without a better validation accuracy. (default: :obj:`None`)
+        time_budget (float, optional): Stop (after evaluating) at the end of
+            the first epoch by which training has run this many seconds.
+            (default: :obj:`None`)
     """
 
     every: int = option(1, "evaluate every N epochs", metavar="N")
     halo: HaloPolicy | str | None = option(None, "policy of evaluation (default: exact)",
                                            type=str, metavar="POLICY")
+    target_acc: float | None = option(None, "stop at this validation accuracy", type=float,
+                                      metavar="A")
+    patience: int | None = option(None, "stop after N evaluations without gain", type=int,
+                                  metavar="N")
+    time_budget: float | None = option(None, "stop after S seconds of training", type=float,
+                                       metavar="S")
 
     def check(self) -> None:
-        _int(type(self), "every", self.every, 1, "1 evaluates after every epoch")
-        _policy(type(self), "halo", self.halo)
+        cls = type(self)
+        _int(cls, "every", self.every, 1, "1 evaluates after every epoch")
+        _policy(cls, "halo", self.halo)
+        if self.target_acc is not None and (not _number(self.target_acc)
+                                            or not 0 < self.target_acc <= 1):
+            raise ValueError(f"Evaluation(target_acc={self.target_acc!r}): an accuracy is a "
+                             f"fraction in (0, 1], e.g. 0.72 for 72%")
+        if self.patience is not None:
+            _int(cls, "patience", self.patience, 1, "or None to wait for the last epoch")
+        if self.time_budget is not None and (not _number(self.time_budget)
+                                             or not self.time_budget > 0):
+            raise ValueError(f"Evaluation(time_budget={self.time_budget!r}): give seconds > 0, "
+                             f"or None for no budget")
+
+    @property
+    def stops_early(self) -> bool:
+        return (self.target_acc, self.patience, self.time_budget) != (None, None, None)
 
 
 @dataclass(frozen=True)

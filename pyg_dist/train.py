@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.optim import lr_scheduler
 
 from pyg_dist import distributed
 from pyg_dist.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
@@ -23,6 +24,7 @@ from pyg_dist.config import (
     GradSync,
     GraphParallel,
     LayerPipeline,
+    LRSchedule,
     Strategy,
     as_policy,
 )
@@ -70,13 +72,22 @@ class EpochStats:
     regroup_seconds: float = 0.0
     stage_bytes: int = 0
     stage_seconds: float = 0.0
+    #: Whether the accuracies were measured after this epoch (else repeated).
+    evaluated: bool = True
+    #: The learning rate of this epoch's step (of the first parameter group).
+    lr: float = 0.0
 
 
 @dataclass
 class TrainResult:
     """What :func:`train` returns: the history, the test accuracy at the epoch
-    of best validation accuracy, and what policies that choose for themselves
-    (:class:`~pyg_dist.halo.Auto`) chose per layer, predicted and measured."""
+    of best validation accuracy, what policies that choose for themselves
+    (:class:`~pyg_dist.halo.Auto`) chose per layer, predicted and measured,
+    and why training stopped (one of :data:`~pyg_dist.config.STOPS`).
+
+    ``time_to_target`` are the seconds of training (evaluations included)
+    until validation accuracy first reached the evaluation's ``target_acc``,
+    ``epochs_to_target`` the epochs; :obj:`None` while it has not."""
 
     history: list[EpochStats] = field(default_factory=list)
     best_epoch: int = 0
@@ -84,6 +95,9 @@ class TrainResult:
     test_acc: float = 0.0
     seconds: float = 0.0
     halo_choices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stopped: str = "epochs"
+    time_to_target: float | None = None
+    epochs_to_target: int | None = None
 
     @property
     def epochs(self) -> int:
@@ -118,6 +132,10 @@ class TrainResult:
             "overlap_fraction": round(overlapped / (comm + overlapped), 4)
             if comm + overlapped > 0 else 0.0,
             "seconds": round(self.seconds, 3),
+            "stopped": self.stopped,
+            "time_to_target": None if self.time_to_target is None
+            else round(self.time_to_target, 3),
+            "epochs_to_target": self.epochs_to_target,
             **({"halo_choices": self.halo_choices} if self.halo_choices else {}),
         }
 
@@ -209,7 +227,7 @@ def train(
     *,
     strategy: Strategy | None = None,
     grad_sync: GradSync | None = None,
-    optimizer: torch.optim.Optimizer | Adam | None = None,
+    optimizer: torch.optim.Optimizer | tuple[torch.optim.Optimizer, Any] | Adam | None = None,
     checkpoint: Checkpoint | None = None,
     evaluation: Evaluation | None = None,
     callback: Callable[[EpochStats], None] | None = None,
@@ -224,28 +242,36 @@ def train(
     single-process step on the whole graph. Parameters start from rank 0's
     values. The model is evaluated on the schedule of ``evaluation`` (exactly
     unless it says otherwise, whatever the training policy); accuracies are
-    global. The returned ``test_acc`` is taken at the epoch of best validation
-    accuracy. Rank 0 shows a tqdm bar.
+    global. Training stops after ``epochs`` steps, or earlier under the
+    evaluation's stop rules (a target accuracy, patience, a time budget). The
+    returned ``test_acc`` is taken at the epoch of best validation accuracy.
+    Rank 0 shows a tqdm bar.
 
     Args:
         model (torch.nn.Module): Called as ``model(data.x, data.edge_index)``;
             returns class logits for the owned nodes.
         data: Needs ``x``, ``y``, ``edge_index`` and ``train_mask`` (``val_mask``
             and ``test_mask`` if present).
-        epochs (int, optional): Optimisation steps in all. (default: :obj:`200`)
+        epochs (int, optional): Optimisation steps at most. (default: :obj:`200`)
         strategy (GraphParallel or GradientOnly or LayerPipeline, optional):
             How the ranks share the work (see :mod:`pyg_dist.config`);
             :obj:`None` is :class:`~pyg_dist.config.GraphParallel` under the
             graph's own halo policy. (default: :obj:`None`)
         grad_sync (GradSync, optional): How gradients are summed; :obj:`None`
             is one exact all-reduce after backward. (default: :obj:`None`)
-        optimizer (torch.optim.Optimizer or Adam, optional): The optimizer, or
-            the settings of the default Adam; :obj:`None` is
-            :class:`~pyg_dist.config.Adam` ``()``. (default: :obj:`None`)
+        optimizer (torch.optim.Optimizer or tuple or Adam, optional): The
+            optimizer; or the pair of an optimizer and its
+            :mod:`torch.optim.lr_scheduler` scheduler (stepped after every
+            epoch, a ``ReduceLROnPlateau`` with ``mode="max"`` after every
+            evaluation, on validation accuracy); or the settings of the
+            default Adam and its :class:`~pyg_dist.config.LRSchedule`;
+            :obj:`None` is :class:`~pyg_dist.config.Adam` ``()``. The
+            scheduler's state is saved in checkpoints. (default: :obj:`None`)
         checkpoint (Checkpoint, optional): Where and how often to write
             checkpoints, and whether to resume from the last. (default: :obj:`None`)
         evaluation (Evaluation, optional): When and under which halo policy
-            to evaluate; :obj:`None` is every epoch, exactly. (default: :obj:`None`)
+            to evaluate, and when to stop early; :obj:`None` is every epoch,
+            exactly, to the last epoch. (default: :obj:`None`)
         callback (callable, optional): Called with every :class:`EpochStats`.
             (default: :obj:`None`)
         progress (bool, optional): Show progress on rank 0. (default: :obj:`True`)
@@ -263,10 +289,8 @@ def train(
     runner = _gradient_only(model, data, strategy)
     _set_halo_plan(data, strategy, evaluation, epochs)
     sync_parameters(model)
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        adam = optimizer or Adam()
-        optimizer = torch.optim.Adam(model.parameters(), lr=adam.lr,
-                                     weight_decay=adam.weight_decay)
+    optimizer, scheduler = _optimizer(model, optimizer, epochs)
+    plateau = isinstance(scheduler, lr_scheduler.ReduceLROnPlateau)
     ledger = getattr(data, "ledger", None)
     sync = (GradientSync(model, grad_sync.compress, ledger, planned_steps=epochs)
             if pipe is None else None)
@@ -276,14 +300,19 @@ def train(
         result = _result_from(extra)
         assert sync is not None, "a layer pipeline takes no checkpoints"
         sync.load_state_dict(extra.get("grad_sync", {}))
+        if scheduler is not None and extra.get("schedule") is not None:
+            scheduler.load_state_dict(extra["schedule"])
         first = done + 1
+    phases = _Phases(data, strategy, first)
+    rules = _StopRules(evaluation, result)
     bar = _progress(epochs, first - 1) if progress and distributed.rank() == 0 else None
-    start = time.perf_counter() - result.seconds
+    start = _clock() - result.seconds
     accs = _last_accuracies(result)
-    every = evaluation.every
     for epoch in range(first, epochs + 1):
-        epoch_start = time.perf_counter()
+        epoch_start = _clock()
+        phases.enter(epoch)
         step = ledger.step if ledger is not None else 0
+        lr = float(optimizer.param_groups[0]["lr"])
         if pipe is not None:
             loss = pipe.train_step(optimizer)
         elif runner is None:
@@ -291,30 +320,41 @@ def train(
         else:
             runner.prepare(epoch)
             loss = train_step(model, runner.data, optimizer, sync, runner.inputs(), runner.scale)
-        evaluated = every <= 1 or epoch % every == 0 or epoch == epochs
+        if scheduler is not None and not plateau:
+            scheduler.step()
+        evaluated = (epoch % evaluation.every == 0 or epoch == epochs
+                     or rules.over_budget(_clock() - start))
         if evaluated:
             accs = evaluate(model, data) if pipe is None else pipe.evaluate()
+            if plateau:
+                scheduler.step(accs[1])
         traffic = _ledger_totals(ledger, step)
         if ledger is not None:
             ledger.next_step()
         stats = EpochStats(epoch, loss, accs[0], accs[1], accs[2], traffic[0], traffic[1],
-                           traffic[2], traffic[3], traffic[4], time.perf_counter() - epoch_start,
-                           *traffic[5:])
+                           traffic[2], traffic[3], traffic[4], _clock() - epoch_start,
+                           traffic[5], traffic[6], traffic[7], traffic[8], traffic[9],
+                           evaluated=evaluated, lr=lr)
         result.history.append(stats)
         if evaluated and (stats.val_acc > result.val_acc or result.best_epoch == 0):
             result.best_epoch = epoch
             result.val_acc, result.test_acc = stats.val_acc, stats.test_acc
-        result.seconds = time.perf_counter() - start
+        result.seconds = _clock() - start
+        stopped = rules.after(stats, result) if evaluated else None
         if checkpoint is not None and checkpoint.every and epoch % checkpoint.every == 0:
             save_checkpoint(checkpoint.dir, epoch, model, optimizer, data,
                             extra={**_result_state(result),
-                                   "grad_sync": sync.state_dict() if sync else {}})
+                                   "grad_sync": sync.state_dict() if sync else {},
+                                   "schedule": scheduler.state_dict() if scheduler else None})
         if bar is not None:
             bar.set_postfix(loss=f"{loss:.4f}", val=f"{stats.val_acc:.3f}",
                             test=f"{stats.test_acc:.3f}", halo_MB=f"{result.halo_bytes / 1e6:.1f}")
             bar.update(1)
         if callback is not None:
             callback(stats)
+        if stopped is not None:
+            result.stopped = stopped
+            break
     if bar is not None:
         bar.close()
     if pipe is not None:
@@ -324,6 +364,95 @@ def train(
     if ledger is not None:
         result.halo_choices = halo_choices(ledger, result.history)
     return result
+
+
+#: The clock of epoch times and the time budget (tests replace it).
+_clock = time.perf_counter
+
+
+class _StopRules:
+    """The evaluation's stop rules: decides after each evaluation whether
+    training stops, and why; the same on every rank."""
+
+    def __init__(self, evaluation: Evaluation, result: TrainResult) -> None:
+        self.evaluation = evaluation
+        # Evaluations since the best one (a resumed run counts from its history).
+        self.waited = sum(1 for e in result.history if e.evaluated and e.epoch > result.best_epoch)
+
+    def over_budget(self, elapsed: float) -> bool:
+        """Whether the slowest rank has trained ``elapsed`` seconds past the
+        budget. Collective when there is a budget."""
+        budget = self.evaluation.time_budget
+        if budget is None:
+            return False
+        return distributed.all_reduce_values([elapsed], op="max")[0] >= budget
+
+    def after(self, stats: EpochStats, result: TrainResult) -> str | None:
+        """Why training stops after the evaluation ``stats`` (:obj:`None`: it goes on)."""
+        rules = self.evaluation
+        self.waited = 0 if result.best_epoch == stats.epoch else self.waited + 1
+        if rules.target_acc is not None and stats.val_acc >= rules.target_acc:
+            if result.epochs_to_target is None:
+                result.time_to_target, result.epochs_to_target = result.seconds, stats.epoch
+            return "target"
+        if rules.patience is not None and self.waited >= rules.patience:
+            return "patience"
+        if rules.time_budget is not None and result.seconds >= rules.time_budget:
+            return "time_budget"
+        return None
+
+
+class _Phases:
+    """Switches the graph's default halo policy at the epochs a
+    :class:`GraphParallel` strategy's ``phases`` name (the same epochs on
+    every rank)."""
+
+    def __init__(self, data: Any, strategy: Any, first: int) -> None:
+        registry = getattr(getattr(data, "edge_index", None), "registry", None)
+        phases = getattr(strategy, "phases", ())
+        self.registry = registry if phases else None
+        self.switches = {start: as_policy(policy) for start, policy in phases}
+        current = strategy.policy_at(first) if phases else None
+        if self.registry is not None and current is not None:
+            self.registry.default = as_policy(current)
+
+    def enter(self, epoch: int) -> None:
+        if self.registry is not None and epoch in self.switches:
+            self.registry.default = self.switches[epoch]
+
+
+def _optimizer(model: nn.Module, given: Any, epochs: int) -> tuple[torch.optim.Optimizer, Any]:
+    """The optimizer ``train`` was given (or makes) and its scheduler (or :obj:`None`)."""
+    if isinstance(given, torch.optim.Optimizer):
+        return given, None
+    if isinstance(given, tuple):
+        return _pair(model, given)
+    adam = given or Adam()
+    optimizer = torch.optim.Adam(model.parameters(), lr=adam.lr, weight_decay=adam.weight_decay)
+    schedule: LRSchedule | None = adam.schedule  # type: ignore[assignment]
+    return optimizer, None if schedule is None else schedule.build(optimizer, epochs)
+
+
+def _pair(model: nn.Module, pair: tuple[Any, ...]) -> tuple[torch.optim.Optimizer, Any]:
+    """An (optimizer, scheduler) pair, checked: the scheduler steps that
+    optimizer, which steps ``model``'s parameters."""
+    fix = "pass optimizer=(opt, scheduler) with scheduler = e.g. CosineAnnealingLR(opt, T_max)"
+    if len(pair) != 2 or not isinstance(pair[0], torch.optim.Optimizer) \
+            or not isinstance(pair[1], (lr_scheduler.LRScheduler,
+                                        lr_scheduler.ReduceLROnPlateau)):
+        raise TypeError(f"'train' got optimizer={pair!r}; {fix}")
+    optimizer, scheduler = pair
+    if scheduler.optimizer is not optimizer:
+        raise ValueError("'train' got a scheduler made for a different optimizer than the one "
+                         "paired with it; make the scheduler with that optimizer: " + fix)
+    owned = {id(p) for p in model.parameters()}
+    if not any(id(p) in owned for group in optimizer.param_groups for p in group["params"]):
+        raise ValueError("'train' got an optimizer of none of the model's parameters; make "
+                         "it with model.parameters()")
+    if isinstance(scheduler, lr_scheduler.ReduceLROnPlateau) and scheduler.mode != "max":
+        raise ValueError("'train' steps ReduceLROnPlateau on validation accuracy (higher is "
+                         "better); make it with mode='max'")
+    return optimizer, scheduler
 
 
 def _resumable(checkpoint: Checkpoint) -> bool:
@@ -343,8 +472,8 @@ def _check_types(strategy: Any, grad_sync: Any, optimizer: Any, checkpoint: Any,
     expected = (("strategy", strategy, (GraphParallel, GradientOnly, LayerPipeline),
                  "GraphParallel(...), GradientOnly(...) or LayerPipeline(...)"),
                 ("grad_sync", grad_sync, (GradSync,), "GradSync(compress=...)"),
-                ("optimizer", optimizer, (torch.optim.Optimizer, Adam, type(None)),
-                 "a torch.optim.Optimizer or Adam(lr=..., weight_decay=...)"),
+                ("optimizer", optimizer, (torch.optim.Optimizer, tuple, Adam, type(None)),
+                 "a torch.optim.Optimizer, (optimizer, scheduler) or Adam(lr=..., ...)"),
                 ("checkpoint", checkpoint, (Checkpoint, type(None)),
                  "Checkpoint(dir, every=..., resume=...)"),
                 ("evaluation", evaluation, (Evaluation,), "Evaluation(every=..., halo=...)"))
@@ -419,13 +548,17 @@ def _last_accuracies(result: TrainResult) -> tuple[float, float, float]:
 
 def _result_state(result: TrainResult) -> dict[str, Any]:
     return {"history": [asdict(e) for e in result.history], "best_epoch": result.best_epoch,
-            "val_acc": result.val_acc, "test_acc": result.test_acc, "seconds": result.seconds}
+            "val_acc": result.val_acc, "test_acc": result.test_acc, "seconds": result.seconds,
+            "time_to_target": result.time_to_target,
+            "epochs_to_target": result.epochs_to_target}
 
 
 def _result_from(state: dict[str, Any]) -> TrainResult:
     return TrainResult([EpochStats(**e) for e in state.get("history", [])],
                        state.get("best_epoch", 0), state.get("val_acc", 0.0),
-                       state.get("test_acc", 0.0), state.get("seconds", 0.0))
+                       state.get("test_acc", 0.0), state.get("seconds", 0.0),
+                       time_to_target=state.get("time_to_target"),
+                       epochs_to_target=state.get("epochs_to_target"))
 
 
 def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,

@@ -13,7 +13,8 @@ import pyg_dist
 from pyg_dist.datasets import synthetic
 
 CLI = [sys.executable, "-m", "pyg_dist.cli"]
-KEYS = {"test_acc", "val_acc", "epochs", "halo_bytes", "seconds", "parts", "model"}
+KEYS = {"test_acc", "val_acc", "epochs", "halo_bytes", "seconds", "parts", "model", "stopped",
+        "time_to_target", "epochs_to_target"}
 
 
 def run(args, timeout=300, env=None):
@@ -232,6 +233,10 @@ def test_deprecated_options_map_onto_one_spelling(capsys):
     err = capsys.readouterr().err
     assert "--compress is deprecated; use --halo POLICY,compress=KIND" in err
     assert "--mode is deprecated; use --strategy" in err
+    stop = job("--target-acc", "0.8", "--time-budget", "60", "--patience", "5").evaluation
+    assert (stop.target_acc, stop.time_budget, stop.patience) == (0.8, 60.0, 5)
+    with pytest.raises(ValueError, match=r"a fraction in \(0, 1\], e.g. 0.72"):
+        job("--target-acc", "80")
     # the model's recipe fills what is not given; what is given wins
     gat = job("--model", "gat", "--hidden", "4")
     assert (gat.model.hidden, gat.model.heads, gat.optimizer.lr) == (4, 8, 0.005)
@@ -243,15 +248,20 @@ def test_config_round_trip_reruns_the_same_job(tmp_path):
     job on one rank, which exact training makes equal in accuracy."""
     first = run(CLI + ["train", "--dataset", "synthetic", "--num-nodes", "600", "--parts", "2",
                        "--epochs", "4", "--no-progress", "--model", "sage", "--lr", "0.02",
-                       "--halo", "exact,compress=fp16", "--eval-every", "2", "--seed", "3"])
+                       "--halo", "exact,compress=fp16", "--eval-every", "2", "--seed", "3",
+                       "--lr-schedule", "cosine,warmup=1", "--phases", "3=exact",
+                       "--patience", "50"])
     (tmp_path / "run.json").write_text(first.stdout)
     again = run(CLI + ["train", "--config", str(tmp_path / "run.json")])
     one = run(CLI + ["train", "--config", str(tmp_path / "run.json"), "--parts", "1",
                      "--halo", "exact"])
     a, b, c = (last_json(out.stdout) for out in (first, again, one))
     assert a["config"] == b["config"]
-    assert a["config"]["optimizer"] == {"lr": 0.02, "weight_decay": 5e-4}
-    assert a["config"]["strategy"] == {"name": "graph-parallel", "halo": "exact,compress=fp16"}
+    assert a["config"]["optimizer"] == {"lr": 0.02, "weight_decay": 5e-4,
+                                        "schedule": "cosine,warmup=1"}
+    assert a["config"]["strategy"] == {"name": "graph-parallel", "halo": "exact,compress=fp16",
+                                       "phases": "3=exact"}
+    assert a["config"]["evaluation"]["patience"] == 50 and a["stopped"] == "epochs"
     assert a["config"]["graph"]["seed"] == 3 and a["config"]["model"]["hidden"] == 16
     for key in ("test_acc", "val_acc", "best_epoch", "halo_bytes", "grad_bytes"):
         assert a[key] == b[key], key

@@ -26,12 +26,15 @@ from pyg_dist.train import _translate, train
 EXAMPLES = [
     GraphParallel(),
     GraphParallel(halo="stale:4,compress=int8"),
+    GraphParallel(halo="sampled:0.5", phases=((50, "stale:2,compress=int8"), (150, "exact"))),
     GradientOnly(clusters_per_rank=3, regroup_every=5, regroup="random", correction="batch",
                  shrinkage=0.25, regroup_from="peers"),
     LayerPipeline(stages=4, chunks=2, initial_rows="recompute", halo="exact,compress=fp16"),
     GradSync("covap:auto"),
     Adam(lr=0.005, weight_decay=0.0),
+    Adam(lr=0.05, schedule="cosine,warmup=10,min_lr=0.001"),
     Evaluation(every=10, halo="exact,compress=int8"),
+    Evaluation(target_acc=0.75, patience=20, time_budget=60.0),
     Checkpoint("ckpt", every=5, resume=True),
 ]
 
@@ -45,12 +48,12 @@ def test_options_round_trip_through_plain_dictionaries(options):
 
 def test_a_policy_object_is_written_as_its_spec():
     options = GraphParallel(halo=Stale(every=3, compress="int8"))
-    assert options.to_dict() == {"halo": "stale:3,compress=int8"}
+    assert options.to_dict() == {"halo": "stale:3,compress=int8", "phases": ""}
     assert GraphParallel.from_dict(options.to_dict()).halo == "stale:3,compress=int8"
 
 
 def test_strategies_are_read_back_by_name():
-    for strategy in EXAMPLES[:4]:
+    for strategy in EXAMPLES[:5]:
         assert strategy_from_dict({"name": strategy.name, **strategy.to_dict()}) == strategy
     assert set(STRATEGIES) == {"graph-parallel", "gradient-only", "layer-pipeline"}
     with pytest.raises(ValueError, match="use one of graph-parallel, gradient-only"):
@@ -72,6 +75,18 @@ def test_strategies_are_read_back_by_name():
     (lambda: GradSync("covap:0"), "shard count K >= 1"),
     (lambda: Adam(lr=-1.0), r"Adam\(lr=-1.0\): use a number >= 0"),
     (lambda: Evaluation(every=0), "1 evaluates after every epoch"),
+    (lambda: Evaluation(target_acc=72), r"a fraction in \(0, 1\], e.g. 0.72"),
+    (lambda: Evaluation(target_acc=1.01), r"a fraction in \(0, 1\]"),
+    (lambda: Evaluation(time_budget=-5.0), "give seconds > 0, or None"),
+    (lambda: Evaluation(patience=0), "patience must be an integer >= 1"),
+    (lambda: Adam(schedule="linear"), "use one of constant, cosine, plateau"),
+    (lambda: Adam(schedule="cosine,warmpu=3"), "KEY one of warmup, min_lr"),
+    (lambda: Adam(schedule="plateau,warmup=5"), "takes no warm-up"),
+    (lambda: Adam(schedule="plateau,factor=2"), r"factor in \(0, 1\)"),
+    (lambda: GraphParallel(phases="exact@150"), "is not EPOCH=POLICY"),
+    (lambda: GraphParallel(phases=((0, "exact"),)), "starts at an epoch >= 1"),
+    (lambda: GraphParallel(phases="150=exact;50=stale:2"), "increasing, distinct epochs"),
+    (lambda: GraphParallel(phases="150=stael:2"), "unknown halo policy"),
     (lambda: Checkpoint(), "name the folder for checkpoints"),
     (lambda: Checkpoint("ckpt", every=-1), "0 writes none"),
     (lambda: GradSync.from_dict({"compres": "fp16"}), "has no field 'compres'"),

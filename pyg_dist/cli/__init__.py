@@ -88,19 +88,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Formatter(argparse.HelpFormatter):
-    """Option names up to 28 characters wide share a line with their help."""
+    """Option names up to 24 characters wide share a line with their help;
+    ``--x, --no-x`` is shown as ``--[no-]x``."""
 
     def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=30)
+        super().__init__(prog, max_help_position=26)
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if isinstance(action, argparse.BooleanOptionalAction) and len(action.option_strings) == 2:
+            return "--[no-]" + action.option_strings[0][2:]
+        return super()._format_action_invocation(action)
 
 
 def _train_parser(sub: Any) -> None:
     train = sub.add_parser(
         "train", help="train a GNN on a partitioned graph",
         usage="pyg-dist train [--config FILE] [options]",
-        description="Train on local ranks or under torchrun; the last line is JSON.",
         formatter_class=_Formatter, add_help=False)
-    top = train.add_argument_group("job")
+    top = train.add_argument_group("job (on local ranks or torchrun's; the last line is JSON)")
     top.add_argument("-h", "--help", action="help", help="show this help and exit")
     top.add_argument("--config", metavar="FILE", help="a job's JSON (a run's last line)")
     top.add_argument("--epochs", dest="top.epochs", type=int, default=argparse.SUPPRESS,
@@ -111,9 +116,11 @@ def _train_parser(sub: Any) -> None:
     add_fields(graph, Graph, "graph")
     add_fields(graph, Model, "model", flags={"name": "--model"})
     steps = train.add_argument_group("optimisation and evaluation")
-    add_fields(steps, Adam, "optimizer")
+    add_fields(steps, Adam, "optimizer", flags={"schedule": "--lr-schedule"})
     add_fields(steps, GradSync, "grad_sync", prefix="grad-")
-    add_fields(steps, Evaluation, "evaluation", prefix="eval-")
+    add_fields(steps, Evaluation, "evaluation", prefix="eval-",
+               flags={name: "--" + name.replace("_", "-")
+                      for name in ("target_acc", "patience", "time_budget")})
     add_fields(steps, Checkpoint, "checkpoint", prefix="checkpoint-",
                flags={"dir": "--checkpoint", "resume": "--resume"})
     seen: set[str] = set()

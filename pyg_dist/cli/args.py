@@ -36,7 +36,7 @@ def add_fields(group: Any, cls: type, section: str, prefix: str = "",
             seen.add(flag)
         kind = meta["type"] or type(f.default)
         default = f.default if f.default is not dataclasses.MISSING else None
-        shown = "" if default in (None, False, "") else f" (default: {default})"
+        shown = "" if default in (None, False, "", ()) else f" (default: {default})"
         kwargs: dict[str, Any] = {"dest": f"{section}.{f.name}", "default": argparse.SUPPRESS,
                                   "help": meta["help"] + shown}
         if kind is bool:

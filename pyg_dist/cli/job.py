@@ -79,7 +79,7 @@ class Graph(Options):
 class Model(Options):
     """The model and its sizes; unset sizes are the model's published recipe."""
 
-    name: str = option("gcn", ", ".join(MODELS), choices=MODELS, metavar="NAME")
+    name: str = option("gcn", "|".join(MODELS), choices=MODELS, metavar="NAME")
     layers: int | None = option(None, "layers (default: the model's recipe)", type=int,
                                 metavar="L")
     hidden: int | None = option(None, "hidden features (per head for gat)", type=int,

@@ -1,0 +1,223 @@
+"""Training that stops when the job is done: each stop rule stops where it
+should, learning-rate schedules survive a restart, a schedule of halo
+policies switches at the epoch it names on every rank alike, and bad values
+name the fix."""
+import pytest
+import torch
+from graphs import awkward_graph
+from tolerances import assert_close
+from torch import nn
+from torch.optim import lr_scheduler
+
+import pyg_dist
+import pyg_dist.train as trainer
+from pyg_dist.config import Adam, Checkpoint, Evaluation, GraphParallel
+from pyg_dist.models import GNN
+from pyg_dist.train import train
+
+EPOCHS = 12
+
+
+def one_part(tmp_path):
+    pyg_dist.partition(awkward_graph(num_features=4), 1, tmp_path / "parts")
+    return tmp_path / "parts"
+
+
+def run(folder, epochs=EPOCHS, **options):
+    data = pyg_dist.DistData.load(folder)
+    torch.manual_seed(0)
+    model = GNN("sage", 4, 8, 3, dropout=0.0)
+    options.setdefault("optimizer", Adam(lr=0.05, weight_decay=0.0))
+    return train(model, data, epochs, progress=False, **options)
+
+
+def first_reaching(history, target):
+    return next(e.epoch for e in history if e.val_acc >= target)
+
+
+def test_target_stops_at_the_first_evaluation_that_reaches_it(tmp_path):
+    folder = one_part(tmp_path)
+    full = run(folder)
+    assert full.stopped == "epochs" and full.epochs == EPOCHS
+    assert full.time_to_target is None and full.epochs_to_target is None
+    # A value the run reaches first after a few epochs.
+    accs = sorted({e.val_acc for e in full.history[2:]})
+    target = next(a for a in accs if first_reaching(full.history, a) > 2)
+    expected = first_reaching(full.history, target)
+    stopped = run(folder, evaluation=Evaluation(target_acc=target))
+    assert stopped.stopped == "target"
+    assert stopped.epochs == stopped.epochs_to_target == expected
+    assert stopped.history[-1].val_acc == full.history[expected - 1].val_acc
+    assert stopped.time_to_target == pytest.approx(stopped.seconds)
+    summary = stopped.summary()
+    assert summary["stopped"] == "target" and summary["epochs_to_target"] == expected
+    # Evaluated every 4 epochs, the target is seen at the first evaluation reaching it.
+    sparse = run(folder, evaluation=Evaluation(every=4, target_acc=target))
+    seen = [e for e in full.history if e.epoch % 4 == 0 and e.val_acc >= target]
+    assert sparse.epochs_to_target == (seen[0].epoch if seen else None)
+
+
+def test_patience_counts_evaluations_without_a_better_one(tmp_path):
+    folder = one_part(tmp_path)
+    full = run(folder, epochs=30)
+    for patience in (1, 3):
+        best, waited, expected = -1.0, 0, None
+        for e in full.history:
+            waited = 0 if e.val_acc > best or best < 0 else waited + 1
+            best = max(best, e.val_acc)
+            if waited >= patience:
+                expected = e.epoch
+                break
+        result = run(folder, epochs=30, evaluation=Evaluation(patience=patience))
+        assert result.epochs == (expected or 30)
+        assert result.stopped == ("patience" if expected else "epochs")
+
+
+class Slow(nn.Module):
+    """A model whose every training forward takes one second of a fake clock."""
+
+    def __init__(self, model, clock):
+        super().__init__()
+        self.model, self.clock = model, clock
+
+    def forward(self, x, edge_index):
+        if self.training:
+            self.clock[0] += 1.0
+        return self.model(x, edge_index)
+
+
+def test_time_budget_stops_after_the_epoch_that_spends_it(tmp_path, monkeypatch):
+    folder = one_part(tmp_path)
+    clock = [100.0]
+    monkeypatch.setattr(trainer, "_clock", lambda: clock[0])
+    data = pyg_dist.DistData.load(folder)
+    model = Slow(GNN("sage", 4, 8, 3, dropout=0.0), clock)
+    result = train(model, data, EPOCHS, progress=False,
+                   evaluation=Evaluation(every=10, time_budget=3.5))
+    assert result.stopped == "time_budget"
+    assert result.epochs == 4 and result.seconds == 4.0
+    # The stopping epoch is evaluated although the schedule says every 10.
+    assert [e.evaluated for e in result.history] == [False, False, False, True]
+    assert [e.seconds for e in result.history] == [1.0] * 4
+
+
+def test_schedules_built_from_their_spelling(tmp_path):
+    folder = one_part(tmp_path)
+    cosine = run(folder, epochs=10,
+                 optimizer=Adam(lr=0.1, weight_decay=0.0, schedule="cosine,warmup=2"))
+    lrs = [e.lr for e in cosine.history]
+    assert lrs[:3] == pytest.approx([0.1 / 3, 0.1 * 2 / 3, 0.1])
+    assert lrs[3:] == sorted(lrs[3:], reverse=True) and lrs[-1] < 0.01
+    # Plateau: the rate halves after two evaluations without a better accuracy.
+    plateau = run(folder, epochs=30,
+                  optimizer=Adam(lr=0.1, weight_decay=0.0, schedule="plateau,patience=2"))
+    history = plateau.history
+    best, waited, lr = -1.0, 0, 0.1
+    for e, nxt in zip(history, history[1:]):
+        waited = 0 if e.val_acc > best else waited + 1
+        best = max(best, e.val_acc)
+        if waited > 2:
+            lr, waited = lr * 0.5, 0
+        assert nxt.lr == pytest.approx(lr), e.epoch
+
+
+def test_a_scheduler_for_another_optimizer_is_refused(tmp_path):
+    folder = one_part(tmp_path)
+    data = pyg_dist.DistData.load(folder)
+    model = GNN("sage", 4, 8, 3)
+    mine = torch.optim.Adam(model.parameters(), lr=0.01)
+    other = torch.optim.SGD(GNN("sage", 4, 8, 3).parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="scheduler made for a different optimizer"):
+        train(model, data, 2, progress=False,
+              optimizer=(mine, lr_scheduler.CosineAnnealingLR(other, 10)))
+    with pytest.raises(ValueError, match="none of the model's parameters"):
+        train(model, data, 2, progress=False,
+              optimizer=(other, lr_scheduler.CosineAnnealingLR(other, 10)))
+    with pytest.raises(ValueError, match="make it with mode='max'"):
+        train(model, data, 2, progress=False,
+              optimizer=(mine, lr_scheduler.ReduceLROnPlateau(mine, mode="min")))
+    with pytest.raises(TypeError, match=r"optimizer=\(opt, scheduler\)"):
+        train(model, data, 2, progress=False, optimizer=(mine, "cosine"))
+
+
+RESUME_EPOCHS, CKPT_EVERY, FAIL_AT = 9, 3, 7
+
+
+class Interrupted(Exception):
+    pass
+
+
+def scheduled_run(folder, ckpt=None, fail_at=None, resume=False, init_seed=0):
+    """2 ranks, a user's optimizer and warm-up + cosine scheduler pair."""
+    data = pyg_dist.DistData.load(folder)
+    torch.manual_seed(init_seed)
+    model = GNN("sage", 4, 8, 3, dropout=0.0)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    sched = lr_scheduler.SequentialLR(opt, [lr_scheduler.LinearLR(opt, 0.25, total_iters=3),
+                                            lr_scheduler.CosineAnnealingLR(opt, 6)], [3])
+
+    def stop(stats):
+        if stats.epoch == fail_at:
+            raise Interrupted
+
+    try:
+        result = train(model, data, RESUME_EPOCHS, optimizer=(opt, sched), progress=False,
+                       callback=stop, checkpoint=Checkpoint(ckpt, every=CKPT_EVERY,
+                                                            resume=resume) if ckpt else None)
+    except Interrupted:
+        return None
+    return {"state": {k: v.clone() for k, v in model.state_dict().items()},
+            "lrs": [e.lr for e in result.history], "epochs": result.epochs}
+
+
+def first_launch(folder, ckpt):
+    straight = scheduled_run(folder)
+    assert scheduled_run(folder, ckpt, fail_at=FAIL_AT) is None
+    # A schedule of policies: exact, then no halo (isolated) from epoch 3, exact from 5.
+    data = pyg_dist.DistData.load(folder)
+    torch.manual_seed(0)
+    model = GNN("sage", 4, 8, 3, dropout=0.0)
+    seen = []
+    result = train(model, data, 6, progress=False,
+                   strategy=GraphParallel(halo="exact", phases="3=isolated;5=exact"),
+                   callback=lambda s: seen.append(data.edge_index.registry.default.spec()))
+    # A budget every rank spends at once: all stop after the first epoch together.
+    budget = train(model, data, 5, progress=False, evaluation=Evaluation(time_budget=1e-9))
+    return {"straight": straight, "policies": seen,
+            "fwd_bytes": [e.halo_bytes_fwd for e in result.history],
+            "budget": (budget.epochs, budget.stopped)}
+
+
+def second_launch(folder, ckpt):
+    return scheduled_run(folder, ckpt, resume=True, init_seed=99)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stopping")
+    pyg_dist.partition(awkward_graph(num_features=4), 2, root / "parts", method="metis")
+    args = (str(root / "parts"), str(root / "ckpt"))
+    first = pyg_dist.launch(first_launch, 2, args=args, timeout=600)
+    second = pyg_dist.launch(second_launch, 2, args=args, timeout=600)
+    return first, second
+
+
+def test_a_scheduler_resumes_where_it_stopped(two_ranks):
+    first, second = two_ranks
+    for rank, (a, b) in enumerate(zip(first, second)):
+        straight = a["straight"]
+        assert b["epochs"] == RESUME_EPOCHS
+        assert b["lrs"] == pytest.approx(straight["lrs"])
+        assert straight["lrs"][0] == pytest.approx(0.05 * 0.25)
+        for name, value in straight["state"].items():
+            assert_close(b["state"][name], value, what=f"rank {rank}: {name}")
+
+
+def test_a_policy_schedule_switches_at_its_epoch_on_every_rank(two_ranks):
+    first, _ = two_ranks
+    expected = ["exact", "exact", "isolated", "isolated", "exact", "exact"]
+    assert [r["policies"] for r in first] == [expected, expected]
+    fwd = first[0]["fwd_bytes"]
+    assert fwd[2] == fwd[3] == 0
+    assert min(fwd[0], fwd[1], fwd[4], fwd[5]) > 0
+    assert [r["budget"] for r in first] == [(1, "time_budget")] * 2
