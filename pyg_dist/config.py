@@ -492,6 +492,14 @@ class Evaluation(Options):
         time_budget (float, optional): Stop (after evaluating) at the end of
             the first epoch by which training has run this many seconds.
             (default: :obj:`None`)
+        from_training (bool, optional): Take the accuracies from the training
+            step's forward instead of a forward of their own: free, and
+            honest only where the model computes the same in training as in
+            evaluation (no dropout, no batch statistics) under exact halos,
+            which :func:`~pyg_dist.train.train` checks at the first step. The
+            accuracies of an epoch are then those of the weights it started
+            from (one step behind). Graph-parallel training only.
+            (default: :obj:`False`)
     """
 
     every: int = option(1, "evaluate every N epochs", metavar="N")
@@ -503,6 +511,7 @@ class Evaluation(Options):
                                   metavar="N")
     time_budget: float | None = option(None, "stop after S seconds of training", type=float,
                                        metavar="S")
+    from_training: bool = False
 
     def check(self) -> None:
         cls = type(self)
@@ -518,6 +527,12 @@ class Evaluation(Options):
                                              or not self.time_budget > 0):
             raise ValueError(f"Evaluation(time_budget={self.time_budget!r}): give seconds > 0, "
                              f"or None for no budget")
+        if not isinstance(self.from_training, bool):
+            raise ValueError(f"Evaluation(from_training={self.from_training!r}): use True or "
+                             f"False")
+        if self.from_training and self.halo is not None:
+            raise ValueError("Evaluation(from_training=True) takes the training step's "
+                             "accuracies, under its exact halos; leave halo=None")
 
     @property
     def stops_early(self) -> bool:

@@ -29,6 +29,7 @@ from pyg_dist.config import (
     as_policy,
 )
 from pyg_dist.grads import GradientSync
+from pyg_dist.halo import Exact
 from pyg_dist.metrics import accuracies, data_keys, evaluate, global_loss
 from pyg_dist.pipeline import Pipeline
 from pyg_dist.regroup import GroupRunner
@@ -303,6 +304,7 @@ def train(
         if scheduler is not None and extra.get("schedule") is not None:
             scheduler.load_state_dict(extra["schedule"])
         first = done + 1
+    reuse = _reusable(evaluation, strategy)
     phases = _Phases(data, strategy, first)
     rules = _StopRules(evaluation, result)
     bar = _progress(epochs, first - 1) if progress and distributed.rank() == 0 else None
@@ -316,7 +318,7 @@ def train(
         if pipe is not None:
             loss = pipe.train_step(optimizer)
         elif runner is None:
-            loss = train_step(model, data, optimizer, sync)
+            loss, out = _step(model, data, optimizer, sync, compare=reuse and epoch == first)
         else:
             runner.prepare(epoch)
             loss = train_step(model, runner.data, optimizer, sync, runner.inputs(), runner.scale)
@@ -324,8 +326,13 @@ def train(
             scheduler.step()
         evaluated = (epoch % evaluation.every == 0 or epoch == epochs
                      or rules.over_budget(_clock() - start))
+        if reuse and epoch == first:
+            _check_exact_halos(data)
         if evaluated:
-            accs = evaluate(model, data) if pipe is None else pipe.evaluate()
+            if reuse:
+                accs = accuracies(out.detach().argmax(dim=-1), data)
+            else:
+                accs = evaluate(model, data) if pipe is None else pipe.evaluate()
             if plateau:
                 scheduler.step(accs[1])
         traffic = _ledger_totals(ledger, step)
@@ -568,14 +575,61 @@ def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
     ``sync`` (default: a plain one) runs the model on ``inputs`` (default:
     ``data.x, data.edge_index``) and sums the gradients of this rank's share
     of the loss times ``loss_scale``."""
+    return _step(model, data, optimizer, sync, inputs, loss_scale)[0]
+
+
+def _step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
+          sync: GradientSync | None = None, inputs: tuple[Any, ...] | None = None,
+          loss_scale: float = 1.0, compare: bool = False) -> tuple[float, torch.Tensor]:
+    """:func:`train_step`, also returning the training forward's logits;
+    ``compare`` first checks they equal the evaluation forward's (collective)."""
     sync = sync or GradientSync(model)
+    inputs = inputs or (data.x, data.edge_index)
+    expected = None
+    if compare:
+        with torch.no_grad():
+            model.eval()
+            expected = model(*inputs)
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    out = sync(*(inputs or (data.x, data.edge_index)))
+    out = sync(*inputs)
+    if expected is not None:
+        differs = not torch.allclose(out.detach(), expected, rtol=1e-4, atol=1e-5)
+        if distributed.all_reduce_values([float(differs)], op="max")[0]:
+            raise ValueError("Evaluation(from_training=True): the model's training forward "
+                             "differs from its evaluation forward (dropout or batch statistics "
+                             "in training); evaluate with a forward of its own "
+                             "(from_training=False)")
     loss, value = global_loss(out, data.y, data.train_mask)
     sync.backward(loss * loss_scale if loss_scale != 1.0 else loss)
     optimizer.step()
-    return value
+    return value, out
+
+
+def _reusable(evaluation: Evaluation, strategy: Any) -> bool:
+    """Whether accuracies come from the training forward (checked further at
+    the first step)."""
+    if not evaluation.from_training:
+        return False
+    if not isinstance(strategy, GraphParallel) or strategy.phases:
+        raise ValueError(f"Evaluation(from_training=True) reads the training forward of "
+                         f"graph-parallel training under one exact policy (got {strategy}); "
+                         f"evaluate with a forward of its own (from_training=False)")
+    return True
+
+
+def _check_exact_halos(data: Any) -> None:
+    """Every layer trained under exact, uncompressed halos (the rows an
+    evaluation would read), else an error naming the fix."""
+    registry = getattr(getattr(data, "edge_index", None), "registry", None)
+    layers = registry.layers.items() if registry is not None else ()
+    inexact = sorted(f"{name} ({state.policy.spec()})" for (name, mode), state in layers
+                     if mode == "train" and (not isinstance(state.policy, Exact)
+                                             or state.policy.codec is not None))
+    if inexact:
+        raise ValueError(f"Evaluation(from_training=True) needs exact, uncompressed halos in "
+                         f"training; {', '.join(inexact)} differ; train with halo='exact' or "
+                         f"evaluate with a forward of its own (from_training=False)")
 
 
 def sync_parameters(model: nn.Module) -> None:

@@ -221,3 +221,31 @@ def test_a_policy_schedule_switches_at_its_epoch_on_every_rank(two_ranks):
     assert fwd[2] == fwd[3] == 0
     assert min(fwd[0], fwd[1], fwd[4], fwd[5]) > 0
     assert [r["budget"] for r in first] == [(1, "time_budget")] * 2
+
+
+def test_accuracies_from_the_training_forward_are_one_step_behind(tmp_path):
+    """Free evaluation: epoch e reports the accuracies of the weights epoch e
+    started from, which a forward of their own measured after epoch e - 1."""
+    folder = one_part(tmp_path)
+    own = run(folder, epochs=6)
+    reused = run(folder, epochs=6, evaluation=Evaluation(from_training=True))
+    assert [e.val_acc for e in reused.history[1:]] == [e.val_acc for e in own.history[:-1]]
+    assert [e.train_acc for e in reused.history[1:]] == [e.train_acc for e in own.history[:-1]]
+    assert [e.loss for e in reused.history] == [e.loss for e in own.history]
+
+
+def test_accuracies_from_the_training_forward_refuse_what_would_differ(tmp_path):
+    folder = one_part(tmp_path)
+    data = pyg_dist.DistData.load(folder)
+    with pytest.raises(ValueError, match="differs from its evaluation forward"):
+        train(GNN("sage", 4, 8, 3, dropout=0.5), data, 2, progress=False,
+              evaluation=Evaluation(from_training=True))
+    with pytest.raises(ValueError, match=r"convs.0 \(stale:2\), convs.1 \(stale:2\) differ"):
+        train(GNN("sage", 4, 8, 3, dropout=0.0), pyg_dist.DistData.load(folder), 2,
+              progress=False, strategy=GraphParallel(halo="stale:2"),
+              evaluation=Evaluation(from_training=True))
+    with pytest.raises(ValueError, match="graph-parallel training under one exact policy"):
+        train(GNN("sage", 4, 8, 3, dropout=0.0), data, 2, progress=False,
+              strategy=GraphParallel(phases="2=exact"), evaluation=Evaluation(from_training=True))
+    with pytest.raises(ValueError, match="leave halo=None"):
+        Evaluation(from_training=True, halo="exact")
