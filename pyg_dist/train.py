@@ -73,6 +73,11 @@ class EpochStats:
     regroup_seconds: float = 0.0
     stage_bytes: int = 0
     stage_seconds: float = 0.0
+    #: Seconds of the average rank in the training step (forward, backward,
+    #: gradient sum, optimizer), in its forward alone, and in evaluation.
+    train_seconds: float = 0.0
+    forward_seconds: float = 0.0
+    eval_seconds: float = 0.0
     #: Whether the accuracies were measured after this epoch (else repeated).
     evaluated: bool = True
     #: The learning rate of this epoch's step (of the first parameter group).
@@ -133,6 +138,8 @@ class TrainResult:
             "overlap_fraction": round(overlapped / (comm + overlapped), 4)
             if comm + overlapped > 0 else 0.0,
             "seconds": round(self.seconds, 3),
+            **{key: round(self.total(key), 4) for key in ("train_seconds", "forward_seconds",
+                                                          "eval_seconds")},
             "stopped": self.stopped,
             "time_to_target": None if self.time_to_target is None
             else round(self.time_to_target, 3),
@@ -315,17 +322,21 @@ def train(
         phases.enter(epoch)
         step = ledger.step if ledger is not None else 0
         lr = float(optimizer.param_groups[0]["lr"])
+        forward = 0.0
         if pipe is not None:
             loss = pipe.train_step(optimizer)
         elif runner is None:
-            loss, out = _step(model, data, optimizer, sync, compare=reuse and epoch == first)
+            loss, out, forward = _step(model, data, optimizer, sync,
+                                       compare=reuse and epoch == first)
         else:
             runner.prepare(epoch)
-            loss = train_step(model, runner.data, optimizer, sync, runner.inputs(), runner.scale)
+            loss, _, forward = _step(model, runner.data, optimizer, sync, runner.inputs(),
+                                     runner.scale)
         if scheduler is not None and not plateau:
             scheduler.step()
+        trained = _clock()
         evaluated = (epoch % evaluation.every == 0 or epoch == epochs
-                     or rules.over_budget(_clock() - start))
+                     or rules.over_budget(trained - start))
         if reuse and epoch == first:
             _check_exact_halos(data)
         if evaluated:
@@ -335,13 +346,12 @@ def train(
                 accs = evaluate(model, data) if pipe is None else pipe.evaluate()
             if plateau:
                 scheduler.step(accs[1])
-        traffic = _ledger_totals(ledger, step)
+        times = (trained - epoch_start, forward, _clock() - trained)
+        totals = _epoch_totals(ledger, step, times)
         if ledger is not None:
             ledger.next_step()
-        stats = EpochStats(epoch, loss, accs[0], accs[1], accs[2], traffic[0], traffic[1],
-                           traffic[2], traffic[3], traffic[4], _clock() - epoch_start,
-                           traffic[5], traffic[6], traffic[7], traffic[8], traffic[9],
-                           evaluated=evaluated, lr=lr)
+        stats = EpochStats(epoch, loss, *accs, seconds=_clock() - epoch_start,
+                           evaluated=evaluated, lr=lr, **totals)
         result.history.append(stats)
         if evaluated and (stats.val_acc > result.val_acc or result.best_epoch == 0):
             result.best_epoch = epoch
@@ -580,9 +590,11 @@ def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
 
 def _step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
           sync: GradientSync | None = None, inputs: tuple[Any, ...] | None = None,
-          loss_scale: float = 1.0, compare: bool = False) -> tuple[float, torch.Tensor]:
-    """:func:`train_step`, also returning the training forward's logits;
-    ``compare`` first checks they equal the evaluation forward's (collective)."""
+          loss_scale: float = 1.0,
+          compare: bool = False) -> tuple[float, torch.Tensor, float]:
+    """:func:`train_step`, also returning the training forward's logits and
+    its seconds (to the global loss); ``compare`` first checks the logits
+    equal the evaluation forward's (collective)."""
     sync = sync or GradientSync(model)
     inputs = inputs or (data.x, data.edge_index)
     expected = None
@@ -592,6 +604,7 @@ def _step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
             expected = model(*inputs)
     model.train()
     optimizer.zero_grad(set_to_none=True)
+    start = _clock()
     out = sync(*inputs)
     if expected is not None:
         differs = not torch.allclose(out.detach(), expected, rtol=1e-4, atol=1e-5)
@@ -601,9 +614,10 @@ def _step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
                              "in training); evaluate with a forward of its own "
                              "(from_training=False)")
     loss, value = global_loss(out, data.y, data.train_mask)
+    forward = _clock() - start
     sync.backward(loss * loss_scale if loss_scale != 1.0 else loss)
     optimizer.step()
-    return value, out
+    return value, out, forward
 
 
 def _reusable(evaluation: Evaluation, strategy: Any) -> bool:
@@ -652,21 +666,32 @@ def _check_data(data: Any) -> None:
         )
 
 
-def _ledger_totals(ledger: Any, step: int) -> tuple[Any, ...]:
-    """Halo bytes sent forward, backward and in evaluation in ``step``, summed
-    over ranks; blocked and overlapped halo seconds of the average rank; the
-    gradient all-reduce's bytes (all ranks) and wait (average rank); the
-    average rank's seconds of regrouping; the stage-boundary bytes (all
-    ranks) and wait (average rank) of a layer pipeline."""
-    if ledger is None:
-        return 0, 0, 0, 0.0, 0.0, 0, 0.0, 0.0, 0, 0.0
-    totals = ledger.totals(step)
-    keys = ("bytes_fwd", "bytes_bwd", "bytes_eval", "seconds", "overlapped", "bytes_grad",
-            "seconds_grad", "seconds_regroup", "bytes_stage", "seconds_stage")
-    stats = distributed.all_reduce_values([float(totals.get(k, 0.0)) for k in keys])
-    ranks = distributed.world_size()
-    return (int(stats[0]), int(stats[1]), int(stats[2]), stats[3] / ranks, stats[4] / ranks,
-            int(stats[5]), stats[6] / ranks, stats[7] / ranks, int(stats[8]), stats[9] / ranks)
+#: What an epoch's ledger books (its keys) into :class:`EpochStats` fields,
+#: summed over ranks (bytes) or averaged (seconds).
+_BOOKED = {"bytes_fwd": "halo_bytes_fwd", "bytes_bwd": "halo_bytes_bwd",
+           "bytes_eval": "halo_bytes_eval", "seconds": "comm_seconds",
+           "overlapped": "overlapped_seconds", "bytes_grad": "grad_bytes",
+           "seconds_grad": "grad_seconds", "seconds_regroup": "regroup_seconds",
+           "bytes_stage": "stage_bytes", "seconds_stage": "stage_seconds"}
+_TIMED = ("train_seconds", "forward_seconds", "eval_seconds")
+
+
+def _epoch_totals(ledger: Any, step: int, times: tuple[float, float, float]) -> dict[str, Any]:
+    """The :class:`EpochStats` fields of ``step`` from the ledger and this
+    rank's ``times`` (training step, its forward, evaluation), in one
+    all-reduce: halo bytes sent forward, backward and in evaluation (all
+    ranks); blocked and overlapped halo seconds (average rank); the gradient
+    all-reduce's bytes (all ranks) and wait (average rank); regrouping seconds
+    (average rank); stage-boundary bytes (all ranks) and wait (average rank)
+    of a layer pipeline; and the average rank's times."""
+    totals = ledger.totals(step) if ledger is not None else {}
+    values = [float(totals.get(k, 0.0)) for k in _BOOKED] + list(times)
+    stats = distributed.all_reduce_values(values) if ledger is not None else values
+    ranks = distributed.world_size() if ledger is not None else 1
+    out: dict[str, Any] = {}
+    for name, value in zip([*_BOOKED.values(), *_TIMED], stats):
+        out[name] = int(value) if "bytes" in name else value / ranks
+    return out
 
 
 def _progress(total: int, done: int) -> Any:
