@@ -87,6 +87,7 @@ class Model(Options):
     heads: int | None = option(None, "attention heads of gat", type=int, metavar="N")
     dropout: float | None = option(None, "dropout (default: the model's recipe)", type=float,
                                    metavar="P")
+    edge_dropout: float = option(0.0, "DropEdge rate, shared hash", metavar="P")
 
     def check(self) -> None:
         if self.name not in RECIPES:
