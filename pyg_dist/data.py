@@ -138,14 +138,14 @@ class DistEdgeIndex:
         one exchange of two numbers a halo row, booked as ``name/degree``."""
         row = self.row()[keep]
         col = self.col[keep]
-        counts = torch.zeros(self.num_owned, 2, dtype=torch.int64, device=col.device)
-        counts[:, 0].index_add_(0, row, torch.ones_like(row))
+        counts = torch.zeros(self.num_owned, 2, dtype=torch.int32, device=col.device)
+        counts[:, 0].index_add_(0, row, torch.ones_like(row, dtype=torch.int32))
         loops = row[col == row]
-        counts[:, 1].index_add_(0, loops, torch.ones_like(loops))
-        halo = exchange_halo(counts, self.channel, f"{name}/degree")
+        counts[:, 1].index_add_(0, loops, torch.ones_like(loops, dtype=torch.int32))
+        halo = exchange_halo(counts, self.channel, f"{name}/degree").to(torch.int64)
         return DistEdgeIndex(ptr_from_sorted(row, self.num_owned), col, self.edge_id[keep],
-                             halo[:, 0].clone(), halo[:, 1].clone(), self.channel,
-                             self.global_id, self.registry, self.origin)
+                             halo[:, 0], halo[:, 1], self.channel, self.global_id,
+                             self.registry, self.origin)
 
     def flush(self) -> None:
         """Completes halo exchanges still in flight (pipelined policies)."""

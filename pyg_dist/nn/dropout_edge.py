@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
 from pyg_dist.data import Adj, DistEdgeIndex
 from pyg_dist.dropout import DropoutState, edge_keep, next_call

@@ -33,10 +33,11 @@ def dirs(graph, tmp_path_factory):
     return out
 
 
-def _kept_pairs(folder):
+def _kept_pairs(folder, rank=None):
     """Rank side: the global (source, target) pairs kept by each of ``CALLS``
-    calls, and two layers' outputs and gradients on the last dropped graph."""
-    data = pyg_dist.DistData.load(folder)
+    calls, and two layers' outputs and gradients on the last dropped graph
+    (one part: in this process, ``rank=0``)."""
+    data = pyg_dist.DistData.load(folder, rank=rank)
     data.edge_index.registry.dropout.seed = SEED
     kept = []
     for _ in range(CALLS):
@@ -51,7 +52,7 @@ def _kept_pairs(folder):
         out = layer(x, dropped)
         (out * _upstream(data.meta.num_nodes)[data.global_id]).sum().backward()
         grads = {k: v.grad.clone() for k, v in layer.named_parameters()}
-        for grad in grads.values():
+        for grad in grads.values() if rank is None else ():
             torch.distributed.all_reduce(grad)
         layers[name] = {"out": out.detach(), "grads": grads}
         x.grad = None
@@ -66,8 +67,9 @@ def _upstream(num_nodes):
 
 @pytest.fixture(scope="module")
 def runs(dirs):
-    return {parts: pyg_dist.launch(_kept_pairs, parts, args=(str(folder),))
-            for parts, folder in dirs.items()}
+    out = {parts: pyg_dist.launch(_kept_pairs, parts, args=(str(dirs[parts]),))
+           for parts in (2, 4)}
+    return {1: [_kept_pairs(dirs[1], rank=0)], **out}
 
 
 def _pairs(per_rank, call):
