@@ -57,7 +57,22 @@ def _kept_pairs(folder, rank=None):
         layers[name] = {"out": out.detach(), "grads": grads}
         x.grad = None
     state = data.edge_index.registry.state_dict()
-    return {"kept": kept, "global_id": data.global_id, "layers": layers, "state": state}
+    return {"kept": kept, "global_id": data.global_id, "layers": layers, "state": state,
+            "layer0_bytes": _gnn_layer0_bytes(data)}
+
+
+def _gnn_layer0_bytes(data, steps=3):
+    """Bytes layer 0 of a GNN with feature and edge dropout sends in each of
+    ``steps`` training steps."""
+    torch.manual_seed(2)
+    model = GNN("sage", data.x.size(1), 16, 7, dropout=0.5, edge_dropout=0.5)
+    out = []
+    for _ in range(steps):
+        step = data.ledger.next_step()
+        model(data.x, data.edge_index).sum().backward()
+        out.append(sum(r["bytes_sent"] for r in data.ledger.rows()
+                       if r["layer"] == "convs.0" and r["step"] == step))
+    return out
 
 
 def _upstream(num_nodes):
@@ -130,6 +145,15 @@ def test_layers_on_the_dropped_graph_equal_pyg(runs, graph, kind):
             assert_close(grad, param.grad, what=f"{kind} {name}.grad, {parts} ranks")
     # the full graph gives other outputs: the edges were dropped
     assert (ref(x, graph.edge_index) - out).abs().max() > 1e-3
+
+
+def test_gnn_keeps_the_first_layers_halo_cached_under_edge_dropout(runs):
+    # Step 0 sends the input's transformed rows; step 1 sees the input unchanged
+    # and fills the cache with its rows; from step 2 on nothing crosses.
+    for parts in (2, 4):
+        for r in runs[parts]:
+            sent = r["layer0_bytes"]
+            assert sent[0] > 0 and sent[1] > 0 and sent[2] == 0, (parts, sent)
 
 
 def test_call_count_is_checkpointed(runs, dirs):
