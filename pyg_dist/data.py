@@ -135,7 +135,7 @@ class DistEdgeIndex:
         halo plan (halo rows no kept edge reads are still fetched). Collective:
         every rank calls it, since the halo nodes' in-degrees and self-loops
         in the kept graph are known only to their owners and come from them in
-        one exchange of two numbers a halo row, booked as ``name/degree``."""
+        one exchange of two int32 a halo row, booked as ``name/degree``."""
         row = self.row()[keep]
         col = self.col[keep]
         counts = torch.zeros(self.num_owned, 2, dtype=torch.int32, device=col.device)

@@ -155,8 +155,9 @@ def next_call(edge_index: Any, state: DropoutState | None = None) -> tuple[int, 
     assert state is not None, "a dropout state or a graph that has one"
     if state.seed is None:
         seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)
-        group = None if edge_index is None else edge_index.channel.group
-        state.seed = int(seed) if edge_index is None else int(broadcast(seed, group))
+        if edge_index is not None:
+            seed = broadcast(seed, edge_index.channel.group)
+        state.seed = int(seed)
     call = state.calls
     state.calls += 1
     return state.seed, call
