@@ -33,7 +33,7 @@ def dirs(graph, tmp_path_factory):
     return out
 
 
-def _kept_pairs(folder, rank=None):
+def _on_a_rank(folder, rank=None):
     """Rank side: the global (source, target) pairs kept by each of ``CALLS``
     calls, and two layers' outputs and gradients on the last dropped graph
     (one part: in this process, ``rank=0``)."""
@@ -82,9 +82,9 @@ def _upstream(num_nodes):
 
 @pytest.fixture(scope="module")
 def runs(dirs):
-    out = {parts: pyg_dist.launch(_kept_pairs, parts, args=(str(dirs[parts]),))
+    out = {parts: pyg_dist.launch(_on_a_rank, parts, args=(str(dirs[parts]),))
            for parts in (2, 4)}
-    return {1: [_kept_pairs(dirs[1], rank=0)], **out}
+    return {1: [_on_a_rank(dirs[1], rank=0)], **out}
 
 
 def _pairs(per_rank, call):
