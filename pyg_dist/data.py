@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist import distributed
-from pyg_dist.halo.exchange import HaloChannel
+from pyg_dist.halo.exchange import HaloChannel, exchange_halo
 from pyg_dist.halo.layer import HaloRegistry
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.plan import HaloPlan
@@ -43,6 +43,8 @@ class DistEdgeIndex:
         registry (HaloRegistry): The default halo policy and every layer's
             halo state on this graph (checkpointed).
         global_id (torch.Tensor): ``[num_owned]`` global id of each owned node.
+        origin (DistEdgeIndex): The graph this one was cut from by
+            :meth:`keep_edges` (itself otherwise); both share the halo plan.
     """
 
     def __init__(
@@ -55,8 +57,10 @@ class DistEdgeIndex:
         channel: HaloChannel,
         global_id: Tensor,
         registry: HaloRegistry | None = None,
+        origin: DistEdgeIndex | None = None,
     ) -> None:
         self.rowptr, self.col, self.edge_id = rowptr, col, edge_id
+        self.origin = self if origin is None else origin
         self.global_id = global_id
         self.num_owned = rowptr.numel() - 1
         self.num_halo = channel.plan.num_halo
@@ -117,8 +121,31 @@ class DistEdgeIndex:
         keep[remote] = halo_mask[self.col[remote] - self.num_owned]
         rowptr = ptr_from_sorted(self.row()[keep], self.num_owned)
         sub = DistEdgeIndex(rowptr, self.col[keep], self.edge_id[keep], self.halo_in_degree,
-                            self.halo_self_loops, self.channel, self.global_id, self.registry)
+                            self.halo_self_loops, self.channel, self.global_id, self.registry,
+                            self.origin)
         return sub, keep
+
+    def global_edges(self) -> tuple[Tensor, Tensor]:
+        """``([num_edges], [num_edges])`` global source and target id of every edge."""
+        ids = torch.cat([self.global_id, self.plan.halo_global_id.to(self.global_id.device)])
+        return ids[self.col], self.global_id[self.row()]
+
+    def keep_edges(self, keep: Tensor, name: str = "keep_edges") -> DistEdgeIndex:
+        """The graph of the edges in ``keep`` (``[num_edges]`` bool), on the same
+        halo plan (halo rows no kept edge reads are still fetched). Collective:
+        every rank calls it, since the halo nodes' in-degrees and self-loops
+        in the kept graph are known only to their owners and come from them in
+        one exchange of two int32 a halo row, booked as ``name/degree``."""
+        row = self.row()[keep]
+        col = self.col[keep]
+        counts = torch.zeros(self.num_owned, 2, dtype=torch.int32, device=col.device)
+        counts[:, 0].index_add_(0, row, torch.ones_like(row, dtype=torch.int32))
+        loops = row[col == row]
+        counts[:, 1].index_add_(0, loops, torch.ones_like(loops, dtype=torch.int32))
+        halo = exchange_halo(counts, self.channel, f"{name}/degree").to(torch.int64)
+        return DistEdgeIndex(ptr_from_sorted(row, self.num_owned), col, self.edge_id[keep],
+                             halo[:, 0], halo[:, 1], self.channel, self.global_id,
+                             self.registry, self.origin)
 
     def flush(self) -> None:
         """Completes halo exchanges still in flight (pipelined policies)."""

@@ -26,7 +26,15 @@ from torch import Tensor
 
 from pyg_dist.distributed import broadcast
 
-__all__ = ["dropout", "DroppedInput", "dropped_input", "DropoutState", "shared_scale"]
+__all__ = [
+    "dropout",
+    "DroppedInput",
+    "dropped_input",
+    "DropoutState",
+    "shared_scale",
+    "next_call",
+    "edge_keep",
+]
 
 _M32 = 0xFFFFFFFF
 #: Mask entries hashed at a time (a few 4 MB int32 temporaries).
@@ -74,7 +82,13 @@ class DroppedInput:
 def dropped_input(x: Tensor, edge_index: Any) -> DroppedInput | None:
     """How ``x`` was dropped, if :func:`dropout` made it for ``edge_index``."""
     made = getattr(x, _ATTR, None)
-    return made if made is not None and made.edge_index is edge_index else None
+    if made is None or edge_index is None:
+        return None
+    # A graph with dropped edges (pyg_dist.nn.dropout_edge) keeps the halo plan
+    # of the graph it came from, so inputs dropped on either one match.
+    same = getattr(made.edge_index, "origin", made.edge_index) is getattr(
+        edge_index, "origin", edge_index)
+    return made if same else None
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True, edge_index: Any = None) -> Tensor:
@@ -109,7 +123,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, edge_index: Any = 
 def _shared_dropout(x: Tensor, p: float, edge_index: Any, global_id: Tensor) -> Tensor:
     """:func:`dropout` on a :class:`~pyg_dist.DistEdgeIndex`: its seed and call
     count are per-graph Python state, so :func:`torch.compile` breaks here."""
-    seed, call = _next_call(edge_index)
+    seed, call = next_call(edge_index)
     made = DroppedInput(x, p, seed, call, edge_index)
     out = x * made.scale(global_id.to(x.device), x.size(-1))
     if not x.requires_grad:
@@ -126,18 +140,24 @@ def shared_scale(key: Tensor, width: int, p: float, edge_index: Any,
     from the graph's shared seed and the next call number, so every rank
     draws the same scale for the same key. A graph break under
     :func:`torch.compile` (per-graph Python state)."""
-    seed, call = _next_call(edge_index)
+    seed, call = next_call(edge_index)
     made = DroppedInput(key.new_empty(0, dtype=dtype), p, seed, call, edge_index)
     return made.scale(key, width)
 
 
-def _next_call(edge_index: Any) -> tuple[int, int]:
+def next_call(edge_index: Any, state: DropoutState | None = None) -> tuple[int, int]:
     """The graph's shared seed (drawn on rank 0 and broadcast at the first
-    call) and the number of this call; counts the call."""
-    state: DropoutState = edge_index.registry.dropout
+    call) and the number of this call; counts the call in ``state``
+    (default: the graph's ``registry.dropout``). Without a graph (``edge_index``
+    :obj:`None`) the seed is drawn from this process's generator."""
+    if state is None:
+        state = edge_index.registry.dropout
+    assert state is not None, "a dropout state or a graph that has one"
     if state.seed is None:
         seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)
-        state.seed = int(broadcast(seed, edge_index.channel.group))
+        if edge_index is not None:
+            seed = broadcast(seed, edge_index.channel.group)
+        state.seed = int(seed)
     call = state.calls
     state.calls += 1
     return state.seed, call
@@ -164,7 +184,7 @@ def _keep(global_id: Tensor, width: int, seed: int, call: int, p: float) -> Tens
     key with one more lowbias32 round, in int32 (wrapping products, logical
     shifts by masking), which keeps the ``[N, F]`` work to a few cheap passes."""
     device = global_id.device
-    salt = _mix(torch.tensor([(seed * 0x9E3779B1 + call) & _M32], device=device))
+    salt = _salt(seed, call, device)
     row = _int32(_mix((global_id.to(torch.int64) * 0x85EBCA6B + salt) & _M32))
     col = _int32(_mix((torch.arange(width, device=device) * 0xC2B2AE35 + salt) & _M32))
     h = row[:, None] ^ col[None, :]
@@ -173,3 +193,20 @@ def _keep(global_id: Tensor, width: int, seed: int, call: int, p: float) -> Tens
     h.mul_(0x846CA68B - 2**32)
     h ^= (h >> 16) & 0xFFFF
     return h >= int(p * 2**32) - 2**31
+
+
+def _salt(seed: int, call: int, device: torch.device) -> Tensor:
+    """``[1]`` int64: the 32-bit key of one call under one seed."""
+    return _mix(torch.tensor([(seed * 0x9E3779B1 + call) & _M32], device=device))
+
+
+def edge_keep(src: Tensor, dst: Tensor, seed: int, call: int, p: float) -> Tensor:
+    """``[num_edges]`` bool: which edges (global ``src -> dst`` ids, int64)
+    survive call ``call`` of edge dropout with rate ``p`` (ids below 2**32).
+    The hash reads the unordered pair, so ``u -> v`` and ``v -> u`` (and
+    duplicates) share one fate: two lowbias32 rounds, the first on the smaller
+    endpoint and the call's key, the second on that and the larger endpoint."""
+    lo, hi = torch.minimum(src, dst).to(torch.int64), torch.maximum(src, dst).to(torch.int64)
+    salt = _salt(seed, call, src.device)
+    h = _mix(((lo & _M32) * 0x85EBCA6B + salt) & _M32)
+    return _mix(h ^ (((hi & _M32) * 0xC2B2AE35) & _M32)) >= int(p * 2**32)

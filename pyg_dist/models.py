@@ -15,6 +15,7 @@ from pyg_dist.nn import (
     DistMessagePassing,
     DistSAGEConv,
     dropout,
+    dropout_edge,
 )
 
 __all__ = ["GNN", "DeepGNN", "MODELS", "DEEP_MODELS"]
@@ -39,7 +40,9 @@ class GNN(nn.Module):
     MLP each) through the generic distributed path. With ``residual``, every
     layer whose output is as wide as its input adds its input,
     :math:`\mathbf{H}^{(l+1)} = \mathbf{H}^{(l)} + \sigma(\mathrm{conv}(\mathbf{H}^{(l)}))`
-    (residual GCN / SAGE for deep models).
+    (residual GCN / SAGE for deep models). With ``edge_dropout``, each
+    training forward first drops edges with :func:`pyg_dist.nn.dropout_edge`
+    (DropEdge; one mask for every layer of the step, alike on every rank).
 
     Runs on a plain ``edge_index`` (single process) and on a
     :class:`~pyg_dist.DistEdgeIndex` (distributed). Distributed, dropout is
@@ -59,13 +62,18 @@ class GNN(nn.Module):
             (default: :obj:`8`)
         residual (bool, optional): Residual connections around the layers
             of equal input and output width. (default: :obj:`False`)
+        edge_dropout (float, optional): Probability of dropping an edge in
+            training. (default: :obj:`0.0`)
         **kwargs (optional): Arguments of every convolution (e.g. ``aggr``).
     """
 
     def __init__(self, kind: str, in_channels: int, hidden_channels: int, out_channels: int,
                  layers: int = 2, dropout: float = 0.5, halo: Any = None, heads: int = 8,
-                 residual: bool = False, **kwargs: Any) -> None:
+                 residual: bool = False, edge_dropout: float = 0.0, **kwargs: Any) -> None:
         super().__init__()
+        if not 0.0 <= edge_dropout < 1.0:
+            raise ValueError(f"'GNN' needs 0 <= edge_dropout < 1 (got {edge_dropout}); it is "
+                             f"the fraction of edges dropped each training step")
         if kind not in MODELS:
             raise ValueError(f"'GNN' got kind='{kind}'; use one of {', '.join(MODELS)}")
         if layers < 1:
@@ -79,7 +87,7 @@ class GNN(nn.Module):
         )
         for k, layer in enumerate(self.convs):
             layer.halo_name = f"convs.{k}"  # type: ignore[assignment]
-        self.dropout, self.residual = dropout, residual
+        self.dropout, self.residual, self.edge_dropout = dropout, residual, edge_dropout
 
     def reset_parameters(self) -> None:
         for conv in self.convs:
@@ -91,11 +99,17 @@ class GNN(nn.Module):
                 f"'GNN' got edge weights, which only its gcn and sage layers take (this one "
                 f"is {self.kind}); with gradient-only training use correction='batch' or "
                 f"'none'")
+        graph = edge_index
+        if self.training and self.edge_dropout > 0:
+            if edge_weight is not None:
+                raise ValueError("'GNN' cannot drop edges of a weighted graph (its edge "
+                                 "weights would no longer line up); set edge_dropout=0")
+            graph = dropout_edge(edge_index, self.edge_dropout, self.training)
         conv: Any
         for k, conv in enumerate(self.convs):
             h = dropout(x, self.dropout, self.training, edge_index)
-            h = (conv(h, edge_index) if edge_weight is None
-                 else conv(h, edge_index, edge_weight=edge_weight))
+            h = (conv(h, graph) if edge_weight is None
+                 else conv(h, graph, edge_weight=edge_weight))
             if k < len(self.convs) - 1:
                 h = F.elu(h) if self.kind == "gat" else h.relu()
             x = x + h if self.residual and h.shape == x.shape else h

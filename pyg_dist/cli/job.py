@@ -21,6 +21,7 @@ from pyg_dist.config import (
     strategy_from_dict,
 )
 from pyg_dist.datasets.load import DATASETS
+from pyg_dist.models import DEEP_MODELS
 from pyg_dist.partitioning.cut import METHODS
 
 __all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "DEFAULT_PARTS", "resolve"]
@@ -87,10 +88,15 @@ class Model(Options):
     heads: int | None = option(None, "attention heads of gat", type=int, metavar="N")
     dropout: float | None = option(None, "dropout (default: the model's recipe)", type=float,
                                    metavar="P")
+    edge_dropout: float = option(0.0, "DropEdge rate, shared hash", metavar="P")
 
     def check(self) -> None:
         if self.name not in RECIPES:
             raise ValueError(f"Model(name={self.name!r}): use one of {', '.join(MODELS)}")
+        if self.edge_dropout and self.name in DEEP_MODELS:
+            raise ValueError(f"--edge-dropout applies to the models of pyg_dist.models.GNN, not "
+                             f"to the deep {self.name}; leave it out or use --model "
+                             f"{'|'.join(m for m in MODELS if m not in DEEP_MODELS)}")
 
     def sizes(self) -> tuple[int, int, int, float]:
         """``layers``, ``hidden``, ``heads`` and ``dropout`` of a resolved model."""

@@ -156,7 +156,7 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
                         layers=layers, dropout=dropout)
     else:
         model = GNN(spec.name, data.x.size(1), hidden, data.meta.num_classes, layers=layers,
-                    dropout=dropout, heads=heads)
+                    dropout=dropout, heads=heads, edge_dropout=spec.edge_dropout)
     model = model.to(data.x.device)
     rank = distributed.rank()
     torch.manual_seed(job.graph.seed * 1000 + rank)  # dropout differs per rank

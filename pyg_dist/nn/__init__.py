@@ -1,9 +1,10 @@
 """Drop-in distributed layers: PyG's layers that also run on a
 :class:`~pyg_dist.DistEdgeIndex`, the norms whose statistics span every rank,
 the generic path for any one-hop layer, :func:`to_distributed` for a whole
-model, and :func:`dropout` drawn alike on every rank."""
+model, and :func:`dropout` and :func:`dropout_edge` drawn alike on every rank."""
 from pyg_dist.dropout import dropout
 from pyg_dist.nn.convert import to_distributed
+from pyg_dist.nn.dropout_edge import dropout_edge
 from pyg_dist.nn.gat_conv import DistGATConv
 from pyg_dist.nn.gcn2_conv import DistGCN2Conv
 from pyg_dist.nn.gcn_conv import DistGCNConv
@@ -25,4 +26,5 @@ __all__ = [
     "to_distributed",
     "register_exact",
     "dropout",
+    "dropout_edge",
 ]
