@@ -171,7 +171,7 @@ def peer_rank(graph_path: str, kind: str, layers: int, hidden: int, epochs: int,
     dist.barrier()
     setup = time.perf_counter() - begin
 
-    curve, steps, start = [], 0, time.perf_counter()
+    curve, steps, stopped, start = [], 0, "epochs", time.perf_counter()
     for epoch in range(1, epochs + 1):
         ddp.train()
         for batch in train_loader:
@@ -188,9 +188,10 @@ def peer_rank(graph_path: str, kind: str, layers: int, hidden: int, epochs: int,
         dist.barrier()
         over = time_budget is not None and time.perf_counter() - start >= time_budget
         if _agreed(over):
+            stopped = "time_budget"
             break
     return {"rank": rank, "setup_s": setup, "train_s": time.perf_counter() - start,
-            "curve": curve, "epochs": epoch, "steps": steps, "batch_size": batch_size,
-            "steps_per_epoch": len(train_loader), "params": params,
+            "curve": curve, "epochs": epoch, "steps": steps, "stopped": stopped,
+            "batch_size": batch_size, "steps_per_epoch": len(train_loader), "params": params,
             "bytes_sent": allreduce_bytes(params, world) * steps,
             "bytes_per_step": allreduce_bytes(params, world), "peak_rss": peak()}

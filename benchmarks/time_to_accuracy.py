@@ -277,7 +277,7 @@ def run_peer(args, graph_file: str, data_bytes: int, kind: str, layers: int, hid
     curve = [{**p, "sent": head["bytes_per_step"] * p["steps"]} for p in head["curve"]]
     return {"row": PEER, "curve": curve, "setup_s": max(r["setup_s"] for r in ranks),
             "peak_rss": [r["peak_rss"] for r in ranks],
-            "bytes_sent": [r["bytes_sent"] for r in ranks], "stopped": "",
+            "bytes_sent": [r["bytes_sent"] for r in ranks], "stopped": head["stopped"],
             "note": f"batch {head['batch_size']}, {head['steps_per_epoch']} steps/epoch, "
                     f"{head['params']} params"}
 
