@@ -169,6 +169,7 @@ def long_run_rank(parts: str, checkpoints: str, epochs: int, kind: str, hidden: 
                    checkpoint=Checkpoint(checkpoints, every=100), callback=record,
                    progress=False)
     return {"rank": data.rank, "after_100": marks.get("after_100", 0), "end": current(),
+            "ledger_entries": len(data.ledger.entries),
             "peak": peak(), "seconds": result.seconds, "test_acc": result.test_acc,
             "val_acc": result.val_acc}
 
@@ -451,12 +452,12 @@ def long_run(args, threads: int) -> None:
     print(f"\nlong run: cora, {args.models[0]} 2x{args.hidden[0]}, exact, {epochs} epochs, "
           f"eval every 10, checkpoint every 100, {args.ranks} ranks; "
           f"{ranks[0]['seconds']:.1f} s, test acc {100 * ranks[0]['test_acc']:.2f}%\n"
-          "| rank | VmRSS after epoch 100 MB | VmRSS at end MB | end / 100 | VmHWM MB |\n"
-          "|---|---|---|---|---|")
+          "| rank | VmRSS after epoch 100 MB | VmRSS at end MB | end / 100 | VmHWM MB | "
+          "ledger entries at end |\n|---|---|---|---|---|---|")
     for r in ranks:
         ratio = r["end"] / r["after_100"] if r["after_100"] else math.nan
         print(f"| {r['rank']} | {r['after_100'] / 2**20:.1f} | {r['end'] / 2**20:.1f} | "
-              f"{ratio:.3f} | {r['peak'] / 2**20:.1f} |")
+              f"{ratio:.3f} | {r['peak'] / 2**20:.1f} | {r['ledger_entries']} |")
     worst = max(r["end"] / r["after_100"] for r in ranks if r["after_100"])
     print(f"largest growth {100 * (worst - 1):+.1f}% (goal: within 5%)")
     if args.json:
