@@ -479,8 +479,9 @@ def parse_args():
     parser.add_argument("--layers", nargs="+", type=int, default=[2], choices=[2, 3])
     parser.add_argument("--hidden", nargs="+", type=int, default=[256])
     parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--rows", nargs="+", default=list(RECIPES["cora"]),
-                        choices=list(RECIPES["cora"]), help="our rows (the peer always runs)")
+    parser.add_argument("--rows", nargs="*", default=list(RECIPES["cora"]),
+                        choices=list(RECIPES["cora"]),
+                        help="our rows (none: the peer alone; the peer always runs)")
     parser.add_argument("--epochs", type=int, default=None,
                         help="epochs of our rows (default 200; 2000 with --long-run)")
     parser.add_argument("--peer-epochs", type=int, default=200)
