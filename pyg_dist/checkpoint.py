@@ -41,7 +41,19 @@ LATEST = "latest.json"
 def save_checkpoint(folder: str | os.PathLike, epoch: int, model: nn.Module,
                     optimizer: torch.optim.Optimizer, data: Any,
                     extra: dict[str, Any] | None = None) -> None:
-    """Writes this rank's state after ``epoch``; collective (every rank calls it)."""
+    """Writes this rank's state after ``epoch``; collective (every rank calls it).
+
+    Args:
+        folder (str or os.PathLike): The checkpoint folder (on each rank's own
+            machine); created if missing.
+        epoch (int): The epoch just finished.
+        model (torch.nn.Module): The model whose ``state_dict`` is saved.
+        optimizer (torch.optim.Optimizer): The optimizer whose ``state_dict`` is saved.
+        data (DistData): The rank's graph: its halo policies' state
+            (``data.edge_index.registry``) and ledger are saved when it has them.
+        extra (dict, optional): Anything else to restore with the checkpoint
+            (returned by :func:`load_checkpoint`). (default: :obj:`None`)
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rank = get_rank()
@@ -72,7 +84,11 @@ def find_checkpoint(folder: str | os.PathLike) -> int | None:
     """The epoch every rank can resume from in ``folder`` (on each rank's own
     machine), or :obj:`None` when no rank has a checkpoint there; collective.
     Raises on every rank when the checkpoint was written by another number of
-    ranks or some rank lacks its file of that epoch."""
+    ranks or some rank lacks its file of that epoch.
+
+    Args:
+        folder (str or os.PathLike): The checkpoint folder.
+    """
     folder = Path(folder)
     views = all_gather_objects(_local_view(folder, get_rank()))
     written = [v["latest"] for v in views if v["latest"] is not None]
@@ -99,7 +115,16 @@ def find_checkpoint(folder: str | os.PathLike) -> int | None:
 def load_checkpoint(folder: str | os.PathLike, model: nn.Module,
                     optimizer: torch.optim.Optimizer, data: Any) -> tuple[int, dict[str, Any]]:
     """Restores this rank's state from the last complete checkpoint; returns
-    its epoch and the ``extra`` dict saved with it. Collective."""
+    its epoch and the ``extra`` dict saved with it. Collective.
+
+    Args:
+        folder (str or os.PathLike): The checkpoint folder.
+        model (torch.nn.Module): The model to load the saved ``state_dict`` into.
+        optimizer (torch.optim.Optimizer): The optimizer to load the saved
+            ``state_dict`` into.
+        data (DistData): The rank's graph: its halo policies' state and ledger
+            are restored when both it and the checkpoint have them.
+    """
     folder = Path(folder)
     epoch = find_checkpoint(folder)
     if epoch is None:

@@ -50,7 +50,18 @@ def option(default: Any, help: str, *, type: Any = None, choices: tuple[str, ...
     """A dataclass field that is also a command-line option: ``help`` is its
     one description, ``type`` converts the command line's text (:obj:`None`:
     the type of ``default``), ``choices`` the allowed values (the package's
-    own constants)."""
+    own constants).
+
+    Args:
+        default (Any): The field's default value.
+        help (str): The field's one description, shown by ``--help``.
+        type (Callable, optional): Converts the command line's text;
+            :obj:`None` for the type of ``default``. (default: :obj:`None`)
+        choices (tuple[str, ...], optional): The allowed values.
+            (default: :obj:`None`)
+        metavar (str, optional): The value's name in ``--help``; :obj:`None`
+            for the field's name in upper case. (default: :obj:`None`)
+    """
     return field(default=default, metadata={"help": help, "type": type, "choices": choices,
                                             "metavar": metavar})
 
@@ -128,7 +139,7 @@ class GraphParallel(Options):
         halo (HaloPolicy or str, optional): The policy of every layer that
             sets none (a policy or its spec, e.g. ``"stale:4,compress=int8"``
             or ``"auto"``); :obj:`None` keeps the graph's default (what
-            :meth:`DistData.load` was given, else exact). (default: :obj:`None`)
+            :meth:`~pyg_dist.DistData.load` was given, else exact). (default: :obj:`None`)
         phases (tuple, optional): A schedule of policies: ``(epoch, policy)``
             pairs, each policy the default from that epoch on (every rank
             switches at the same step), e.g. ``((150, "exact"),)`` trains
@@ -165,7 +176,13 @@ class GraphParallel(Options):
 
 def parse_phases(value: Any) -> tuple[tuple[int, HaloPolicy | str], ...]:
     """``(epoch, policy)`` pairs in increasing epoch order from pairs or
-    their spelling ``"150=exact;180=stale:2"``; raises naming the fix."""
+    their spelling ``"150=exact;180=stale:2"``; raises naming the fix.
+
+    Args:
+        value (Any): A sequence of ``(epoch, policy)`` pairs (epochs from
+            :obj:`1`, increasing; a policy object or its spec string), or
+            their string spelling.
+    """
     fix = ("give (epoch, policy) pairs, e.g. ((150, 'exact'),), or '150=exact' "
            "(';' between pairs)")
     if isinstance(value, str):
@@ -293,7 +310,13 @@ STRATEGIES: dict[str, type[Options]] = {
 
 def strategy_from_dict(values: dict[str, Any]) -> Strategy:
     """The strategy ``{"name": ..., **fields}`` spells (what ``to_dict`` of a
-    strategy wrote, with its name)."""
+    strategy wrote, with its name).
+
+    Args:
+        values (dict): The strategy's fields and its ``"name"`` (a key of
+            :data:`~pyg_dist.config.STRATEGIES`; :class:`GraphParallel`'s
+            when missing).
+    """
     name = values.get("name", GraphParallel.name)
     cls = STRATEGIES.get(name)
     if cls is None:

@@ -28,23 +28,27 @@ class DistEdgeIndex:
     Pass it where a PyG layer takes ``edge_index``: the Dist layers then run
     distributed (a plain ``edge_index`` tensor keeps them single-process).
 
-    Attributes:
+    Args:
         rowptr (torch.Tensor): ``[num_owned + 1]`` int64 row pointers (row = owned target).
         col (torch.Tensor): ``[num_edges]`` int64 local source columns; ``c < num_owned``
             is an owned node, ``num_owned + h`` is halo row ``h``.
         edge_id (torch.Tensor): ``[num_edges]`` position of each edge in the
             partitioned graph's ``edge_index``.
-        num_owned (int): Nodes this rank owns (output rows of every layer).
-        num_halo (int): Remote source nodes.
         halo_in_degree (torch.Tensor): ``[num_halo]`` in-degree of each halo node in
             the whole graph (self-loops and duplicates included).
         halo_self_loops (torch.Tensor): ``[num_halo]`` self-loops of each halo node.
         channel (HaloChannel): The plan, process group and ledger of exchanges.
-        registry (HaloRegistry): The default halo policy and every layer's
-            halo state on this graph (checkpointed).
         global_id (torch.Tensor): ``[num_owned]`` global id of each owned node.
-        origin (DistEdgeIndex): The graph this one was cut from by
-            :meth:`keep_edges` (itself otherwise); both share the halo plan.
+        registry (HaloRegistry, optional): The default halo policy and every
+            layer's halo state on this graph (checkpointed); :obj:`None` for a
+            new, empty one. (default: :obj:`None`)
+        origin (DistEdgeIndex, optional): The graph this one was cut from by
+            :meth:`keep_edges`; :obj:`None` for itself. Both share the halo
+            plan. (default: :obj:`None`)
+
+    Attributes:
+        num_owned (int): Nodes this rank owns (output rows of every layer).
+        num_halo (int): Remote source nodes.
     """
 
     def __init__(
@@ -177,7 +181,8 @@ Adj = Tensor | DistEdgeIndex
 
 
 class DistData:
-    r"""One rank's part of a partitioned graph, loaded by :meth:`load`.
+    r"""One rank's part of a partitioned graph, loaded by
+    :meth:`~pyg_dist.DistData.load`.
 
     Node-level attributes of the partitioned graph (``x``, ``y``,
     ``train_mask``, ...) hold the rows of the nodes this rank owns, in the order
@@ -185,15 +190,23 @@ class DistData:
     the order of ``edge_index.col``. A graph partitioned without ``x`` has no
     ``x`` here either.
 
-    Attributes:
+    Args:
         edge_index (DistEdgeIndex): Local adjacency and halo plan.
+        node_attrs (dict[str, torch.Tensor]): The node-level attributes, each
+            with a row per owned node (set as attributes of the same name).
+        edge_attrs (dict[str, torch.Tensor]): The edge-level attributes, each
+            with a row per edge of ``edge_index.col`` (set as attributes of
+            the same name).
+        meta (PartitionMeta): The partition's metadata.
+        rank (int): This rank (= the part it holds).
+        folder (str or os.PathLike, optional): The partition folder it was
+            loaded from; :obj:`None` when built by hand. (default: :obj:`None`)
+
+    Attributes:
         global_id (torch.Tensor): ``[num_nodes]`` global id of each owned node.
         num_nodes (int): Nodes this rank owns.
-        rank (int): This rank (= the part it holds).
         world_size (int): Number of ranks (= parts).
-        meta (PartitionMeta): The partition's metadata.
-        folder (pathlib.Path): The partition folder it was loaded from
-            (:obj:`None` when built by hand).
+        folder (pathlib.Path): The partition folder (:obj:`None` when built by hand).
     """
 
     def __init__(

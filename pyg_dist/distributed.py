@@ -3,10 +3,10 @@
 
 No other module of the package calls a collective or sends a message itself;
 what is used of :mod:`torch.distributed` elsewhere runs its own communication:
-DDP with torch's communication hooks (:mod:`pyg_dist.grads.sync`) and
-torchrun's error records (:mod:`pyg_dist.cli`). Every collective and
-point-to-point helper here runs under :func:`pyg_dist.peers.guard`, so a peer
-lost meanwhile raises :class:`~pyg_dist.peers.PeerLost` naming it. The
+DDP with torch's communication hooks (``pyg_dist.grads.sync``) and
+torchrun's error records (``pyg_dist.cli``). Every collective and
+point-to-point helper here runs under ``pyg_dist.peers.guard``, so a peer
+lost meanwhile raises ``pyg_dist.peers.PeerLost`` naming it. The
 reductions, broadcasts, gathers and barriers are no-ops in a group of one
 process. Point-to-point helpers take the peer's rank in ``group`` (the global
 rank for the default group)."""
@@ -112,17 +112,32 @@ def is_initialized() -> bool:
 
 
 def rank(group: Group = None) -> int:
-    """This process's rank in ``group`` (0 without a process group)."""
+    """This process's rank in ``group`` (0 without a process group).
+
+    Args:
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     return dist.get_rank(group) if dist.is_initialized() else 0
 
 
 def world_size(group: Group = None) -> int:
-    """Number of ranks in ``group`` (1 without a process group)."""
+    """Number of ranks in ``group`` (1 without a process group).
+
+    Args:
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     return dist.get_world_size(group) if dist.is_initialized() else 1
 
 
 def is_distributed(group: Group = None) -> bool:
-    """Whether collectives over ``group`` involve other processes."""
+    """Whether collectives over ``group`` involve other processes.
+
+    Args:
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     return world_size(group) > 1
 
 
@@ -133,7 +148,12 @@ def default_device() -> torch.device:
 
 def collective_device(group: Group = None) -> torch.device:
     """Where tensors of a collective over ``group`` must live: this rank's GPU
-    under NCCL, else the CPU."""
+    under NCCL, else the CPU.
+
+    Args:
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     if dist.is_initialized() and dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
@@ -141,7 +161,14 @@ def collective_device(group: Group = None) -> torch.device:
 
 def all_reduce(tensor: Tensor, op: str = "sum", group: Group = None) -> Tensor:
     """``tensor`` reduced over the ranks (``"sum"`` or ``"max"``), on its own
-    device; the tensor itself in a group of one."""
+    device; the tensor itself in a group of one.
+
+    Args:
+        tensor (torch.Tensor): The values of this rank.
+        op (str, optional): :obj:`"sum"` or :obj:`"max"`. (default: :obj:`"sum"`)
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     if not is_distributed(group):
         return tensor
     ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
@@ -154,7 +181,13 @@ def all_reduce(tensor: Tensor, op: str = "sum", group: Group = None) -> Tensor:
 def all_reduce_with_grad(tensor: Tensor, group: Group = None) -> Tensor:
     """``tensor`` summed over the ranks, differentiably: the gradient of each
     rank's input is the sum of the gradients of every rank's output. Every
-    rank must call it, in the same order."""
+    rank must call it, in the same order.
+
+    Args:
+        tensor (torch.Tensor): The values of this rank.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     if not is_distributed(group):
         return tensor
     return _AllReduceSum.apply(tensor, group)
@@ -173,7 +206,14 @@ class _AllReduceSum(torch.autograd.Function):
 
 def all_reduce_values(values: Sequence[float], op: str = "sum",
                       group: Group = None) -> list[float]:
-    """Numbers reduced over the ranks, in one float64 all-reduce."""
+    """Numbers reduced over the ranks, in one float64 all-reduce.
+
+    Args:
+        values (Sequence[float]): The numbers of this rank.
+        op (str, optional): :obj:`"sum"` or :obj:`"max"`. (default: :obj:`"sum"`)
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     reduced = all_reduce(torch.tensor(list(values), dtype=torch.float64), op, group)
     return reduced.tolist()
 
@@ -181,13 +221,27 @@ def all_reduce_values(values: Sequence[float], op: str = "sum",
 def all_reduce_future(tensor: Tensor, group: Group = None) -> torch.futures.Future:
     """Starts summing ``tensor`` (on the collective device) over ``group`` in
     place; the future's value is ``[tensor]`` (the form DDP communication
-    hooks return)."""
+    hooks return).
+
+    Args:
+        tensor (torch.Tensor): The values of this rank, reduced in place.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     with peers.guard("all_reduce"):
         return dist.all_reduce(tensor, group=group, async_op=True).get_future()
 
 
 def broadcast(tensor: Tensor, group: Group = None, src: int = 0) -> Tensor:
-    """``tensor`` as rank ``src`` of ``group`` has it, on every rank."""
+    """``tensor`` as rank ``src`` of ``group`` has it, on every rank.
+
+    Args:
+        tensor (torch.Tensor): The values to send (on rank ``src``) or of the
+            shape to receive (on the others).
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+        src (int, optional): The sending rank, in ``group``. (default: :obj:`0`)
+    """
     if not is_distributed(group):
         return tensor
     buffer = tensor.to(collective_device(group))
@@ -200,14 +254,24 @@ def new_group(ranks: Sequence[int] | None = None) -> Any:
     """A new process group of ``ranks`` (global ranks; :obj:`None`: every
     rank) on the default group's backend, so its collectives run beside the
     default group's. Collective: every rank creates its groups in the same
-    order, including those it is not part of."""
+    order, including those it is not part of.
+
+    Args:
+        ranks (Sequence[int], optional): The global ranks of the group;
+            :obj:`None` for every rank. (default: :obj:`None`)
+    """
     with peers.guard("new_group"):
         return dist.new_group(ranks=None if ranks is None else list(ranks),
                               backend=dist.get_backend())
 
 
 def backend(group: Group = None) -> str:
-    """The backend of ``group`` (``"gloo"``, ``"nccl"``)."""
+    """The backend of ``group`` (``"gloo"``, ``"nccl"``).
+
+    Args:
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     return str(dist.get_backend(group))
 
 
@@ -227,7 +291,19 @@ def all_to_all_single(recv: Tensor, send: Tensor, recv_counts: Sequence[int],
                       what: str = "all_to_all") -> list[Any]:
     """Starts sending ``send_counts[q]`` rows of ``send`` to every rank ``q``
     of ``group`` and receiving ``recv_counts[q]`` rows from each into ``recv``
-    (in rank order); returns the pending works (see :func:`wait_all`)."""
+    (in rank order); returns the pending works (see :func:`wait_all`).
+
+    Args:
+        recv (torch.Tensor): The buffer the received rows fill, ``sum(recv_counts)`` rows.
+        send (torch.Tensor): The rows to send, ``sum(send_counts)`` of them, grouped
+            by destination rank.
+        recv_counts (Sequence[int]): Rows received from each rank.
+        send_counts (Sequence[int]): Rows sent to each rank.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+        what (str, optional): The operation named in the error raised when a
+            peer is lost meanwhile. (default: :obj:`"all_to_all"`)
+    """
     with peers.guard(what):
         return [dist.all_to_all_single(recv, send, list(recv_counts), list(send_counts),
                                        group=group, async_op=True)]
@@ -235,14 +311,36 @@ def all_to_all_single(recv: Tensor, send: Tensor, recv_counts: Sequence[int],
 
 def send(tensor: Tensor, dst: int, group: Group = None, tag: int = 0,
          what: str = "send") -> None:
-    """Sends ``tensor`` to rank ``dst`` of ``group`` and waits until it is taken."""
+    """Sends ``tensor`` to rank ``dst`` of ``group`` and waits until it is taken.
+
+    Args:
+        tensor (torch.Tensor): The values to send.
+        dst (int): The receiving rank, in ``group``.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+        tag (int, optional): The message tag, matched with the peer's.
+            (default: :obj:`0`)
+        what (str, optional): The operation named in the error raised when a
+            peer is lost meanwhile. (default: :obj:`"send"`)
+    """
     with peers.guard(what):
         dist.send(tensor, _global(dst, group), group=group, tag=tag)
 
 
 def recv(tensor: Tensor, src: int, group: Group = None, tag: int = 0,
          what: str = "recv") -> Tensor:
-    """Receives into ``tensor`` what rank ``src`` of ``group`` sends; returns it."""
+    """Receives into ``tensor`` what rank ``src`` of ``group`` sends; returns it.
+
+    Args:
+        tensor (torch.Tensor): The buffer to fill, of the shape and dtype sent.
+        src (int): The sending rank, in ``group``.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+        tag (int, optional): The message tag, matched with the peer's.
+            (default: :obj:`0`)
+        what (str, optional): The operation named in the error raised when a
+            peer is lost meanwhile. (default: :obj:`"recv"`)
+    """
     with peers.guard(what):
         dist.recv(tensor, _global(src, group), group=group, tag=tag)
     return tensor
@@ -251,7 +349,18 @@ def recv(tensor: Tensor, src: int, group: Group = None, tag: int = 0,
 def isend(tensor: Tensor, dst: int, group: Group = None, tag: int = 0,
           what: str = "send") -> Any:
     """Starts sending ``tensor`` to rank ``dst`` of ``group``; returns the
-    pending work (see :func:`wait_all`). Keep ``tensor`` alive until then."""
+    pending work (see :func:`wait_all`). Keep ``tensor`` alive until then.
+
+    Args:
+        tensor (torch.Tensor): The values to send.
+        dst (int): The receiving rank, in ``group``.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+        tag (int, optional): The message tag, matched with the peer's.
+            (default: :obj:`0`)
+        what (str, optional): The operation named in the error raised when a
+            peer is lost meanwhile. (default: :obj:`"send"`)
+    """
     with peers.guard(what):
         return dist.isend(tensor, _global(dst, group), group=group, tag=tag)
 
@@ -261,7 +370,18 @@ def batch_send_recv(sends: dict[int, Tensor], recvs: dict[int, Tensor], group: G
     """Starts one batch of point-to-point messages: ``sends[q]`` to rank ``q``
     of ``group`` and ``recvs[q]`` filled from rank ``q``, posted peer by peer
     in rank order. Returns the pending works (see :func:`wait_all`); every
-    peer must post the matching batch."""
+    peer must post the matching batch.
+
+    Args:
+        sends (dict[int, torch.Tensor]): The tensor to send to each peer rank.
+        recvs (dict[int, torch.Tensor]): The buffer to fill from each peer rank.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+        tag (int, optional): The message tag, matched with the peer's.
+            (default: :obj:`0`)
+        what (str, optional): The operation named in the error raised when a
+            peer is lost meanwhile. (default: :obj:`"point-to-point"`)
+    """
     ops = []
     for q in sorted(set(sends) | set(recvs)):
         if q in recvs:
@@ -276,14 +396,25 @@ def batch_send_recv(sends: dict[int, Tensor], recvs: dict[int, Tensor], group: G
 
 def wait_all(works: Iterable[Any], what: str = "point-to-point") -> None:
     """Waits for pending works (of :func:`isend`, :func:`batch_send_recv`,
-    :func:`all_to_all_single`)."""
+    :func:`all_to_all_single`).
+
+    Args:
+        works (Iterable): The pending works.
+        what (str, optional): The operation named in the error raised when a
+            peer is lost meanwhile. (default: :obj:`"point-to-point"`)
+    """
     with peers.guard(what):
         for work in works:
             work.wait()
 
 
 def barrier(group: Group = None) -> None:
-    """Waits for every rank of ``group``."""
+    """Waits for every rank of ``group``.
+
+    Args:
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     if is_distributed(group):
         with peers.guard("barrier"):
             dist.barrier(group=group)
@@ -291,7 +422,13 @@ def barrier(group: Group = None) -> None:
 
 def differing_ranks(value: int, group: Group = None) -> list[int]:
     """The ranks whose ``value`` (an int64) differs from this rank's: empty
-    when all ranks agree."""
+    when all ranks agree.
+
+    Args:
+        value (int): This rank's value.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     if not is_distributed(group):
         return []
     mine = torch.tensor([value], dtype=torch.long, device=collective_device(group))
@@ -302,7 +439,13 @@ def differing_ranks(value: int, group: Group = None) -> list[int]:
 
 
 def all_gather_objects(obj: Any, group: Group = None) -> list[Any]:
-    """Every rank's ``obj`` (picklable), in rank order; ``[obj]`` in a group of one."""
+    """Every rank's ``obj`` (picklable), in rank order; ``[obj]`` in a group of one.
+
+    Args:
+        obj (Any): This rank's object.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     if not is_distributed(group):
         return [obj]
     gathered: list[Any] = [None] * world_size(group)
@@ -318,7 +461,15 @@ def raise_together(error: BaseException | None, what: str, group: Group = None) 
     rank waits in the next collective for one that gave up. The error has
     the type of this rank's error, else that of the first failing rank when
     it is a built-in exception, else :class:`RuntimeError`. In a group of
-    one, ``error`` itself is raised."""
+    one, ``error`` itself is raised.
+
+    Args:
+        error (BaseException, optional): This rank's failure; :obj:`None` if
+            its check passed.
+        what (str): The check, named at the start of the error's message.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     if not is_distributed(group):
         if error is not None:
             raise error
@@ -346,7 +497,13 @@ def _builtin(name: str) -> type[BaseException]:
 
 
 def sync_tensors(tensors: Iterable[Tensor], group: Group = None) -> None:
-    """Copies rank 0's values of ``tensors`` (parameters, buffers) to every rank, in place."""
+    """Copies rank 0's values of ``tensors`` (parameters, buffers) to every rank, in place.
+
+    Args:
+        tensors (Iterable[torch.Tensor]): The tensors, in the same order on every rank.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     if not is_distributed(group):
         return
     for tensor in tensors:
@@ -355,7 +512,14 @@ def sync_tensors(tensors: Iterable[Tensor], group: Group = None) -> None:
 
 def all_reduce_gradients(params: Iterable[torch.nn.Parameter], group: Group = None) -> None:
     """Sums the gradients of ``params`` over the ranks, in one flat buffer (a
-    missing gradient counts as zeros)."""
+    missing gradient counts as zeros).
+
+    Args:
+        params (Iterable[torch.nn.Parameter]): The parameters, in the same order
+            on every rank; those that do not require a gradient are skipped.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
     if not is_distributed(group):
         return
     params = [p for p in params if p.requires_grad]
@@ -370,5 +534,9 @@ def all_reduce_gradients(params: Iterable[torch.nn.Parameter], group: Group = No
 
 def host_store(host: str = "127.0.0.1") -> Any:
     """A new key-value store served by this process on a free port of ``host``
-    (``store.port``), for the ranks :func:`pyg_dist.launch` starts."""
+    (``store.port``), for the ranks :func:`pyg_dist.launch` starts.
+
+    Args:
+        host (str, optional): The address to serve on. (default: :obj:`"127.0.0.1"`)
+    """
     return dist.TCPStore(host, 0, None, True, wait_for_workers=False)

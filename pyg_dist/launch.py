@@ -57,9 +57,9 @@ def launch(
     when this process's output is not a terminal file (e.g. in Jupyter).
 
     Args:
-        fn (callable): The function every rank runs.
+        fn (Callable): The function every rank runs.
         world_size (int): Number of ranks.
-        args (sequence, optional): Positional arguments of ``fn``. (default: :obj:`()`)
+        args (Sequence, optional): Positional arguments of ``fn``. (default: :obj:`()`)
         kwargs (dict, optional): Keyword arguments of ``fn``. (default: :obj:`None`)
         timeout (float, optional): Seconds after which the ranks are stopped and
             :class:`RankFailed` is raised; :obj:`None` waits as long as they run.

@@ -19,7 +19,18 @@ MASKS = ("train_mask", "val_mask", "test_mask")
 def global_loss(out: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, float]:
     """Cross entropy averaged over the masked nodes of all ranks: this rank's
     differentiable share, and the global value. Raises on a non-finite loss.
-    Collective."""
+    Collective.
+
+    Args:
+        out (torch.Tensor): The logits of this rank's nodes.
+        y (torch.Tensor): The class of each of this rank's nodes.
+        mask (torch.Tensor): Which of this rank's nodes count (bool).
+
+    Shapes:
+        - **input:** logits :math:`(N, C)`, labels :math:`(N)`, mask :math:`(N)`
+          (:math:`N` this rank's nodes)
+        - **output:** a scalar tensor, and a float
+    """
     local_sum = F.cross_entropy(out[mask], y[mask], reduction="sum")
     total, count = distributed.all_reduce_values([float(local_sum.detach()), float(mask.sum())])
     count = max(count, 1.0)
@@ -34,7 +45,18 @@ def global_loss(out: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, float]:
 def accuracies(pred: Tensor | None, data: Any) -> tuple[float, float, float]:
     """Global accuracy of the predictions ``pred`` (this rank's rows; :obj:`None`
     for a rank that predicts nothing) on the three masks (nan for a mask the
-    data lacks). Collective."""
+    data lacks). Collective.
+
+    Args:
+        pred (torch.Tensor, optional): The predicted class of each of this
+            rank's nodes; :obj:`None` when this rank predicts nothing.
+        data (DistData or torch_geometric.data.Data): The graph, with ``y``
+            and the masks of :data:`~pyg_dist.metrics.MASKS`.
+
+    Shapes:
+        - **input:** predictions :math:`(N)`
+        - **output:** train, validation and test accuracy (floats)
+    """
     counts = []
     for name in MASKS:
         mask = getattr(data, name, None) if name in data_keys(data) else None
@@ -52,7 +74,13 @@ def accuracies(pred: Tensor | None, data: Any) -> tuple[float, float, float]:
 @torch.no_grad()
 def evaluate(model: nn.Module, data: Any) -> tuple[float, float, float]:
     """Global accuracy of ``model(data.x, data.edge_index)`` on ``train_mask``,
-    ``val_mask`` and ``test_mask``. Collective."""
+    ``val_mask`` and ``test_mask``. Collective.
+
+    Args:
+        model (torch.nn.Module): The model, switched to evaluation mode.
+        data (DistData or torch_geometric.data.Data): The graph, with ``x``,
+            ``edge_index``, ``y`` and the masks.
+    """
     model.eval()
     return accuracies(model(data.x, data.edge_index).argmax(dim=-1), data)
 

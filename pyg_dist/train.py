@@ -55,6 +55,42 @@ class EpochStats:
     pipeline, ``stage_bytes`` are the activations and gradients all ranks sent
     between stages in training (evaluation's count as ``halo_bytes_eval``),
     ``stage_seconds`` the time the average rank waited for them.
+
+    Attributes:
+        epoch (int): The epoch, from :obj:`1`.
+        loss (float): The training loss of the epoch's step (all ranks' nodes).
+        train_acc (float): Accuracy on ``train_mask``.
+        val_acc (float): Accuracy on ``val_mask``.
+        test_acc (float): Accuracy on ``test_mask``.
+        halo_bytes_fwd (int): Halo rows' bytes all ranks sent in the training step.
+        halo_bytes_bwd (int): Halo gradients' bytes all ranks sent in the training step.
+        halo_bytes_eval (int): Bytes all ranks sent in the (exact) evaluation.
+        comm_seconds (float): Seconds the average rank was blocked on halo exchanges.
+        overlapped_seconds (float): Seconds exchanges travelled while the
+            average rank computed.
+        seconds (float): Seconds of the epoch.
+        grad_bytes (int, optional): Bytes all ranks handed the gradients'
+            all-reduce. (default: :obj:`0`)
+        grad_seconds (float, optional): Seconds the average rank waited for it
+            after backward. (default: :obj:`0.0`)
+        regroup_seconds (float, optional): Seconds the average rank spent
+            loading clusters (gradient-only mode). (default: :obj:`0.0`)
+        stage_bytes (int, optional): Bytes all ranks sent between pipeline
+            stages in training. (default: :obj:`0`)
+        stage_seconds (float, optional): Seconds the average rank waited for
+            them. (default: :obj:`0.0`)
+        train_seconds (float, optional): Seconds of the average rank in the
+            training step (forward, backward, gradient sum, optimizer).
+            (default: :obj:`0.0`)
+        forward_seconds (float, optional): Seconds of the average rank in the
+            step's forward alone. (default: :obj:`0.0`)
+        eval_seconds (float, optional): Seconds of the average rank in
+            evaluation. (default: :obj:`0.0`)
+        evaluated (bool, optional): Whether the accuracies were measured after
+            this epoch (else repeated from the last evaluation).
+            (default: :obj:`True`)
+        lr (float, optional): The learning rate of this epoch's step (of the
+            first parameter group). (default: :obj:`0.0`)
     """
 
     epoch: int
@@ -73,14 +109,10 @@ class EpochStats:
     regroup_seconds: float = 0.0
     stage_bytes: int = 0
     stage_seconds: float = 0.0
-    #: Seconds of the average rank in the training step (forward, backward,
-    #: gradient sum, optimizer), in its forward alone, and in evaluation.
     train_seconds: float = 0.0
     forward_seconds: float = 0.0
     eval_seconds: float = 0.0
-    #: Whether the accuracies were measured after this epoch (else repeated).
     evaluated: bool = True
-    #: The learning rate of this epoch's step (of the first parameter group).
     lr: float = 0.0
 
 
@@ -93,7 +125,22 @@ class TrainResult:
 
     ``time_to_target`` are the seconds of training (evaluations included)
     until validation accuracy first reached the evaluation's ``target_acc``,
-    ``epochs_to_target`` the epochs; :obj:`None` while it has not."""
+    ``epochs_to_target`` the epochs; :obj:`None` while it has not.
+
+    Attributes:
+        history (list[EpochStats]): Every epoch trained, in order.
+        best_epoch (int): The epoch of best validation accuracy.
+        val_acc (float): The best validation accuracy.
+        test_acc (float): The test accuracy at :obj:`best_epoch`.
+        seconds (float): Seconds of training, evaluations included.
+        halo_choices (dict): What policies that choose for themselves chose,
+            per layer (see :func:`halo_choices`).
+        stopped (str): Why training stopped, one of
+            :data:`~pyg_dist.config.STOPS`.
+        time_to_target (float, optional): Seconds until validation accuracy
+            first reached the target.
+        epochs_to_target (int, optional): Epochs until it did.
+    """
 
     history: list[EpochStats] = field(default_factory=list)
     best_epoch: int = 0
@@ -280,7 +327,7 @@ def train(
         evaluation (Evaluation, optional): When and under which halo policy
             to evaluate, and when to stop early; :obj:`None` is every epoch,
             exactly, to the last epoch. (default: :obj:`None`)
-        callback (callable, optional): Called with every :class:`EpochStats`.
+        callback (Callable, optional): Called with every :class:`EpochStats`.
             (default: :obj:`None`)
         progress (bool, optional): Show progress on rank 0. (default: :obj:`True`)
 
@@ -527,9 +574,16 @@ def _gradient_only(model: nn.Module, data: Any, strategy: Any) -> GroupRunner | 
 def halo_choices(ledger: Any, history: list[EpochStats]) -> dict[str, dict[str, Any]]:
     """The choices policies recorded in the ledger (per layer: the policy,
     predicted bytes of all ranks and seconds of the average rank; the graph's
-    predicted epoch seconds: :meth:`~pyg_dist.halo.choices.HaloChoices.predicted`),
+    predicted epoch seconds under ``"epoch"`` once the link is measured),
     with what was measured since (bytes sent by all ranks, seconds waited by
-    the average rank, the epoch seconds after the decision). Collective."""
+    the average rank, the epoch seconds after the decision). Collective.
+
+    Args:
+        ledger (Ledger): The graph's ledger (``data.ledger``), holding the
+            recorded choices.
+        history (list[EpochStats]): The epochs trained, for the measured
+            epoch seconds.
+    """
     choices = ledger.choices
     out = choices.predicted()
     ranks = distributed.world_size()
@@ -647,12 +701,20 @@ def _check_exact_halos(data: Any) -> None:
 
 
 def sync_parameters(model: nn.Module) -> None:
-    """Copies rank 0's parameters and buffers to every rank."""
+    """Copies rank 0's parameters and buffers to every rank.
+
+    Args:
+        model (torch.nn.Module): The model, built alike on every rank.
+    """
     distributed.sync_tensors([*model.parameters(), *model.buffers()])
 
 
 def all_reduce_gradients(model: nn.Module) -> None:
-    """Sums every parameter's gradient over the ranks, in one flat buffer."""
+    """Sums every parameter's gradient over the ranks, in one flat buffer.
+
+    Args:
+        model (torch.nn.Module): The model, after backward.
+    """
     distributed.all_reduce_gradients(model.parameters())
 
 

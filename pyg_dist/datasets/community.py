@@ -107,7 +107,13 @@ PRESETS: dict[str, CommunityGraphConfig] = {
 
 def preset(name: str, **overrides: Any) -> CommunityGraphConfig:
     """The configuration of preset ``name`` with ``overrides`` applied
-    (e.g. ``num_nodes=``, ``avg_degree=``); ``None`` values are ignored."""
+    (e.g. ``num_nodes=``, ``avg_degree=``); ``None`` values are ignored.
+
+    Args:
+        name (str): A key of :data:`~pyg_dist.datasets.PRESETS`.
+        **overrides (optional): Fields of :class:`CommunityGraphConfig` to
+            replace.
+    """
     if name not in PRESETS:
         raise ValueError(f"unknown preset '{name}'; use one of {', '.join(PRESETS)}")
     base = PRESETS[name]
@@ -146,7 +152,7 @@ def community_graph(config: CommunityGraphConfig | None = None, seed: int = 0,
         - **x:** :math:`(N, F)`, **y**, **community**, masks: :math:`(N)`
         - **edge_index:** :math:`(2, E)`, :math:`E = 2 \cdot
           \mathrm{round}(N \cdot` ``avg_degree`` :math:`/ 2)` (fewer only if
-          duplicates still fall short after :data:`MAX_ROUNDS` top-ups)
+          duplicates still fall short after ``MAX_ROUNDS`` top-ups)
     """
     from torch_geometric.data import Data
 

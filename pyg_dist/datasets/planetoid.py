@@ -13,10 +13,18 @@ PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 
 
 def planetoid(name: str, root: str | os.PathLike) -> Any:
-    """Loads Cora, CiteSeer or PubMed with PyG's own loader from ``root``
-    (``root/Cora/raw/ind.cora.*``, ...) with row-normalised features, the
-    public split. If the raw files are present nothing is downloaded; a
-    read-only ``root`` is copied to a temporary folder first."""
+    """Loads Cora, CiteSeer or PubMed with PyG's own loader, with
+    row-normalised features and the public split.
+
+    If the raw files are present (``root/Cora/raw/ind.cora.x``, ...) nothing
+    is downloaded; a read-only ``root`` is copied to a temporary folder first.
+
+    Args:
+        name (str): :obj:`"cora"`, :obj:`"citeseer"` or :obj:`"pubmed"`
+            (any case).
+        root (str or os.PathLike): The folder holding (or to download into)
+            ``<Name>/raw``.
+    """
     import torch_geometric.transforms as T
     from torch_geometric.datasets import Planetoid
 

@@ -25,6 +25,21 @@ def synthetic(
     plus unit Gaussian noise, so features alone classify poorly and
     aggregating neighbours helps. Splits: 10% train, 10% validation, 80% test.
 
+    Args:
+        num_nodes (int, optional): Number of nodes. (default: :obj:`10_000`)
+        num_classes (int, optional): Number of classes (blocks). (default: :obj:`8`)
+        num_features (int, optional): Width of ``x``. (default: :obj:`64`)
+        avg_degree (float, optional): Edges drawn per node, counting each
+            undirected edge in both directions, before self-loops and
+            duplicates are dropped. (default: :obj:`16.0`)
+        homophily (float, optional): Probability that an edge joins two nodes
+            of the same class; otherwise its second end's class is drawn
+            uniformly. (default: :obj:`0.45`)
+        signal (float, optional): Scale of the class centroid in the
+            features, against unit noise. (default: :obj:`0.15`)
+        seed (int, optional): Seed of the generator; the same seed gives the
+            same graph. (default: :obj:`0`)
+
     Returns:
         :class:`torch_geometric.data.Data` with ``x``, ``y``, ``edge_index``
         (both directions, no self-loops, no duplicates) and the three masks.
