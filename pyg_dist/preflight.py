@@ -29,7 +29,13 @@ CONNECT_TIMEOUT = 3.0
 
 @dataclass
 class Check:
-    """One check's outcome: ``ok``, and what was found or what to do."""
+    """One check's outcome: ``ok``, and what was found or what to do.
+
+    Args:
+        name (str): What was checked (``"interface"``, ``"parts"``, ...).
+        ok (bool): Whether the check passed.
+        message (str): What was found, or, on failure, what to do.
+    """
 
     name: str
     ok: bool
@@ -41,7 +47,18 @@ class Check:
 
 def check_host(nnodes: int, node_rank: int, nproc_per_node: int, master_addr: str,
                master_port: int, parts_dir: str | os.PathLike | None = None) -> list[Check]:
-    """Every check for the machine that runs node ``node_rank``."""
+    """Every check for the machine that runs node ``node_rank``.
+
+    Args:
+        nnodes (int): Number of machines (``torchrun --nnodes``).
+        node_rank (int): This machine's index, from :obj:`0`
+            (``torchrun --node-rank``).
+        nproc_per_node (int): Ranks per machine (``torchrun --nproc-per-node``).
+        master_addr (str): Node 0's address (``torchrun --master-addr``).
+        master_port (int): The rendezvous port on node 0 (``torchrun --master-port``).
+        parts_dir (str or os.PathLike, optional): The partition folder to
+            check (:func:`check_parts`); :obj:`None` skips it. (default: :obj:`None`)
+    """
     checks = [check_interface(nnodes), *check_master(node_rank, master_addr, master_port)]
     if parts_dir is not None:
         checks.append(check_parts(parts_dir, nnodes, node_rank, nproc_per_node))
@@ -65,7 +82,11 @@ def check_interface(nnodes: int) -> Check:
     """The interface gloo (``GLOO_SOCKET_IFNAME``) and NCCL
     (``NCCL_SOCKET_IFNAME``) listen on must exist; without the variables,
     gloo listens on the address the host name resolves to, which must not be
-    a loopback address when other machines take part."""
+    a loopback address when other machines take part.
+
+    Args:
+        nnodes (int): Number of machines (``torchrun --nnodes``).
+    """
     known = interfaces()
     listing = ", ".join(f"{n} {a}" for n, a in known.items()) or "none"
     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
@@ -93,7 +114,14 @@ def check_interface(nnodes: int) -> Check:
 
 def check_master(node_rank: int, master_addr: str, master_port: int) -> list[Check]:
     """Node 0 must own ``master_addr`` and have ``master_port`` free (its
-    torchrun listens there); every other node must reach ``master_addr``."""
+    torchrun listens there); every other node must reach ``master_addr``.
+
+    Args:
+        node_rank (int): This machine's index, from :obj:`0`
+            (``torchrun --node-rank``).
+        master_addr (str): Node 0's address (``torchrun --master-addr``).
+        master_port (int): The rendezvous port on node 0 (``torchrun --master-port``).
+    """
     try:
         address = socket.gethostbyname(master_addr)
     except OSError:
@@ -159,7 +187,15 @@ def _check_reachable(address: str, master_addr: str, port: int) -> Check:
 def check_parts(parts_dir: str | os.PathLike, nnodes: int, node_rank: int,
                 nproc_per_node: int) -> Check:
     """``parts_dir`` must hold ``meta.json`` for ``nnodes * nproc_per_node``
-    parts and the intact part files of this node's ranks."""
+    parts and the intact part files of this node's ranks.
+
+    Args:
+        parts_dir (str or os.PathLike): The partition folder.
+        nnodes (int): Number of machines (``torchrun --nnodes``).
+        node_rank (int): This machine's index, from :obj:`0`
+            (``torchrun --node-rank``).
+        nproc_per_node (int): Ranks per machine (``torchrun --nproc-per-node``).
+    """
     world = nnodes * nproc_per_node
     ranks = range(node_rank * nproc_per_node, (node_rank + 1) * nproc_per_node)
     try:

@@ -42,7 +42,8 @@ class CovapState:
     """What :func:`covap_hook` keeps: the shard count (0 while
     ``covap:auto`` measures, sending everything), the process group, the
     feedback ramp, the step, each parameter's residual (keyed by its place in
-    the model, see :meth:`register`) and the elements sent.
+    the model, see :meth:`~pyg_dist.grads.CovapState.register`) and the
+    elements sent.
 
     Args:
         shards (int): :math:`K`; 0 sends everything until it is set.
@@ -51,6 +52,16 @@ class CovapState:
             reaches 1. (default: :obj:`50`)
         start_weight (float, optional): The residual's weight at step 0.
             (default: :obj:`0.5`)
+
+    Attributes:
+        step (int): Steps taken (a step ends with a step's last bucket).
+        residuals (dict[int, torch.Tensor]): Each parameter's residual, by its
+            place.
+        sent (int): Elements handed the all-reduce so far.
+        keys (dict[int, int]): The place of each parameter, by its ``id``.
+        offsets (list[int]): The first element of each place, and the total.
+        positions (dict[tuple[int, ...], torch.Tensor]): The element positions
+            of each bucket's places, cached.
     """
 
     shards: int
@@ -133,7 +144,12 @@ def covap_hook(state: CovapState, bucket: distributed.GradBucket) -> torch.futur
     """A DDP communication hook (``ddp.register_comm_hook(state, covap_hook)``)
     averaging this step's shard of each bucket over ``state.process_group``;
     unsent elements come back as zeros (their parameters wait for a later
-    step's shard)."""
+    step's shard).
+
+    Args:
+        state (CovapState): The hook's state, kept across steps.
+        bucket (torch.distributed.GradBucket): The bucket of gradients DDP hands over.
+    """
     buffer = bucket.buffer()
     mask = None
     if state.shards > 1:

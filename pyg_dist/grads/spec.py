@@ -13,7 +13,13 @@ GRAD_COMPRESS_CHOICES = "none, fp16, powersgd:R (R >= 1), covap:K (K >= 1) or co
 class GradCompress:
     """A gradient compression: ``kind`` (``"fp16"``, ``"powersgd"`` or
     ``"covap"``) and its number (PowerSGD's rank, COVAP's shard count; 0
-    for ``covap:auto`` and ``fp16``)."""
+    for ``covap:auto`` and ``fp16``).
+
+    Args:
+        kind (str): :obj:`"fp16"`, :obj:`"powersgd"` or :obj:`"covap"`.
+        value (int, optional): PowerSGD's rank or COVAP's shard count;
+            :obj:`0` for ``covap:auto`` and ``fp16``. (default: :obj:`0`)
+    """
 
     kind: str
     value: int = 0
@@ -29,7 +35,13 @@ class GradCompress:
 
 
 def parse_grad_compress(spec: str | GradCompress | None) -> GradCompress | None:
-    """``spec`` read into a :class:`GradCompress` (:obj:`None` for none)."""
+    """``spec`` read into a :class:`GradCompress` (:obj:`None` for none).
+
+    Args:
+        spec (str or GradCompress, optional): :obj:`None`, ``"none"``,
+            ``"fp16"``, ``"powersgd:R"``, ``"covap:K"`` or ``"covap:auto"``
+            (any case), or a :class:`GradCompress`, returned as it is.
+    """
     if spec is None or isinstance(spec, GradCompress):
         return spec
     if not isinstance(spec, str):

@@ -106,7 +106,12 @@ CODECS: dict[str, Codec] = {
 
 
 def get_codec(compress: str | Codec | None) -> Codec | None:
-    """The codec named ``compress`` (``"fp16"``, ``"bf16"``, ``"int8"``) or :obj:`None`."""
+    """The codec named ``compress`` (``"fp16"``, ``"bf16"``, ``"int8"``) or :obj:`None`.
+
+    Args:
+        compress (str or Codec, optional): The codec's name, a codec
+            (returned as it is), or :obj:`None` for none.
+    """
     if compress is None or isinstance(compress, Codec):
         return compress
     if compress not in CODECS:

@@ -71,7 +71,18 @@ class Transfer:
 class HaloChannel:
     """Everything a rank needs to exchange halo rows of one graph: its plan,
     the process group (a ``torch.distributed.ProcessGroup``, :obj:`None` for
-    the default one), the transport and the ledger that counts the traffic."""
+    the default one), the transport and the ledger that counts the traffic.
+
+    Args:
+        plan (HaloPlan): Which rows go to and come from each peer.
+        ledger (Ledger): Counts the traffic.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default one. (default: :obj:`None`)
+        transport (str, optional): :obj:`"p2p"` or :obj:`"all_to_all"`;
+            :obj:`None` for ``PYG_DIST_TRANSPORT`` if set, else
+            :obj:`"all_to_all"` on NCCL and :obj:`"p2p"` otherwise.
+            (default: :obj:`None`)
+    """
 
     plan: HaloPlan
     ledger: Ledger

@@ -66,13 +66,21 @@ class LedgerEntry:
 class Ledger:
     """Per-rank record of halo traffic, per layer, step and direction.
 
-    The training loop advances :attr:`step` once per optimisation step
-    (:meth:`next_step`); exchanges add to the entry of the current step.
-    :attr:`notes` holds what other parts of training decided, for printing
-    (the gradient all-reduce's choice, a layer pipeline's schedule);
-    :attr:`choices` what a halo policy that chooses for itself
-    (:class:`~pyg_dist.halo.Auto`) chose per layer, with its predictions
-    (:meth:`HaloChoices.predicted <pyg_dist.halo.choices.HaloChoices.predicted>`).
+    The training loop advances ``step`` once per optimisation step
+    (:meth:`~pyg_dist.halo.Ledger.next_step`); exchanges add to the entry of
+    the current step.
+
+    Attributes:
+        step (int): The current optimisation step. (default: :obj:`0`)
+        entries (dict): The traffic of each ``(step, layer, direction)``, a
+            ``LedgerEntry`` (its bytes, exchanges, skipped exchanges, seconds,
+            overlapped seconds and staleness).
+        notes (dict[str, dict]): What other parts of training decided, for
+            printing (the gradient all-reduce's choice, a layer pipeline's
+            schedule), by name.
+        choices: What a halo policy that chooses for itself
+            (:class:`~pyg_dist.halo.Auto`) chose per layer, with its
+            predicted bytes and seconds.
     """
 
     step: int = 0
@@ -81,11 +89,12 @@ class Ledger:
     choices: HaloChoices = field(default_factory=HaloChoices)
 
     def next_step(self) -> int:
+        """Advances ``step`` by one and returns it."""
         self.step += 1
         return self.step
 
     def record(self, layer: str, direction: str, **amounts: float) -> LedgerEntry:
-        """Adds ``amounts`` (fields of :class:`LedgerEntry`) to the current step's
+        """Adds ``amounts`` (fields of ``LedgerEntry``) to the current step's
         entry; ``staleness`` is kept as the maximum, not summed."""
         assert direction in (*DIRECTIONS, *APART), f"direction must be one of {DIRECTIONS}"
         key = (self.step, layer, direction)

@@ -39,7 +39,12 @@ class HaloRows:
 
 
 def transient(default: Any = None) -> Any:
-    """A :class:`PolicyState` field that is not checkpointed (exchanges in flight)."""
+    """A :class:`PolicyState` field that is not checkpointed (exchanges in flight).
+
+    Args:
+        default (Any, optional): The field's value in a new state (and after a
+            checkpoint is loaded). (default: :obj:`None`)
+    """
     return dataclasses.field(default=default, metadata={"transient": True})
 
 
@@ -74,7 +79,21 @@ class FetchContext:
     policy's state for the layer, the cache of the layer's static input, the
     training step, the ledger direction (``"fwd"`` or ``"eval"``), the graph
     (:class:`~pyg_dist.DistEdgeIndex`) and the training steps planned in all
-    (:obj:`None` when unknown)."""
+    (:obj:`None` when unknown).
+
+    Args:
+        channel (HaloChannel): The graph's channel.
+        layer (str): The layer's name in the ledger.
+        state (Any): The policy's state for the layer (its
+            :class:`PolicyState`).
+        static (HaloCache): The cache of the layer's static input.
+        step (int): The training step.
+        direction (str, optional): The ledger direction, :obj:`"fwd"` or
+            :obj:`"eval"`. (default: :obj:`"fwd"`)
+        graph (DistEdgeIndex, optional): The graph. (default: :obj:`None`)
+        planned_steps (int, optional): The training steps planned in all;
+            :obj:`None` when unknown. (default: :obj:`None`)
+    """
 
     channel: HaloChannel
     layer: str

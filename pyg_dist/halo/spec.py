@@ -27,7 +27,16 @@ def spellings() -> tuple[str, ...]:
 def parse_policy(spec: str, compress: str | None = None, cache_inputs: bool = True) -> HaloPolicy:
     """The policy ``spec`` spells; ``compress`` and ``cache_inputs`` apply unless
     the spec sets them itself. ``parse_policy("stale:4", compress="int8")`` is
-    ``Stale(every=4, compress="int8")``, and ``parse_policy(p.spec()) == p``."""
+    ``Stale(every=4, compress="int8")``, and ``parse_policy(p.spec()) == p``.
+
+    Args:
+        spec (str): ``NAME[:PRIMARY][,KEY=VALUE...]``, e.g. ``"stale:4"`` or
+            ``"cached,compress=int8"``.
+        compress (str, optional): The wire compression of a policy that sends
+            halo rows; refused by one that sends none. (default: :obj:`None`)
+        cache_inputs (bool, optional): Whether a policy that takes the option
+            caches the halo of static inputs. (default: :obj:`True`)
+    """
     head, *pairs = spec.strip().split(",")
     name, _, primary = head.partition(":")
     cls = POLICIES.get(name)

@@ -103,8 +103,13 @@ def register_exact(cls: type, edge_args: tuple[str, ...] = ()) -> None:
     """Declares that the generic path runs ``cls`` exactly: its output at a
     node depends only on the node's in-edges (their source rows, the target
     row, their attributes) and its ``forward(x, edge_index, ...)`` takes a
-    pair ``(x_src, x_dst)`` for bipartite graphs. ``edge_args`` names the
-    ``forward`` arguments with one row per edge."""
+    pair ``(x_src, x_dst)`` for bipartite graphs.
+
+    Args:
+        cls (type): A :class:`~torch_geometric.nn.conv.MessagePassing` subclass.
+        edge_args (tuple[str, ...], optional): The names of the ``forward``
+            arguments with one row per edge. (default: :obj:`()`)
+    """
     if not (isinstance(cls, type) and issubclass(cls, MessagePassing)):
         raise TypeError(f"'register_exact' needs a MessagePassing subclass (got {cls!r})")
     _REFUSED.pop(cls, None)

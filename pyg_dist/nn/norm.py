@@ -40,7 +40,31 @@ class DistBatchNorm(torch.nn.BatchNorm1d):
     statistics are updated as :class:`~torch.nn.BatchNorm1d` would on the
     whole graph (unbiased variance, ``momentum``, or a cumulative average for
     ``momentum=None``). Evaluation with running statistics needs no
-    communication. Takes the arguments of :class:`~torch.nn.BatchNorm1d`."""
+    communication. Takes the arguments of :class:`~torch.nn.BatchNorm1d`.
+
+    Args:
+        num_features (int): :math:`C`, the width of the node features.
+        eps (float, optional): Added to the variance for numerical stability.
+            (default: :obj:`1e-5`)
+        momentum (float, optional): The running statistics' update factor;
+            :obj:`None` for a cumulative average. (default: :obj:`0.1`)
+        affine (bool, optional): Whether to learn a per-feature scale and
+            shift. (default: :obj:`True`)
+        track_running_stats (bool, optional): Whether to keep running
+            statistics for evaluation; otherwise evaluation normalises with
+            the statistics of all ranks' nodes as training does.
+            (default: :obj:`True`)
+        device (torch.device, optional): The parameters' device.
+            (default: :obj:`None`)
+        dtype (torch.dtype, optional): The parameters' dtype.
+            (default: :obj:`None`)
+        bias (bool, optional): Whether the affine transform learns a shift
+            (keyword only). (default: :obj:`True`)
+
+    Shapes:
+        - **input:** node features :math:`(N, C)` (:math:`N` this rank's nodes)
+        - **output:** :math:`(N, C)`
+    """
 
     def forward(self, x: Tensor) -> Tensor:
         batch_stats = self.training or not self.track_running_stats
@@ -76,7 +100,25 @@ class DistLayerNorm(LayerNorm):
     r""":class:`torch_geometric.nn.LayerNorm` whose ``mode="graph"``
     statistics (mean and standard deviation of every entry of the graph) run
     over the nodes of all ranks; ``mode="node"`` needs no communication.
-    Takes the arguments of :class:`~torch_geometric.nn.LayerNorm`."""
+    Takes the arguments of :class:`~torch_geometric.nn.LayerNorm`.
+
+    Args:
+        in_channels (int): Size of each input sample.
+        eps (float, optional): Added to the standard deviation for numerical
+            stability. (default: :obj:`1e-5`)
+        affine (bool, optional): Whether to learn a per-feature scale and
+            shift. (default: :obj:`True`)
+        mode (str, optional): :obj:`"graph"` (statistics over every entry of
+            the graph, all ranks' nodes) or :obj:`"node"` (per node).
+            (default: :obj:`"graph"`)
+        device (torch.device, optional): The parameters' device.
+            (default: :obj:`None`)
+
+    Shapes:
+        - **input:** node features :math:`(N, F)`, batch vector :math:`(N)`
+          (optional; one graph only)
+        - **output:** :math:`(N, F)`
+    """
 
     def forward(self, x: Tensor, batch: Tensor | None = None,  # type: ignore[override]
                 batch_size: int | None = None) -> Tensor:
@@ -95,7 +137,20 @@ class DistLayerNorm(LayerNorm):
 class DistGraphNorm(GraphNorm):
     r""":class:`torch_geometric.nn.GraphNorm` whose per-feature mean and
     variance run over the nodes of all ranks. Takes the arguments of
-    :class:`~torch_geometric.nn.GraphNorm`."""
+    :class:`~torch_geometric.nn.GraphNorm`.
+
+    Args:
+        in_channels (int): Size of each input sample.
+        eps (float, optional): Added to the variance for numerical stability.
+            (default: :obj:`1e-5`)
+        device (torch.device, optional): The parameters' device.
+            (default: :obj:`None`)
+
+    Shapes:
+        - **input:** node features :math:`(N, F)`, batch vector :math:`(N)`
+          (optional; one graph only)
+        - **output:** :math:`(N, F)`
+    """
 
     def forward(self, x: Tensor, batch: Tensor | None = None,  # type: ignore[override]
                 batch_size: int | None = None) -> Tensor:

@@ -48,7 +48,7 @@ class DistSAGEConv(DistLayer, SAGEConv):
     (which ``SAGEConv`` does not): ``"mean"`` becomes the weighted mean
     :math:`\sum_j w_{ji} \mathbf{x}_j / \sum_j w_{ji}` and ``"sum"`` the weighted
     sum (gradient-only training's node correction, see
-    :mod:`pyg_dist.regroup.correction`).
+    ``pyg_dist.regroup.correction``).
 
     Args:
         in_channels (int or tuple): Size of each input sample, or :obj:`-1`.

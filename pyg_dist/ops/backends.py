@@ -55,7 +55,12 @@ class Kernels(Protocol):
 def default_backend(backend: str | None) -> Iterator[None]:
     """Makes ``backend`` what ``spmm(..., backend=None)`` uses inside the block
     (the layers call it so); :obj:`None` restores the automatic choice. The
-    ``PYG_DIST_SPMM_BACKEND`` variable does the same for a whole process."""
+    ``PYG_DIST_SPMM_BACKEND`` variable does the same for a whole process.
+
+    Args:
+        backend (str, optional): :obj:`"triton"`, :obj:`"cpu"` or
+            :obj:`"torch"`; :obj:`None` for the automatic choice.
+    """
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"unknown spmm backend '{backend}'; use one of {', '.join(BACKENDS)}")
     _forced.append(backend or "")
@@ -89,7 +94,12 @@ def _triton_kernels() -> Any:
 
 def available_backends(device_type: str = "cpu") -> list[str]:
     """Names of the backends that can run on ``device_type`` here, the one
-    ``backend=None`` picks first (Triton runs CPU tensors only when interpreted)."""
+    ``backend=None`` picks first (Triton runs CPU tensors only when interpreted).
+
+    Args:
+        device_type (str, optional): :obj:`"cpu"` or :obj:`"cuda"`.
+            (default: :obj:`"cpu"`)
+    """
     names = []
     if device_type == "cpu" and _cpu_kernels() is not None:
         names.append("cpu")

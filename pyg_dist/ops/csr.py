@@ -42,6 +42,10 @@ def to_csr(edge_index: Tensor, num_rows: int) -> tuple[Tensor, Tensor, Tensor]:
     position in ``edge_index`` of the CSR's entry ``e`` (stable, so duplicate
     edges keep their order).
 
+    Args:
+        edge_index (torch.Tensor): The edges :obj:`[2, E]`.
+        num_rows (int): Nodes (rows of the CSR).
+
     Shapes:
         - **input:** ``edge_index`` :obj:`[2, E]`
         - **output:** ``rowptr`` :obj:`[num_rows + 1]`, ``col`` and ``perm`` :obj:`[E]`,
@@ -81,6 +85,12 @@ def csr_transpose(rowptr: Tensor, col: Tensor, num_cols: int) -> tuple[Tensor, T
     (:obj:`[num_cols + 1]`), its column indices (:obj:`[nnz]`, rows of the
     original) and ``perm`` (:obj:`[nnz]`, int64) such that ``value[perm]`` are
     the transpose's values. Index dtypes follow ``col``.
+
+    Args:
+        rowptr (torch.Tensor): Row pointers :obj:`[M + 1]`.
+        col (torch.Tensor): Column of each entry :obj:`[nnz]`; the cache is
+            kept with it.
+        num_cols (int): Columns of the matrix (rows of the transpose).
     """
 
     def build() -> tuple[Tensor, Tensor, Tensor]:

@@ -113,6 +113,22 @@ def gat_attention(
     of :func:`gat` (before ``edge_scale``), for ``return_attention_weights``;
     differentiable (PyTorch ops). Arguments as in :func:`gat`.
 
+    Args:
+        rowptr (torch.Tensor): Row pointers :obj:`[M + 1]`, int32 or int64; row
+            :math:`i` holds the in-edges of target :math:`i`.
+        col (torch.Tensor): Source of each entry :obj:`[nnz]`, the dtype of
+            ``rowptr``; a column below :obj:`alpha_src.size(0)` reads
+            ``alpha_src``, any other ``alpha_src_halo`` at
+            :obj:`col - alpha_src.size(0)`.
+        alpha_src (torch.Tensor): Source scores :obj:`[N, H]`.
+        alpha_dst (torch.Tensor): Target scores :obj:`[M, H]`.
+        alpha_src_halo (torch.Tensor, optional): Halo scores :obj:`[Hh, H]`.
+            (default: :obj:`None`)
+        alpha_edge (torch.Tensor, optional): Extra score per entry
+            :obj:`[nnz, H]` (e.g. projected edge features). (default: :obj:`None`)
+        negative_slope (float, optional): Slope of the leaky ReLU.
+            (default: :obj:`0.2`)
+
     Shapes:
         - **output:** :obj:`[nnz, H]` in CSR order, the dtype of ``alpha_dst``.
     """

@@ -142,7 +142,11 @@ def _replace(tmp: Path, out_dir: Path, overwrite: bool) -> None:
 
 
 def read_meta(out_dir: str | os.PathLike) -> PartitionMeta:
-    """Reads ``meta.json``; errors name what to do when the folder is not a partition."""
+    """Reads ``meta.json``; errors name what to do when the folder is not a partition.
+
+    Args:
+        out_dir (str or os.PathLike): The partition folder.
+    """
     path = Path(out_dir) / META_FILE
     if not path.is_file():
         raise FileNotFoundError(
@@ -165,7 +169,14 @@ def read_meta(out_dir: str | os.PathLike) -> PartitionMeta:
 
 
 def read_part(out_dir: str | os.PathLike, p: int, meta: PartitionMeta) -> dict[str, Any]:
-    """Loads part ``p`` after checking that it is present, intact and of this partitioning."""
+    """Loads part ``p`` after checking that it is present, intact and of this partitioning.
+
+    Args:
+        out_dir (str or os.PathLike): The partition folder.
+        p (int): The part.
+        meta (PartitionMeta): The folder's metadata (:func:`read_meta`),
+            holding each part's checksum.
+    """
     path = Path(out_dir) / part_file(p)
     fix = f"re-create the folder with pyg_dist.partition(..., num_parts={meta.num_parts})"
     if not path.is_file():

@@ -36,8 +36,8 @@ class LocalPart:
 
     Attributes:
         global_id: ``[n]`` global ids of the owned nodes (ascending).
-        rowptr, col: local CSR ``[n + 1]`` / ``[e]``; row = owned target,
-            column over ``[owned ; halo]``.
+        rowptr: ``[n + 1]`` local CSR row pointers; row = owned target.
+        col: ``[e]`` local CSR columns, over ``[owned ; halo]``.
         edge_id: ``[e]`` position of each local edge in the input ``edge_index``.
         halo_global_id: ``[h]`` global ids of the halo nodes.
         halo_ptr: ``[P + 1]``: halo rows from peer ``q`` are ``halo_ptr[q]:halo_ptr[q+1]``.
@@ -65,11 +65,13 @@ class PartPlan:
     """What every part's build needs to know about the whole graph.
 
     Attributes:
-        src, dst: ``[E]`` int64 views of the input ``edge_index``'s rows.
+        src: ``[E]`` int64 view of the input ``edge_index``'s first row.
+        dst: ``[E]`` int64 view of its second row.
         part: ``[N]`` owner of each node (narrowest integer dtype).
         local: ``[N]`` int64 row of each node in its owner.
         edge_owner: ``[E]`` part owning each edge (its target's owner).
-        in_degree, self_loops: ``[N]`` int64 in-edges and self-loops per node.
+        in_degree: ``[N]`` int64 in-edges per node.
+        self_loops: ``[N]`` int64 self-loops per node.
         halos: per part, ``[h]`` int64 halo ids sorted by (owner, id).
         edge_cut: Edges whose ends lie in different parts.
     """

@@ -25,7 +25,14 @@ __all__ = ["LayoutCost", "layout_costs", "best_layout", "halo_rows"]
 
 @dataclass(frozen=True)
 class LayoutCost:
-    """Predicted training bytes per epoch (all ranks) of one layout."""
+    """Predicted training bytes per epoch (all ranks) of one layout.
+
+    Args:
+        parts (int): Parts the graph is cut into (ranks per stage).
+        stages (int): Pipeline stages the layers are split into.
+        halo_bytes (int): Bytes of halo rows and their gradients.
+        stage_bytes (int): Bytes of activations and gradients between stages.
+    """
 
     parts: int
     stages: int
@@ -46,7 +53,20 @@ def layout_costs(world_size: int, num_nodes: int, halo_rows: dict[int, int], lay
                  bytes_per_value: int = 4) -> list[LayoutCost]:
     """The cost of every layout of ``world_size`` ranks with at most
     ``layers`` stages, fewest stages first. ``halo_rows[D]`` is the total halo
-    rows of the graph cut into ``D`` parts (:func:`halo_rows`; 0 for one part)."""
+    rows of the graph cut into ``D`` parts (:func:`halo_rows`; 0 for one part).
+
+    Args:
+        world_size (int): Number of ranks.
+        num_nodes (int): Nodes of the graph.
+        halo_rows (dict[int, int]): The total halo rows of each cut into
+            ``D > 1`` parts that a layout uses.
+        layers (int): Message-passing layers (the most stages).
+        width (int): Values per halo row.
+        state_width (int, optional): Values per node sent between stages;
+            :obj:`None` for ``width``. (default: :obj:`None`)
+        bytes_per_value (int, optional): Bytes of one value.
+            (default: :obj:`4`)
+    """
     state_width = width if state_width is None else state_width
     out = []
     for stages in range(1, world_size + 1):
@@ -63,10 +83,18 @@ def layout_costs(world_size: int, num_nodes: int, halo_rows: dict[int, int], lay
 
 
 def best_layout(costs: list[LayoutCost]) -> LayoutCost:
-    """The layout moving the fewest bytes (fewer stages on a tie)."""
+    """The layout moving the fewest bytes (fewer stages on a tie).
+
+    Args:
+        costs (list[LayoutCost]): The candidate layouts (:func:`layout_costs`).
+    """
     return min(costs, key=lambda c: (c.total, c.stages))
 
 
 def halo_rows(folder: str | os.PathLike) -> int:
-    """Halo rows of all parts of a partition folder."""
+    """Halo rows of all parts of a partition folder.
+
+    Args:
+        folder (str or os.PathLike): The partition folder.
+    """
     return sum(read_meta(folder).halo_sizes)

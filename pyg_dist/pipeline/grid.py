@@ -60,6 +60,9 @@ def grid(stages: int = 1) -> Grid:
     size / stages`` parts). Collective the first time per ``stages`` (it
     creates the stage groups); the same object afterwards.
 
+    Args:
+        stages (int, optional): Number of stages. (default: :obj:`1`)
+
     Raises:
         ValueError: If ``stages`` does not divide the world size.
     """

@@ -34,6 +34,12 @@ def load(folder: Any, stages: int = 1, halo: Any = None) -> DistData:
     parts, loaded in its stage's process group (collective), with ``halo`` as
     its default policy (see :class:`~pyg_dist.DistData`).
 
+    Args:
+        folder (str or os.PathLike): The partition folder.
+        stages (int, optional): Number of stages. (default: :obj:`1`)
+        halo (HaloPolicy, optional): The graph's default halo policy,
+            as :meth:`~pyg_dist.DistData.load` takes it. (default: :obj:`None`)
+
     Raises:
         ValueError: If the folder's part count is not world size / stages.
     """

@@ -26,6 +26,11 @@ def balance(costs: list[float], stages: int) -> list[int]:
     """Layers per stage: consecutive runs of ``costs`` (one per layer, each
     stage at least one layer) minimising the most expensive stage.
 
+    Args:
+        costs (list[float]): The cost of each layer, in order
+            (:func:`measure_costs`).
+        stages (int): Number of stages.
+
     Raises:
         ValueError: If there are fewer layers than stages.
     """
@@ -57,7 +62,15 @@ def measure_costs(model: Any, data: Any, repeats: int = 3) -> list[float]:
     """Seconds of forward and backward of each of ``model.convs`` on this
     rank's graph, the input projection added to the first layer and the
     output projection to the last; the mean over all ranks (collective), so
-    every rank splits alike. Layers of the same type and width are timed once."""
+    every rank splits alike. Layers of the same type and width are timed once.
+
+    Args:
+        model (torch.nn.Module): The model, with ``convs`` and the input and
+            output projections ``lins``.
+        data (DistData): This rank's graph.
+        repeats (int, optional): Timings of each layer; the median counts.
+            (default: :obj:`3`)
+    """
     graph = data.edge_index
     x = data.x
     width = model.lins[0].out_features

@@ -57,14 +57,26 @@ def shrink(weights: Tensor, shrinkage: float) -> Tensor:
 
 
 def edge_weights(group: ClusterGroup, pi: Tensor) -> Tensor:
-    """``[E]`` float32: :math:`1/\\pi` of each retained edge's two clusters."""
+    """``[E]`` float32: :math:`1/\\pi` of each retained edge's two clusters.
+
+    Args:
+        group (ClusterGroup): The clusters this rank holds.
+        pi (torch.Tensor): ``[C, C]`` float64 probabilities :math:`\\pi_{ab}`
+            that clusters share a rank, from :func:`inclusion`.
+    """
     source, target = group.edge_cluster
     return (1.0 / pi[source, target]).float()
 
 
 def node_weights(group: ClusterGroup, pi: Tensor) -> Tensor:
     """``[N]``: :math:`\\omega_i`, the node-level correction's factor on node
-    :math:`i`'s incoming weight (self-loop included)."""
+    :math:`i`'s incoming weight (self-loop included).
+
+    Args:
+        group (ClusterGroup): The clusters this rank holds.
+        pi (torch.Tensor): ``[C, C]`` float64 probabilities :math:`\\pi_{ab}`
+            that clusters share a rank, from :func:`inclusion`.
+    """
     n = group.data.num_nodes
     target = group.data.edge_index[1]
     weighted = torch.zeros(n, dtype=torch.float64).index_add_(0, target,
@@ -75,7 +87,13 @@ def node_weights(group: ClusterGroup, pi: Tensor) -> Tensor:
 
 def batch_weight(group: ClusterGroup, pi: Tensor) -> float:
     """:math:`w_r`: the mean of :math:`\\omega_i` over the rank's training
-    nodes (1 without any: the rank then has no gradient to weigh)."""
+    nodes (1 without any: the rank then has no gradient to weigh).
+
+    Args:
+        group (ClusterGroup): The clusters this rank holds.
+        pi (torch.Tensor): ``[C, C]`` float64 probabilities :math:`\\pi_{ab}`
+            that clusters share a rank, from :func:`inclusion`.
+    """
     mask = getattr(group.data, "train_mask", None)
     omega = node_weights(group, pi)
     omega = omega[mask] if mask is not None else omega

@@ -86,7 +86,7 @@ class ClusterGroup:
     @classmethod
     def build(cls, meta: PartitionMeta, contents: dict[int, Any],
               size: int) -> ClusterGroup:
-        """The group of the clusters whose contents (as :func:`read_part`
+        """The group of the clusters whose contents (as :func:`~pyg_dist.partitioning.read_part`
         returns them) are ``contents``; ``size``: the bytes they came in."""
         clusters = sorted(contents)
         parts = [contents[c] for c in clusters]

@@ -38,7 +38,17 @@ SCHEMES = ("sweep", "random", "home")
 
 def groups(num_clusters: int, num_ranks: int, period: int, scheme: str = "sweep",
            seed: int = 0) -> list[list[int]]:
-    """The clusters of every rank in ``period`` (sorted per rank)."""
+    """The clusters of every rank in ``period`` (sorted per rank).
+
+    Args:
+        num_clusters (int): :math:`C`, the clusters of the folder.
+        num_ranks (int): :math:`P`, the ranks.
+        period (int): :math:`t`, the period, from :obj:`0`.
+        scheme (str, optional): One of :data:`~pyg_dist.regroup.SCHEMES`
+            (see ``pyg_dist.regroup.schedule``). (default: :obj:`"sweep"`)
+        seed (int, optional): Seed of the ``"sweep"`` order and the
+            ``"random"`` draws. (default: :obj:`0`)
+    """
     per_rank = num_clusters // num_ranks
     if scheme == "home":
         return _home(per_rank, num_ranks, period)
@@ -57,7 +67,16 @@ def groups(num_clusters: int, num_ranks: int, period: int, scheme: str = "sweep"
 
 def inclusion(num_clusters: int, num_ranks: int, scheme: str = "sweep", seed: int = 0) -> Tensor:
     """``[C, C]`` float64: :math:`\\pi_{ab}`, how often clusters ``a`` and
-    ``b`` share a rank (see the module docstring)."""
+    ``b`` share a rank (see ``pyg_dist.regroup.schedule``).
+
+    Args:
+        num_clusters (int): :math:`C`, the clusters of the folder.
+        num_ranks (int): :math:`P`, the ranks.
+        scheme (str, optional): One of :data:`~pyg_dist.regroup.SCHEMES`.
+            (default: :obj:`"sweep"`)
+        seed (int, optional): The seed :func:`groups` is given.
+            (default: :obj:`0`)
+    """
     per_rank = num_clusters // num_ranks
     if scheme == "random":
         share = (per_rank - 1) / max(num_clusters - 1, 1)

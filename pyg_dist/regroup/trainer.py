@@ -32,8 +32,8 @@ class GroupRunner:
     r"""Gradient-only training on the clusters of a partition folder cut
     with ``clusters_per_part`` :math:`m > 1`: in period
     :math:`t = \lfloor (\text{epoch} - 1) / R \rfloor` rank :math:`r` holds
-    :func:`~pyg_dist.regroup.schedule.groups` ``(C, P, t)[r]`` and trains
-    on the edges between them (see :mod:`pyg_dist.regroup.correction` for
+    :func:`~pyg_dist.regroup.groups` ``(C, P, t)[r]`` and trains
+    on the edges between them (see ``pyg_dist.regroup.correction`` for
     the corrections). A new group is read from the clusters folder
     (``regroup_from="folder"``: storage every rank can read) or, after the
     first, received from the ranks that held its clusters
