@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -77,11 +76,9 @@ nb_execution_mode = "force"
 nb_execution_timeout = 600
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
+nb_execution_in_temp = True  # what a notebook writes goes to a folder of its own
 os.environ.setdefault("PYG_DIST_NOTEBOOK_SMALL", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
-
-GENERATED = ("api/generated", "cli.md", "notebooks")
-
 
 def api_modules() -> list[str]:
     """The modules of the API reference, as ``api/modules.txt`` lists them."""
@@ -91,7 +88,7 @@ def api_modules() -> list[str]:
 
 def _kind(obj: object) -> str:
     if inspect.isclass(obj):
-        return "class" if issubclass(obj, BaseException) is False else "exception"
+        return "exception" if issubclass(obj, BaseException) else "class"
     if callable(obj):
         return "function"
     return "data"
@@ -153,18 +150,31 @@ def _data_entry(name: str, obj: object) -> list[str]:
     return [f".. py:data:: {name}", ""]
 
 
+def _write(path: Path, text: str) -> None:
+    """Writes a generated page only when it changed, so that an incremental
+    build rereads only what changed and two builds never see a page missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+
+
+def _keep_only(folder: Path, names: set[str]) -> None:
+    for stale in folder.iterdir():
+        if stale.name not in names:
+            stale.unlink()
+
+
 def write_api_pages() -> None:
     out = DOCS / "api" / "generated"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
     seen: dict[int, str] = {}
     modules = api_modules()
     for name in modules:
-        (out / f"{name}.rst").write_text(_api_page(name, seen))
+        _write(out / f"{name}.rst", _api_page(name, seen))
+    _keep_only(out, {f"{name}.rst" for name in modules})
     toc = "\n".join(f"   generated/{name}" for name in modules)
-    (DOCS / "api" / "index.rst").write_text(
-        "API reference\n=============\n\nEvery public name of the package, from its docstring.\n\n"
-        f".. toctree::\n   :maxdepth: 1\n\n{toc}\n")
+    _write(DOCS / "api" / "index.rst",
+           "API reference\n=============\n\nEvery public name of the package, from its "
+           f"docstring.\n\n.. toctree::\n   :maxdepth: 1\n\n{toc}\n")
 
 
 def write_cli_page() -> None:
@@ -180,15 +190,15 @@ def write_cli_page() -> None:
     commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     for name, sub in commands.choices.items():
         parts += [f"## `pyg-dist {name}`\n", "```text", sub.format_help().rstrip(), "```\n"]
-    (DOCS / "cli.md").write_text("\n".join(parts))
+    _write(DOCS / "cli.md", "\n".join(parts))
 
 
 def copy_notebooks() -> None:
     out = DOCS / "notebooks"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir()
-    for notebook in sorted((REPO / "notebooks").glob("*.ipynb")):
-        shutil.copy(notebook, out / notebook.name)
+    notebooks = sorted((REPO / "notebooks").glob("*.ipynb"))
+    for notebook in notebooks:
+        _write(out / notebook.name, notebook.read_text())
+    _keep_only(out, {notebook.name for notebook in notebooks})
 
 
 write_api_pages()
