@@ -113,9 +113,12 @@ def _api_page(module_name: str, seen: dict[int, str]) -> str:
         else:
             seen[key] = f"{module_name}.{name}"
             own.append((name, obj))
-    if own:
+    # Constants have no docstring of their own (autosummary would show that of
+    # their type, e.g. dict's); their ``#:`` comment is shown below instead.
+    summarised = [name for name, obj in own if _kind(obj) != "data"]
+    if summarised:
         lines += [".. autosummary::", "   :nosignatures:", ""]
-        lines += [f"   {name}" for name, _ in own] + [""]
+        lines += [f"   {name}" for name in summarised] + [""]
     if elsewhere:
         refs = ", ".join(f":py:obj:`~{target}`" for target in elsewhere)
         lines += [f"Also exported here: {refs}.", ""]

@@ -24,8 +24,8 @@ exchanges exactly unless the graph's registry sets an ``eval_default``
 A policy of your own subclasses :class:`HaloPolicy` (its :meth:`~HaloPolicy.fetch`
 gets a :class:`FetchContext` and returns :class:`HaloRows`; what it keeps per
 layer is a :class:`PolicyState`) and, with a ``name``, is read by
-:func:`parse_policy` at once. The exchange itself (:mod:`pyg_dist.halo.exchange`,
-:mod:`pyg_dist.halo.comm`) is internal.
+:func:`parse_policy` at once. The exchange itself (``pyg_dist.halo.exchange``,
+``pyg_dist.halo.comm``) is internal.
 """
 from pyg_dist.halo.adaptive import Adaptive
 from pyg_dist.halo.auto import Auto
@@ -74,5 +74,5 @@ __all__ = [
 ]
 
 #: How specs spell the policies above (``"stale:K"``, ...), for help texts;
-#: :func:`~pyg_dist.halo.spec.spellings` adds policies registered since.
+#: ``pyg_dist.halo.spec.spellings()`` adds policies registered since.
 SPECS = spellings()

@@ -23,7 +23,7 @@ __all__ = ["Codec", "CODECS", "get_codec"]
 
 
 class Codec:
-    """Encodes float rows to bytes and back. Subclasses set :attr:`name`."""
+    """Encodes float rows to bytes and back. Subclasses set ``name``."""
 
     name = ""
 

@@ -47,7 +47,7 @@ class LayerState:
 
 class HaloRegistry:
     """Everything halo-related one graph keeps on one rank: the default
-    policy, every layer's :class:`LayerState` per mode, the tracker of static
+    policy, every layer's ``LayerState`` per mode, the tracker of static
     inputs, layer names, and the shared dropout seed. It flushes exchanges in
     flight and is what checkpoints save (:meth:`state_dict`).
 

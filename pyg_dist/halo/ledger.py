@@ -78,7 +78,7 @@ class Ledger:
         notes (dict[str, dict]): What other parts of training decided, for
             printing (the gradient all-reduce's choice, a layer pipeline's
             schedule), by name.
-        choices: What a halo policy that chooses for itself
+        choices (``HaloChoices``): What a halo policy that chooses for itself
             (:class:`~pyg_dist.halo.Auto`) chose per layer, with its
             predicted bytes and seconds.
     """

@@ -123,7 +123,7 @@ class HaloPolicy:
     Args:
         compress (str, optional): Compress halo messages (forward rows and
             backward gradients): :obj:`"fp16"`, :obj:`"bf16"` or :obj:`"int8"`
-            (see :mod:`pyg_dist.halo.compress`). (default: :obj:`None`)
+            (see :func:`~pyg_dist.halo.get_codec`). (default: :obj:`None`)
         cache_inputs (bool, optional): When a layer's input does not require
             grad and is the same unchanged tensor as at its previous call (layer
             0's features), fetch its halo once and reuse it: exact, and free
@@ -186,7 +186,8 @@ class HaloPolicy:
 
     def options(self) -> dict[str, Any]:
         """The constructor arguments that differ from their defaults, in
-        constructor order (what :meth:`__repr__` and :meth:`spec` show)."""
+        constructor order (what :meth:`__repr__` and
+        :meth:`~pyg_dist.halo.HaloPolicy.spec` show)."""
         out: dict[str, Any] = {}
         if self.codec is not None:
             out["compress"] = self.codec.name

@@ -25,7 +25,7 @@ def to_distributed(model: nn.Module, halo: HaloPolicy | None = None) -> nn.Modul
     message-passing layer becomes its specialised twin (:class:`DistGCNConv`,
     :class:`DistSAGEConv`, :class:`DistGATConv`, :class:`DistGCN2Conv`) or runs
     through the generic path (:class:`DistMessagePassing`), each norm of
-    :data:`~pyg_dist.nn.norm.NORMS` takes its statistics over all ranks.
+    ``pyg_dist.nn.norm.NORMS`` takes its statistics over all ranks.
     Layers keep their parameters, buffers, state-dict keys and training mode
     (their class becomes a subclass of their own); each message-passing layer
     is named by its module path in the ledger. A layer that cannot run

@@ -43,7 +43,7 @@ def dropout_edge(edge_index: Adj, p: float = 0.5, training: bool = True,
         p (float, optional): Probability of dropping an edge. (default: :obj:`0.5`)
         training (bool, optional): Drop only in training; otherwise
             ``edge_index`` is returned as it is. (default: :obj:`True`)
-        state (DropoutState, optional): Seed and call count for a plain
+        state (``DropoutState``, optional): Seed and call count for a plain
             ``edge_index`` tensor (a seed drawn from torch's generator when
             :obj:`None`); a :class:`~pyg_dist.DistEdgeIndex` uses its own.
             (default: :obj:`None`)

@@ -53,7 +53,7 @@ class DistSAGEConv(DistLayer, SAGEConv):
     Args:
         in_channels (int or tuple): Size of each input sample, or :obj:`-1`.
         out_channels (int): Size of each output sample.
-        aggr (str or list or Aggregation, optional): Any aggregation of
+        aggr (str or list or torch_geometric.nn.aggr.Aggregation, optional): Any aggregation of
             :class:`~torch_geometric.nn.SAGEConv`. (default: :obj:`"mean"`)
         normalize (bool, optional): :math:`\ell_2`-normalise the output.
             (default: :obj:`False`)
@@ -109,7 +109,7 @@ class DistSAGEConv(DistLayer, SAGEConv):
     def dist_forward(self, x: Tensor, edge_index: DistEdgeIndex,
                      edge_weight: Tensor | None = None) -> Tensor:
         """The owned rows of the layer on a partitioned graph, for the
-        aggregations of one spmm (:data:`FAST_AGGRS`); with ``edge_weight``
+        aggregations of one spmm (``FAST_AGGRS``); with ``edge_weight``
         the weighted mean or sum."""
         check_distributed(self, x, FAST_AGGRS)
         x_src = self.lin(x).relu() if self.project else x

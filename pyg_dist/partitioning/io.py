@@ -48,7 +48,7 @@ class PartitionMeta:
         halo_sizes: Halo nodes per part (remote sources of its in-edges).
         train_sizes: Training nodes per part (empty if there is no ``train_mask``).
         method: The cutter: ``"metis"``, ``"metis-coarse"`` or ``"random"``
-            (:data:`~pyg_dist.partitioning.cut.METHODS`).
+            (``pyg_dist.partitioning.cut.METHODS``).
         seed: The seed of the cut.
         fingerprint: sha256 of the graph's structure and attribute shapes.
         num_classes: ``max(y) + 1`` for integer node labels ``y``, else :obj:`None`.
@@ -58,7 +58,7 @@ class PartitionMeta:
         part_sha256: sha256 of each part file, in part order.
         format_version: Version of this on-disk format.
         clusters_per_part: Clusters each part is the union of (1: none);
-            above 1, :data:`CLUSTERS_DIR` holds one part per cluster
+            above 1, ``CLUSTERS_DIR`` holds one part per cluster
             (cluster :math:`c` lies in part :math:`\\lfloor c / m \\rfloor`).
     """
 

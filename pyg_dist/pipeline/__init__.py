@@ -2,7 +2,7 @@
 
 ``world size = parts × stages``: one stage is today's graph parallelism, one
 part is a pure layer pipeline. See :class:`Pipeline` for the schedule and the
-staleness it allows, :mod:`pyg_dist.pipeline.cost` for which layout moves the
+staleness it allows, ``pyg_dist.pipeline.cost`` for which layout moves the
 fewest bytes.
 """
 from pyg_dist.pipeline.cost import LayoutCost, best_layout, halo_rows, layout_costs

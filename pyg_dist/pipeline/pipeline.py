@@ -107,7 +107,7 @@ class Pipeline:
     With one chunk nothing is historical and the pipeline computes exactly
     what the model computes on the whole graph. The tables are filled by one
     forward pass before the first epoch. Dropout masks are graph-parallel
-    training's (:mod:`pyg_dist.pipeline.masks`): the same for every node,
+    training's (``pyg_dist.pipeline.masks``): the same for every node,
     layer and step whatever the parts, stages and chunks, so one chunk trains
     exactly as graph-parallel training, dropout included.
 

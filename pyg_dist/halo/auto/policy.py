@@ -69,7 +69,7 @@ class Auto(HaloPolicy):
     exchanging transformed rows, the staleness and the compression, from the
     partition's halo sizes, the layer widths, the planned steps and the
     bandwidth and compute measured in the first steps (see
-    :mod:`pyg_dist.halo.auto` for the cost model). The choice is the same on
+    ``pyg_dist.halo.auto`` for the cost model). The choice is the same on
     every rank, and is recorded in the graph's ledger
     (:attr:`Ledger.choices <pyg_dist.halo.Ledger.choices>`).
 
@@ -79,7 +79,7 @@ class Auto(HaloPolicy):
             (default: :obj:`None`)
         warmup (int, optional): Steps measured before choosing
             (:math:`\ge 2`), run with the compression and reused rows (see
-            :mod:`pyg_dist.halo.auto`). (default: :obj:`3`)
+            ``pyg_dist.halo.auto``). (default: :obj:`3`)
         max_staleness (int, optional): Largest staleness it may choose
             (1: never stale). (default: :obj:`4`)
         negligible (float, optional): Exchange time, as a fraction of a step's
