@@ -1,39 +1,56 @@
 """Loader of pyg_dist's C++ CPU kernels (the sources in ``csrc/``): how
 :data:`pyg_dist.typing.WITH_CPU_EXT` is found, and what
-:mod:`pyg_dist.ops.cpu` calls through.
+:mod:`pyg_dist.ops.cpu` calls through. The kernels register as
+``torch.ops.pyg_dist.*`` and come from the first of (:func:`kernels_origin`
+says which):
 
-The kernels are compiled on first use by :func:`torch.utils.cpp_extension.load`
-(a C++ compiler and ``pip install ninja`` are needed, nothing else), cached
-between runs under ``$TORCH_EXTENSIONS_DIR`` (default
-``~/.cache/torch_extensions``), and registered as ``torch.ops.pyg_dist.*``.
-``cpp_extension`` builds under a lock file, so ranks that start together build
-the extension once; a lock left by a build that was killed midway is removed
-after :data:`STALE_LOCK_SECONDS` (with a warning) instead of blocking every
-later process. Without a compiler or ``ninja``, after a failed build, or
-with ``PYG_DIST_DISABLE_CPU_EXT=1``, :func:`is_available` is :obj:`False`, one
-warning says why, and :func:`pyg_dist.ops.spmm` runs its PyTorch kernels.
+1. **prebuilt**: the library that a binary wheel ships
+   (``pyg_dist/_cpu_kernels_<variant>*.so``, built by
+   ``scripts/build_wheel.sh``), the variant of
+   :func:`torch.backends.cpu.get_cpu_capability` (AVX2 or baseline, see
+   :mod:`pyg_dist.cpu_build`), loaded with :func:`torch.ops.load_library`.
+   A library built for another torch release is not loaded, and one that
+   fails to load warns with the cause and the fix (reinstall the wheel built
+   for your torch); either way the kernels are compiled as in 2.
+2. **cached** or **compiled**: the sources (``pyg_dist/csrc`` of an
+   installation, ``csrc/`` of a checkout) compiled on first use by
+   :func:`torch.utils.cpp_extension.load` (a C++ compiler and ``pip install
+   ninja`` are needed, nothing else), which says so once on stderr before it
+   starts (one line for all ranks that start together), and cached between
+   runs under ``$TORCH_EXTENSIONS_DIR`` (default
+   ``~/.cache/torch_extensions``). ``cpp_extension`` builds under a lock file,
+   so ranks that start together build the extension once; a lock left by a
+   build that was killed midway is removed after :data:`STALE_LOCK_SECONDS`
+   (with a warning) instead of blocking every later process.
+3. **unavailable**: without a compiler or ``ninja``, after a failed build, or
+   with ``PYG_DIST_DISABLE_CPU_EXT=1``, :func:`is_available` is :obj:`False`,
+   one warning says why, and :func:`pyg_dist.ops.spmm` runs its PyTorch
+   kernels.
+
 ``PYG_DIST_VERBOSE_BUILD=1`` shows the compiler's command lines and output.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.machinery
+import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
-from pyg_dist import env
+from pyg_dist import cpu_build, env
 
-__all__ = ["is_available", "unavailable_reason", "source_dir", "DISABLE_ENV",
-           "STALE_LOCK_SECONDS"]
+__all__ = ["is_available", "unavailable_reason", "kernels_origin", "kernels_library",
+           "source_dir", "DISABLE_ENV", "STALE_LOCK_SECONDS", "COMPILE_MESSAGE"]
 
 #: Set to ``1`` to never build nor load the extension (e.g. for baselines).
 DISABLE_ENV = env.DISABLE_CPU_EXT
@@ -41,16 +58,33 @@ DISABLE_ENV = env.DISABLE_CPU_EXT
 #: Seconds after which a build lock is taken to be left by a killed build (a
 #: build takes 1-3 minutes on 2 cores).
 STALE_LOCK_SECONDS = 15 * 60
-_SOURCES = ("spmm.cpp", "gat.cpp", "cpu/spmm_kernel.cpp", "cpu/gat_kernel.cpp")
-# Included by the sources: part of the build key, so that editing one rebuilds.
-_HEADERS = ("cpu/common.h",)
+#: Said on stderr before a compile on first use starts.
+COMPILE_MESSAGE = "compiling pyg_dist's CPU kernels once, about a minute"
+# In the build folder while a process compiles: the others do not repeat the message.
+_ANNOUNCED = "announced"
 _log = logging.getLogger(__name__)
+
+Origin = Literal["prebuilt", "cached", "compiled", "unavailable"]
 
 
 @dataclass(frozen=True)
 class _LoadResult:
-    available: bool
+    origin: Origin
     reason: str = ""
+    library: Path | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.origin != "unavailable"
+
+
+@dataclass(frozen=True)
+class _Prebuilt:
+    """The libraries of a binary wheel: this CPU's (:obj:`None` when the wheel
+    has none for it), and the torch they were built against."""
+
+    library: Path | None
+    torch: str
 
 
 def source_dir() -> Path | None:
@@ -58,13 +92,13 @@ def source_dir() -> Path | None:
     wheel, the repository's ``csrc/`` in a source checkout, else :obj:`None`."""
     package = Path(__file__).resolve().parent
     for candidate in (package / "csrc", package.parent / "csrc"):
-        if all((candidate / name).is_file() for name in _SOURCES + _HEADERS):
+        if all((candidate / name).is_file() for name in cpu_build.SOURCES + cpu_build.HEADERS):
             return candidate
     return None
 
 
 def is_available() -> bool:
-    """Whether the C++ kernels are loaded; builds them on the first call."""
+    """Whether the C++ kernels are loaded; loads (or builds) them on the first call."""
     return _load().available
 
 
@@ -73,76 +107,191 @@ def unavailable_reason() -> str:
     return _load().reason
 
 
+def kernels_origin() -> Origin:
+    """Where the loaded C++ kernels come from: ``"prebuilt"`` (the binary
+    wheel's library), ``"cached"`` (an earlier compile on first use),
+    ``"compiled"`` (compiled by this process), or ``"unavailable"``."""
+    return _load().origin
+
+
+def kernels_library() -> Path | None:
+    """The file of the loaded C++ kernels (:obj:`None` when unavailable)."""
+    return _load().library
+
+
 @functools.cache
 def _load() -> _LoadResult:
-    """Builds (or finds in the cache) and loads the extension, once per process;
-    warns once when it cannot."""
-    reason = _why_not_buildable()
-    if not reason:
-        try:
-            _build_and_load()
-        except Exception as exc:  # compiler errors, missing headers, a bad cache, ...
-            reason = f"the build failed: {_last_lines(str(exc))}"
-    if reason:
+    """Loads the prebuilt library, else builds (or finds in the cache) and
+    loads the extension, once per process; warns once when it cannot."""
+    reason = _disabled_reason()
+    prebuilt = None if reason else _find_prebuilt()
+    if prebuilt is not None:
+        problem = _load_prebuilt(prebuilt)
+        if not problem:
+            return _LoadResult("prebuilt", library=prebuilt.library)
         warnings.warn(
-            f"pyg_dist's C++ CPU kernels are not used ({reason}); 'spmm' falls back to the "
-            f"slower PyTorch kernels",
+            f"pyg_dist's prebuilt C++ CPU kernels are not used ({problem}); compiling them "
+            f"from source instead. Reinstall the pyg-dist wheel built for your torch "
+            f"{torch.__version__}, or build one with scripts/build_wheel.sh",
             RuntimeWarning,
             stacklevel=2,
         )
-        return _LoadResult(False, reason)
-    return _LoadResult(True)
+    reason = reason or _why_not_buildable()
+    if not reason:
+        try:
+            return _build_and_load()
+        except Exception as exc:  # compiler errors, missing headers, a bad cache, ...
+            reason = f"the build failed: {_last_lines(str(exc))}"
+    warnings.warn(
+        f"pyg_dist's C++ CPU kernels are not used ({reason}); 'spmm' falls back to the "
+        f"slower PyTorch kernels",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return _LoadResult("unavailable", reason)
+
+
+def _disabled_reason() -> str:
+    disabled = env.cpu_ext_disabled()
+    return f"disabled by {DISABLE_ENV}={disabled}" if disabled is not None else ""
+
+
+def _find_prebuilt() -> _Prebuilt | None:
+    """The libraries of a binary wheel, or :obj:`None` in any other installation."""
+    package = Path(__file__).resolve().parent
+    info = package / cpu_build.PREBUILT_INFO
+    if not info.is_file():
+        return None
+    try:
+        built_for = str(json.loads(info.read_text())["torch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        built_for = "unknown"
+    variant = cpu_build.variant(torch.backends.cpu.get_cpu_capability())
+    stem = cpu_build.library_name(variant).rpartition(".")[2]
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if (package / f"{stem}{suffix}").is_file():
+            return _Prebuilt(package / f"{stem}{suffix}", built_for)
+    return _Prebuilt(None, built_for)
+
+
+def _load_prebuilt(prebuilt: _Prebuilt) -> str:
+    """Loads the wheel's library for this CPU; the reason it did not, or an empty string."""
+    if prebuilt.library is None:
+        capability = torch.backends.cpu.get_cpu_capability()
+        return f"the wheel has no library for this CPU ({capability})"
+    if _minor(prebuilt.torch) != _minor(torch.__version__):
+        return f"they were built for torch {prebuilt.torch}"
+    try:
+        torch.ops.load_library(str(prebuilt.library))
+    except Exception as exc:  # undefined symbols of another torch build, a damaged file, ...
+        cause = f"{exc} ({exc.__cause__})" if exc.__cause__ is not None else str(exc)
+        return f"loading {prebuilt.library.name} failed: {_last_lines(cause)}"
+    return ""
+
+
+def _minor(version: str) -> str:
+    """``"2.13"`` of ``"2.13.0+cpu"``."""
+    return ".".join(version.split("+")[0].split(".")[:2])
 
 
 def _why_not_buildable() -> str:
     """A reason not to try the build, or an empty string."""
-    disabled = env.cpu_ext_disabled()
-    if disabled is not None:
-        return f"disabled by {DISABLE_ENV}={disabled}"
+    disabled = _disabled_reason()
+    if disabled:
+        return disabled
     if source_dir() is None:
         return "its C++ sources (csrc/) are not part of this installation"
     from torch.utils import cpp_extension
 
     if not cpp_extension.is_ninja_available():
         return "ninja is not installed (pip install ninja)"
-    compiler = _compiler()
+    compiler = cpu_build.compiler()
     if shutil.which(compiler) is None:
         return f"no C++ compiler '{compiler}' on PATH (install one, or set CXX)"
     return ""
 
 
-def _build_and_load() -> None:
+def _build_and_load() -> _LoadResult:
     from torch.utils import cpp_extension
 
     root = source_dir()
     assert root is not None, "_build_and_load called without C++ sources"
     capability = torch.backends.cpu.get_cpu_capability()
-    sources = [root / source for source in _SOURCES]
-    flags = _compiler_flags(capability)
-    key = _build_key(sources + [root / header for header in _HEADERS], flags + _linker_flags())
+    sources = [root / source for source in cpu_build.SOURCES]
+    flags = cpu_build.compiler_flags(capability)
+    headers = [root / header for header in cpu_build.HEADERS]
+    key = _build_key(sources + headers, flags + cpu_build.linker_flags())
     name = f"pyg_dist_cpu_{capability.lower()}_{key}"
     _log.info("loading pyg_dist's C++ CPU kernels %s (the first build takes a minute)", name)
     _wait_for_build(name)
-    cpp_extension.load(
-        name=name,
-        sources=[str(source) for source in sources],
-        extra_cflags=flags,
-        extra_ldflags=_linker_flags(),
-        is_python_module=False,
-        verbose=env.verbose_build(),
-    )
+    folder = _build_directory(name)
+    library = None if folder is None else folder / f"{name}{_library_suffix()}"
+    cached = library is not None and library.is_file()
+    announced = None if cached else _announce_compile(folder)
+    try:
+        cpp_extension.load(
+            name=name,
+            sources=[str(source) for source in sources],
+            extra_cflags=flags,
+            extra_ldflags=cpu_build.linker_flags(),
+            is_python_module=False,
+            verbose=env.verbose_build(),
+        )
+    finally:
+        if announced is not None:
+            announced.unlink(missing_ok=True)
+    return _LoadResult("cached" if cached else "compiled", library=library)
+
+
+def _build_directory(name: str) -> Path | None:
+    """Where ``cpp_extension`` builds extension ``name`` (it creates the
+    folder), or :obj:`None` with a torch that does not say."""
+    from torch.utils import cpp_extension
+
+    find = getattr(cpp_extension, "_get_build_directory", None)
+    return None if find is None else Path(find(name, False))
+
+
+def _library_suffix() -> str:
+    from torch.utils import cpp_extension
+
+    return str(getattr(cpp_extension, "LIB_EXT", ".so"))
+
+
+def _announce_compile(folder: Path | None) -> Path | None:
+    """Says :data:`COMPILE_MESSAGE` on stderr, unless another process that
+    compiles into ``folder`` has (ranks that start together compile once):
+    returns the marker file to remove once the compile is done, if any. A
+    marker older than :data:`STALE_LOCK_SECONDS` was left by a killed compile."""
+    if folder is None:
+        print(COMPILE_MESSAGE, file=sys.stderr, flush=True)
+        return None
+    marker = folder / _ANNOUNCED
+    for _ in range(2):
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            try:
+                age = time.time() - marker.stat().st_mtime
+            except FileNotFoundError:  # that compile just finished
+                return None
+            if age <= STALE_LOCK_SECONDS:
+                return None
+            marker.unlink(missing_ok=True)
+            continue
+        print(COMPILE_MESSAGE, file=sys.stderr, flush=True)
+        return marker
+    return None
 
 
 def _wait_for_build(name: str) -> None:
     """Waits while another process builds extension ``name``, and removes the
     lock that a build killed midway left behind (``cpp_extension`` would wait
     for it forever): a lock older than :data:`STALE_LOCK_SECONDS` is stale."""
-    from torch.utils import cpp_extension
-
-    find = getattr(cpp_extension, "_get_build_directory", None)
-    if find is None:  # another torch: let cpp_extension handle its lock
+    folder = _build_directory(name)
+    if folder is None:  # another torch: let cpp_extension handle its lock
         return
-    lock = Path(find(name, False)) / "lock"
+    lock = folder / "lock"
     while lock.exists():
         try:
             age = time.time() - lock.stat().st_mtime
@@ -155,53 +304,6 @@ def _wait_for_build(name: str) -> None:
             lock.unlink(missing_ok=True)
             return
         time.sleep(1.0)
-
-
-def _compiler_flags(capability: str) -> list[str]:
-    """Optimisation flags for the vector unit that torch itself dispatches to
-    (the capability is part of the extension's name, so a cache shared by
-    machines with different CPUs keeps one build per capability), and OpenMP,
-    without which ``at::parallel_for`` compiles to a serial loop (on Linux and
-    Windows; elsewhere the kernels run on one thread)."""
-    vector = capability in ("AVX2", "AVX512")
-    if sys.platform == "win32":
-        return ["/O2", "/openmp"] + (["/arch:AVX2"] if vector else [])
-    # -fno-trapping-math (clang's default): GCC otherwise keeps the selects of
-    # the leaky ReLU and of the clamps in gat_kernel.cpp's exponential as
-    # branches and does not vectorise those loops; the kernels never enable
-    # floating-point traps. Measured (1 thread, 1M entries, 8 heads of 8
-    # channels): GAT forward 161 ms without, 68-78 ms with; the source-side
-    # backward pass 163 ms against 54-66 ms. SpMM (F = 64, same graph): 15-18
-    # ms either way.
-    flags = ["-O3", "-fno-trapping-math"]
-    if sys.platform.startswith("linux"):
-        flags.append("-fopenmp")
-    if _is_gcc(_compiler()):
-        # GCC's -O3 unroll-and-jam turns the max kernel's loop nest into a
-        # scalar loop over pairs of entries: 2.2x slower (1M entries, F = 64).
-        flags.append("-fno-loop-unroll-and-jam")
-    return flags + (["-mavx2", "-mfma", "-mf16c"] if vector else [])
-
-
-def _compiler() -> str:
-    """The C++ compiler that ``cpp_extension`` runs."""
-    return os.environ.get("CXX", "cl" if sys.platform == "win32" else "c++")
-
-
-@functools.cache
-def _is_gcc(compiler: str) -> bool:
-    """Whether ``compiler`` is GCC (``c++`` may well be clang)."""
-    try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
-                                 timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "clang" not in version.lower() and "Free Software Foundation" in version
-
-
-def _linker_flags() -> list[str]:
-    """OpenMP's runtime: the ``libgomp.so.1`` that torch has already loaded."""
-    return ["-fopenmp"] if sys.platform.startswith("linux") else []
 
 
 def _build_key(sources: list[Path], flags: list[str]) -> str:

@@ -1,7 +1,8 @@
 """pyg_dist's C++ CPU kernels as a backend of :func:`pyg_dist.ops.spmm` and
-:func:`pyg_dist.ops.gat`. Building and loading them is
-:mod:`pyg_dist.cpu_ext`'s (re-exported here): without a compiler or
-``ninja``, after a failed build, or with ``PYG_DIST_DISABLE_CPU_EXT=1``,
+:func:`pyg_dist.ops.gat`. Loading them is :mod:`pyg_dist.cpu_ext`'s
+(re-exported here): the binary wheel's prebuilt library, else a compile on
+first use (cached); without either (no prebuilt library and no compiler or
+``ninja``, a failed build, or ``PYG_DIST_DISABLE_CPU_EXT=1``),
 :func:`is_available` is :obj:`False`, one warning says why, and the ops run
 their PyTorch kernels.
 """
@@ -10,11 +11,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pyg_dist.cpu_ext import DISABLE_ENV, is_available, source_dir, unavailable_reason
+from pyg_dist.cpu_ext import (
+    DISABLE_ENV,
+    is_available,
+    kernels_origin,
+    source_dir,
+    unavailable_reason,
+)
 from pyg_dist.ops.gat_ref import GatArgs, GatGrads
 
-__all__ = ["is_available", "unavailable_reason", "kernels", "source_dir", "CppKernels",
-           "DISABLE_ENV"]
+__all__ = ["is_available", "unavailable_reason", "kernels_origin", "kernels", "source_dir",
+           "CppKernels", "DISABLE_ENV"]
 
 
 def kernels() -> CppKernels:
@@ -22,7 +29,8 @@ def kernels() -> CppKernels:
     if not is_available():
         raise RuntimeError(
             f"pyg_dist's C++ CPU kernels are not available ({unavailable_reason()}); "
-            f"use backend='torch' or install a C++ compiler and ninja (pip install ninja)"
+            f"use backend='torch', install the binary wheel built for your torch, or install a "
+            f"C++ compiler and ninja (pip install ninja)"
         )
     return CppKernels()
 
