@@ -65,7 +65,7 @@ autodoc_typehints = "none"  # the docstrings' Args say the types, as PyG's do
 autosummary_generate = False
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
-napoleon_custom_sections = [("Shapes", "params_style")]
+napoleon_custom_sections = ["Shapes"]  # a rubric over the list as written
 
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
@@ -94,14 +94,14 @@ def _kind(obj: object) -> str:
     return "data"
 
 
-def _api_page(module_name: str, seen: dict[int, str]) -> str:
-    """The page of one module: its docstring, a summary table of its
-    ``__all__``, and each object documented once (under the first module that
-    exports it; later modules link to it)."""
+def _api_pages(module_name: str, seen: dict[int, str]) -> dict[str, str]:
+    """The pages of one module: its own (its docstring, a summary table of its
+    ``__all__``, its constants) and one per class or function, as PyG's
+    reference has them. Each object is documented once, under the first
+    module that exports it; later modules link to it."""
     module = importlib.import_module(module_name)
-    title = module_name
-    lines = [title, "=" * len(title), "", f".. automodule:: {module_name}", "   :no-members:",
-             ""]
+    lines = [module_name, "=" * len(module_name), "", f".. automodule:: {module_name}",
+             "   :no-members:", ""]
     own, elsewhere = [], []
     for name in module.__all__:
         if name.startswith("__"):
@@ -115,10 +115,13 @@ def _api_page(module_name: str, seen: dict[int, str]) -> str:
             own.append((name, obj))
     # Constants have no docstring of their own (autosummary would show that of
     # their type, e.g. dict's); their ``#:`` comment is shown below instead.
-    summarised = [name for name, obj in own if _kind(obj) != "data"]
-    if summarised:
+    objects = [name for name, obj in own if _kind(obj) != "data"]
+    pages = {}
+    if objects:
         lines += [".. autosummary::", "   :nosignatures:", ""]
-        lines += [f"   {name}" for name in summarised] + [""]
+        lines += [f"   {name}" for name in objects] + [""]
+        lines += [".. toctree::", "   :hidden:", ""]
+        lines += [f"   {module_name}.{name}" for name in objects] + [""]
     if elsewhere:
         refs = ", ".join(f":py:obj:`~{target}`" for target in elsewhere)
         lines += [f"Also exported here: {refs}.", ""]
@@ -128,12 +131,14 @@ def _api_page(module_name: str, seen: dict[int, str]) -> str:
             lines += _data_entry(name, obj)
             continue
         directive = {"class": "autoclass", "exception": "autoexception",
-                     "function": "autofunction", "data": "autodata"}[kind]
-        lines += [f".. {directive}:: {name}"]
+                     "function": "autofunction"}[kind]
+        page = [name, "=" * len(name), "", f".. currentmodule:: {module_name}", "",
+                f".. {directive}:: {name}"]
         if kind in ("class", "exception"):
-            lines += ["   :members:", "   :exclude-members: forward, check, __init__"]
-        lines += [""]
-    return "\n".join(lines)
+            page += ["   :members:", "   :exclude-members: forward, check, __init__"]
+        pages[f"{module_name}.{name}"] = "\n".join(page) + "\n"
+    pages[module_name] = "\n".join(lines)
+    return pages
 
 
 def _data_entry(name: str, obj: object) -> list[str]:
@@ -171,9 +176,12 @@ def write_api_pages() -> None:
     out = DOCS / "api" / "generated"
     seen: dict[int, str] = {}
     modules = api_modules()
+    pages: dict[str, str] = {}
     for name in modules:
-        _write(out / f"{name}.rst", _api_page(name, seen))
-    _keep_only(out, {f"{name}.rst" for name in modules})
+        pages.update(_api_pages(name, seen))
+    for name, text in pages.items():
+        _write(out / f"{name}.rst", text)
+    _keep_only(out, {f"{name}.rst" for name in pages})
     toc = "\n".join(f"   generated/{name}" for name in modules)
     _write(DOCS / "api" / "index.rst",
            "API reference\n=============\n\nEvery public name of the package, from its "
