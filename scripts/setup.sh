@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv with PyTorch's CPU wheel first (so no dependency can pull a
-# multi-GB CUDA build), then pyg_dist with its test, notebook and Triton extras.
+# multi-GB CUDA build), then pyg_dist with its test, notebook, docs and Triton extras.
 # Idempotent: a second run only checks that everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     "${PIP[@]}" "torch==2.13.0"
 fi
 # Versions CI is known to pass with; the package itself asks only for ranges.
-"${PIP[@]}" -e ".[test,triton,notebook]" "torch_geometric==2.8.1" "pymetis==2025.2.2" \
-    "triton==3.9.0"
+"${PIP[@]}" -e ".[test,triton,notebook,docs]" "torch_geometric==2.8.1" "pymetis==2025.2.2" \
+    "triton==3.9.0" \
+    "sphinx==9.0.4" "myst-nb==1.4.0" "furo==2025.12.19"
 .venv/bin/python -c "import torch, torch_geometric, pymetis; print('torch', torch.__version__, '| torch_geometric', torch_geometric.__version__)"
