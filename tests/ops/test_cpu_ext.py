@@ -230,3 +230,94 @@ def test_a_lock_left_by_a_killed_build_is_removed(tmp_path, monkeypatch):
     start = time.monotonic()
     cpu_ext._wait_for_build("any")
     assert not lock.exists() and time.monotonic() - start >= 0.4
+
+
+@pytest.fixture
+def fake_compile(tmp_path, monkeypatch, capsys):
+    """``cpp_extension.load`` replaced by one that writes the library file
+    into an empty extensions cache (``tmp_path``); returns, per compile, the
+    extension's name and what stderr said before it started."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    calls = []
+
+    def load(name, **kwargs):
+        calls.append((name, capsys.readouterr().err))
+        (tmp_path / name / (name + cpp_extension.LIB_EXT)).write_text("a library")
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    return calls
+
+
+def test_a_first_use_compile_says_so_once_before_it_starts(fake_compile, capsys):
+    assert cpu_ext._build_and_load().origin == "compiled"
+    ((_, said),) = fake_compile
+    assert said.count(cpu_ext.COMPILE_MESSAGE) == 1, said
+    assert cpu_ext.COMPILE_MESSAGE == "compiling pyg_dist's CPU kernels once, about a minute"
+    assert cpu_ext._build_and_load().origin == "cached"
+    assert cpu_ext.COMPILE_MESSAGE not in fake_compile[1][1] + capsys.readouterr().err
+
+
+def test_ranks_that_compile_together_say_so_once(fake_compile, tmp_path):
+    """Another process compiling the same extension has said it (its marker
+    is fresh); a marker left by a killed compile is stale."""
+    import time
+
+    from torch.utils import cpp_extension
+
+    cpu_ext._build_and_load()
+    name = fake_compile[0][0]
+    library = tmp_path / name / (name + cpp_extension.LIB_EXT)
+    marker = tmp_path / name / "announced"
+    assert not marker.exists(), "the marker outlived the compile"
+    library.unlink()
+    marker.touch()  # another rank compiles now
+    cpu_ext._build_and_load()
+    assert cpu_ext.COMPILE_MESSAGE not in fake_compile[1][1]
+    assert marker.exists(), "the other rank's marker is its own to remove"
+
+    library.unlink()
+    old = time.time() - cpu_ext.STALE_LOCK_SECONDS - 60
+    os.utime(marker, (old, old))
+    cpu_ext._build_and_load()
+    assert fake_compile[2][1].count(cpu_ext.COMPILE_MESSAGE) == 1
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("built_for,cause", [
+    (torch.__version__, "loading not_a_library.so failed"),
+    ("2.4.0+cpu", "they were built for torch 2.4.0+cpu"),
+])
+def test_a_prebuilt_library_that_does_not_load_is_compiled_instead(tmp_path, monkeypatch,
+                                                                   built_for, cause):
+    library = tmp_path / "not_a_library.so"
+    library.write_text("not an ELF file")
+    loaded, load_library = [], torch.ops.load_library
+    monkeypatch.setattr(torch.ops, "load_library",
+                        lambda path: loaded.append(path) or load_library(path))
+    monkeypatch.delenv(cpu.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(cpu_ext, "_find_prebuilt", lambda: cpu_ext._Prebuilt(library, built_for))
+    monkeypatch.setattr(cpu_ext, "_why_not_buildable", lambda: "")
+    monkeypatch.setattr(cpu_ext, "_build_and_load", lambda: cpu_ext._LoadResult("compiled"))
+    with pytest.warns(RuntimeWarning) as caught:
+        result = cpu_ext._load.__wrapped__()
+    assert result.origin == "compiled"
+    (message,) = [str(w.message) for w in caught]
+    assert cause in message, message
+    assert "compiling them from source" in message
+    assert f"Reinstall the pyg-dist wheel built for your torch {torch.__version__}" in message
+    assert len(loaded) == (1 if built_for == torch.__version__ else 0)
+
+
+def test_a_prebuilt_library_that_loads_is_used_without_compiling(monkeypatch, tmp_path):
+    library = tmp_path / "_cpu_kernels_avx2.so"
+    loaded = []
+    monkeypatch.delenv(cpu.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(cpu_ext, "_find_prebuilt",
+                        lambda: cpu_ext._Prebuilt(library, torch.__version__))
+    monkeypatch.setattr(torch.ops, "load_library", loaded.append)
+    monkeypatch.setattr(cpu_ext, "_build_and_load", lambda: pytest.fail("compiled"))
+    result = cpu_ext._load.__wrapped__()
+    assert (result.origin, result.library, result.reason) == ("prebuilt", library, "")
+    assert loaded == [str(library)]
