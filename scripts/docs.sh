@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the documentation site into docs/_build/html (API reference from the
-# docstrings, the guides, the notebooks executed on small graphs); warnings are
+# docstrings, the guides, the notebooks executed); warnings are
 # errors. Extra arguments go to sphinx-build (e.g. -D nb_execution_mode=off).
 set -euo pipefail
 cd "$(dirname "$0")/.."

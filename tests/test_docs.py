@@ -20,12 +20,13 @@ def python_blocks(page: Path) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", page.read_text(), re.S | re.M)
 
 
+@pytest.mark.timeout(1800)
 def test_site_builds_without_a_warning(tmp_path):
     out = tmp_path / "html"
     done = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
          "-d", str(tmp_path / "doctrees"), str(DOCS), str(out)],
-        capture_output=True, text=True, timeout=1500, cwd=REPO)
+        capture_output=True, text=True, timeout=1700, cwd=REPO)
     assert done.returncode == 0, done.stderr[-5000:]
     pages = {p.relative_to(out).as_posix() for p in out.rglob("*.html")}
     # every guide, every notebook and every API module has its page
