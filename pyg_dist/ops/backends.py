@@ -142,8 +142,8 @@ def resolve_name(backend: str | None, device_type: str, op: str = "spmm") -> str
 
             raise RuntimeError(
                 f"'{op}' got backend='cpu' but pyg_dist's C++ extension is not available "
-                f"({cpu.unavailable_reason()}); use backend='torch' or install a C++ compiler "
-                f"and ninja (pip install ninja)"
+                f"({cpu.unavailable_reason()}); use backend='torch', install the binary wheel "
+                f"built for your torch, or install a C++ compiler and ninja (pip install ninja)"
             )
     elif backend == "triton":
         if _triton_kernels() is None:
