@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pyg_dist.distributed import broadcast
+from pyg_dist.hashing import M32, call_key, entry_hash, mix32
 
 __all__ = [
     "dropout",
@@ -36,7 +37,6 @@ __all__ = [
     "edge_keep",
 ]
 
-_M32 = 0xFFFFFFFF
 #: Mask entries hashed at a time (a few 4 MB int32 temporaries).
 MASK_BLOCK = 1 << 20
 _ATTR = "_pyg_dist_dropped"
@@ -163,41 +163,12 @@ def next_call(edge_index: Any, state: DropoutState | None = None) -> tuple[int, 
     return state.seed, call
 
 
-def _mix(h: Tensor) -> Tensor:
-    """A 32-bit integer hash (Wellons' lowbias32) on int64 tensors holding
-    values below 2**32; products keep their low 32 bits."""
-    h = h ^ (h >> 16)
-    h = (h * 0x7FEB352D) & _M32
-    h = h ^ (h >> 15)
-    h = (h * 0x846CA68B) & _M32
-    return h ^ (h >> 16)
-
-
-def _int32(h: Tensor) -> Tensor:
-    """Values below 2**32 as the int32 with the same bits."""
-    return torch.where(h >= 2**31, h - 2**32, h).to(torch.int32)
-
-
 def _keep(global_id: Tensor, width: int, seed: int, call: int, p: float) -> Tensor:
-    """``[len(global_id), width]`` bool: which entries survive. Rows and
-    columns get 32-bit keys; an entry hashes the xor of its row's and column's
-    key with one more lowbias32 round, in int32 (wrapping products, logical
-    shifts by masking), which keeps the ``[N, F]`` work to a few cheap passes."""
-    device = global_id.device
-    salt = _salt(seed, call, device)
-    row = _int32(_mix((global_id.to(torch.int64) * 0x85EBCA6B + salt) & _M32))
-    col = _int32(_mix((torch.arange(width, device=device) * 0xC2B2AE35 + salt) & _M32))
-    h = row[:, None] ^ col[None, :]
-    h.mul_(0x7FEB352D)
-    h ^= (h >> 15) & 0x1FFFF
-    h.mul_(0x846CA68B - 2**32)
-    h ^= (h >> 16) & 0xFFFF
-    return h >= int(p * 2**32) - 2**31
-
-
-def _salt(seed: int, call: int, device: torch.device) -> Tensor:
-    """``[1]`` int64: the 32-bit key of one call under one seed."""
-    return _mix(torch.tensor([(seed * 0x9E3779B1 + call) & _M32], device=device))
+    """``[len(global_id), width]`` bool: which entries survive (an entry's
+    :func:`~pyg_dist.hashing.entry_hash`, read as int32, lies above the lowest
+    fraction ``p`` of its range)."""
+    salt = call_key(seed, call, global_id.device)
+    return entry_hash(global_id, width, salt) >= int(p * 2**32) - 2**31
 
 
 def edge_keep(src: Tensor, dst: Tensor, seed: int, call: int, p: float) -> Tensor:
@@ -207,6 +178,6 @@ def edge_keep(src: Tensor, dst: Tensor, seed: int, call: int, p: float) -> Tenso
     duplicates) share one fate: two lowbias32 rounds, the first on the smaller
     endpoint and the call's key, the second on that and the larger endpoint."""
     lo, hi = torch.minimum(src, dst).to(torch.int64), torch.maximum(src, dst).to(torch.int64)
-    salt = _salt(seed, call, src.device)
-    h = _mix(((lo & _M32) * 0x85EBCA6B + salt) & _M32)
-    return _mix(h ^ (((hi & _M32) * 0xC2B2AE35) & _M32)) >= int(p * 2**32)
+    salt = call_key(seed, call, src.device)
+    h = mix32(((lo & M32) * 0x85EBCA6B + salt) & M32)
+    return mix32(h ^ (((hi & M32) * 0xC2B2AE35) & M32)) >= int(p * 2**32)

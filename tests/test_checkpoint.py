@@ -17,7 +17,8 @@ from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
 from pyg_dist.train import train
 
-POLICIES = ["exact", "stale:3", "pipelined:0.5", "adaptive:0.05", "sampled:0.5"]
+POLICIES = ["exact", "stale:3", "pipelined:0.5", "adaptive:0.05", "sampled:0.5",
+            "adaptive:0.05,compress=int4"]
 EPOCHS, EVERY, FAIL_AT = 7, 2, 5
 
 

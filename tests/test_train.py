@@ -43,25 +43,49 @@ def test_non_finite_loss_raises():
 
 
 def eval_traffic(parts):
+    """Three epochs evaluated under each halo spec, and trained under int4."""
     import pyg_dist
+    from pyg_dist.config import GraphParallel
 
     out = {}
-    for spec in ("exact", "exact,compress=int8", "isolated"):
+    for spec in ("exact", "exact,compress=int8", "isolated", "train:exact,compress=int4"):
         data = pyg_dist.DistData.load(parts)
         torch.manual_seed(0)
         model = GNN("gcn", 16, 8, 3)
-        result = train(model, data, 3, evaluation=Evaluation(halo=spec), progress=False)
+        trained = spec.removeprefix("train:") if spec.startswith("train:") else None
+        result = train(model, data, 3, strategy=GraphParallel(halo=trained),
+                       evaluation=Evaluation(halo=None if trained else spec), progress=False)
+        plan = data.edge_index.plan
         out[spec] = {"eval": result.total("halo_bytes_eval"),
                      "train": result.total("halo_bytes_fwd") + result.total("halo_bytes_bwd"),
-                     "weights": [p.detach().clone() for p in model.parameters()]}
+                     "weights": [p.detach().clone() for p in model.parameters()],
+                     "loss": [e.loss for e in result.history],
+                     "rows": {"fwd": plan.num_send, "bwd": plan.num_halo},
+                     "ledger": [r for r in data.ledger.rows() if r["direction"] in ("fwd", "bwd")]}
     return out
 
 
-def test_eval_halo_sets_evaluation_traffic_alone(tmp_path):
+def test_eval_halo_sets_evaluation_traffic_alone_and_int4_trains(tmp_path):
+    """Evaluation's halo moves evaluation's bytes alone. Training with int4
+    halos runs forward and backward on 2 ranks and books, per exchange, the
+    rows times int4's row bytes, ceil(F / 2) + 4, where exact booked 4 F."""
     import pyg_dist
 
     pyg_dist.partition(awkward_graph(num_features=16), 2, tmp_path / "parts")
-    runs = pyg_dist.launch(eval_traffic, 2, args=(str(tmp_path / "parts"),), timeout=300)[0]
+    ranks = pyg_dist.launch(eval_traffic, 2, args=(str(tmp_path / "parts"),), timeout=300)
+    for runs in ranks:
+        int4, exact = runs["train:exact,compress=int4"], runs["exact"]
+        assert all(math.isfinite(loss) for loss in int4["loss"])
+        assert not torch.equal(int4["weights"][0], exact["weights"][0])  # the noise shows
+        assert [(r["step"], r["layer"], r["direction"]) for r in int4["ledger"]] == \
+            [(r["step"], r["layer"], r["direction"]) for r in exact["ledger"]]
+        assert {r["direction"] for r in exact["ledger"] if r["bytes_sent"]} == {"fwd", "bwd"}
+        for ours, ref in zip(int4["ledger"], exact["ledger"]):
+            rows = ref["exchanges"] * exact["rows"][ref["direction"]]
+            width = ref["bytes_sent"] // (4 * rows) if rows else 0
+            assert ref["bytes_sent"] == 4 * width * rows
+            assert ours["bytes_sent"] == rows * (math.ceil(width / 2) + 4), (ours, ref)
+    runs = ranks[0]
     exact, int8, isolated = runs["exact"], runs["exact,compress=int8"], runs["isolated"]
     assert isolated["eval"] == 0 < int8["eval"] < exact["eval"]
     assert exact["train"] == int8["train"] == isolated["train"] > 0

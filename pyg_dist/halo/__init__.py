@@ -15,8 +15,8 @@ policy                    what crosses the network each training step
                           nothing where under 5% of neighbours are remote
 ========================  =====================================================
 
-Any policy takes ``compress="fp16" | "bf16" | "int8"``. A policy is set per
-layer (``DistGCNConv(..., halo=Stale(every=4))``) or as the default of a
+Any policy takes ``compress="fp16" | "bf16" | "int8" | "int4" | "int2"``. A
+policy is set per layer (``DistGCNConv(..., halo=Stale(every=4))``) or as the default of a
 graph (``DistData.load(..., halo=...)``). Evaluation (``model.eval()``)
 exchanges exactly unless the graph's registry sets an ``eval_default``
 (``train(..., eval_halo=...)``), so accuracy measures the weights a policy trained.

@@ -48,7 +48,8 @@ class Adaptive(ReusePolicy):
             :obj:`None` never forces one. (default: :obj:`8`)
         stale_grads (str, optional): ``"accumulate"`` or ``"drop"``.
             (default: :obj:`"accumulate"`)
-        compress (str, optional): ``"fp16"``, ``"bf16"`` or ``"int8"`` messages.
+        compress (str, optional): ``"fp16"``, ``"bf16"``, ``"int8"``, ``"int4"``
+            or ``"int2"`` messages.
             (default: :obj:`None`)
         cache_inputs (bool, optional): Reuse the halo of static inputs.
             (default: :obj:`True`)
@@ -84,22 +85,29 @@ class Adaptive(ReusePolicy):
             [n if s else 0 for n, s in zip(plan.send_counts, send)],
             [n if r else 0 for n, r in zip(plan.recv_counts, recv)],
         )
+        key = ctx.channel.codec_key(ctx.layer, ctx.direction)  # the exchange's, next
         received = exchange_route(x, ctx.channel, ctx.layer, route, self.codec, ctx.direction)
         fresh = torch.tensor(recv, dtype=torch.bool, device=rows.device)[plan.halo_peer]
         halo = self.assemble(x, received, fresh, state, ctx.step)
         if any(send) or state.sent.rows is None:  # else no block changes: no codec round trip
-            sent_rows = rows if self.codec is None else self.codec.decode(
-                self.codec.encode(rows), rows.size(1), rows.dtype)
             sent = torch.tensor(send, dtype=torch.bool, device=rows.device)[plan.send_peer]
-            if state.sent.rows is not None:
-                sent_rows = torch.where(sent.view(-1, 1), sent_rows, state.sent.pull())
-            state.sent.push(sent_rows, ctx.step, sent)
+            held = rows.clone() if state.sent.rows is None else state.sent.pull().clone()
+            held[sent] = self._as_received(rows[sent], key)
+            state.sent.push(held, ctx.step, sent)
         staleness = state.halo.age(ctx.step)
         if not any(recv) and plan.num_halo:
             ctx.skip(staleness)
         else:
             ctx.used(staleness)
         return HaloRows(halo)
+
+    def _as_received(self, rows: Tensor, key: int) -> Tensor:
+        """The rows sent (``[S', F]``, the route's) as their peers decode them:
+        the same payload under the exchange's ``key``, so a stochastic codec's
+        draws match too."""
+        if self.codec is None:
+            return rows
+        return self.codec.decode(self.codec.encode(rows, key), rows.size(1), rows.dtype)
 
     def blocks_to_send(self, rows: Tensor, counts: list[int], sent: HaloCache,
                        step: int) -> list[bool]:

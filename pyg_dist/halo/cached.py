@@ -25,8 +25,8 @@ class Cached(HaloPolicy):
     flows back to their owners.
 
     Args:
-        compress (str, optional): ``"fp16"``, ``"bf16"`` or ``"int8"`` for the one
-            exchange. (default: :obj:`None`)
+        compress (str, optional): ``"fp16"``, ``"bf16"``, ``"int8"``, ``"int4"`` or
+            ``"int2"`` for the one exchange. (default: :obj:`None`)
         cache_inputs (bool, optional): Reuse the halo of static inputs.
             (default: :obj:`True`)
     """

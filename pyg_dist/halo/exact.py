@@ -19,7 +19,8 @@ class Exact(HaloPolicy):
     ``Exact(cache_inputs=False)`` exchanges every time (a baseline).
 
     Args:
-        compress (str, optional): ``"fp16"``, ``"bf16"`` or ``"int8"`` messages.
+        compress (str, optional): ``"fp16"``, ``"bf16"``, ``"int8"``, ``"int4"``
+            or ``"int2"`` messages.
             (default: :obj:`None`)
         cache_inputs (bool, optional): Reuse the halo of static inputs.
             (default: :obj:`True`)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,7 +124,8 @@ class HaloChannel:
         books payload bytes and time in the ledger under ``layer``/``direction``."""
         start = time.perf_counter()
         num_feats, dtype = rows.size(1), rows.dtype
-        payload = rows.contiguous() if codec is None else codec.encode(rows)
+        payload = (rows.contiguous() if codec is None
+                   else codec.encode(rows, self.codec_key(layer, direction)))
         pending = exchange_rows(payload, send_counts, recv_counts, self.group, self.transport,
                                 async_op=True, tag=self.tag(layer, direction))
         assert isinstance(pending, PendingRows), "an async exchange returns PendingRows"
@@ -136,6 +138,21 @@ class HaloChannel:
         self.ledger.record(layer, direction, seconds=issued - start)  # encoding and issuing
         transfer = Transfer(pending, self, layer, direction, num_feats, dtype, codec, issued)
         return transfer if async_op else transfer.wait()
+
+    def codec_key(self, layer: str, direction: str) -> int:
+        """The key of the next exchange of ``layer`` in ``direction``, which
+        keys a stochastic codec's draws: a CRC-32 of this rank, the ledger's
+        step, the layer, the direction and the exchanges booked for them in
+        this step. The ledger is checkpointed, so a resumed run keys its
+        exchanges as the uninterrupted run did.
+
+        Args:
+            layer (str): The exchange's name in the ledger.
+            direction (str): Its direction.
+        """
+        count = self.ledger.exchanges(layer, direction)
+        return zlib.crc32(
+            f"{self.plan.rank}|{self.ledger.step}|{layer}|{direction}|{count}".encode())
 
     def decode(self, received: Tensor, num_feats: int, dtype: torch.dtype,
                codec: Codec | None) -> Tensor:

@@ -108,6 +108,16 @@ class Ledger:
                 setattr(entry, name, getattr(entry, name) + amount)
         return entry
 
+    def exchanges(self, layer: str, direction: str) -> int:
+        """Exchanges of ``layer`` in ``direction`` booked so far in the current step.
+
+        Args:
+            layer (str): The exchange's name.
+            direction (str): Its direction.
+        """
+        entry = self.entries.get((self.step, layer, direction))
+        return 0 if entry is None else entry.exchanges
+
     def rows(self) -> list[dict[str, Any]]:
         """Every entry as a dict, ordered by step, layer and direction."""
         return [asdict(self.entries[k]) for k in sorted(self.entries)]

@@ -53,7 +53,8 @@ class Pipelined(HaloPolicy):
     Args:
         smoothing (float, optional): :math:`\gamma \in [0, 1)`; :obj:`None` for
             none. (default: :obj:`None`)
-        compress (str, optional): ``"fp16"``, ``"bf16"`` or ``"int8"`` messages.
+        compress (str, optional): ``"fp16"``, ``"bf16"``, ``"int8"``, ``"int4"``
+            or ``"int2"`` messages.
             (default: :obj:`None`)
         cache_inputs (bool, optional): Reuse the halo of static inputs.
             (default: :obj:`True`)

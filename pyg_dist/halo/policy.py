@@ -122,8 +122,9 @@ class HaloPolicy:
 
     Args:
         compress (str, optional): Compress halo messages (forward rows and
-            backward gradients): :obj:`"fp16"`, :obj:`"bf16"` or :obj:`"int8"`
-            (see :func:`~pyg_dist.halo.get_codec`). (default: :obj:`None`)
+            backward gradients): :obj:`"fp16"`, :obj:`"bf16"`, :obj:`"int8"`,
+            :obj:`"int4"` or :obj:`"int2"` (see :func:`~pyg_dist.halo.get_codec`).
+            (default: :obj:`None`)
         cache_inputs (bool, optional): When a layer's input does not require
             grad and is the same unchanged tensor as at its previous call (layer
             0's features), fetch its halo once and reuse it: exact, and free

@@ -63,7 +63,8 @@ class ReusePolicy(HaloPolicy):
 
     Args:
         stale_grads (str): ``"accumulate"`` or ``"drop"``.
-        compress (str, optional): ``"fp16"``, ``"bf16"`` or ``"int8"`` messages.
+        compress (str, optional): ``"fp16"``, ``"bf16"``, ``"int8"``, ``"int4"``
+            or ``"int2"`` messages.
         cache_inputs (bool, optional): Reuse the halo of static inputs.
     """
 

@@ -29,7 +29,8 @@ class Sampled(HaloPolicy):
     Args:
         p (float): Probability of keeping a boundary node, :math:`0 < p \le 1`.
         seed (int, optional): Seed of the sample. (default: :obj:`0`)
-        compress (str, optional): ``"fp16"``, ``"bf16"`` or ``"int8"`` messages.
+        compress (str, optional): ``"fp16"``, ``"bf16"``, ``"int8"``, ``"int4"``
+            or ``"int2"`` messages.
             (default: :obj:`None`)
         cache_inputs (bool, optional): Reuse the halo of static inputs (the
             sample still masks it). (default: :obj:`True`)

@@ -27,7 +27,8 @@ class Stale(ReusePolicy):
         every (int): Steps between refreshes (:math:`\ge 1`).
         stale_grads (str, optional): ``"accumulate"`` or ``"drop"``.
             (default: :obj:`"accumulate"`)
-        compress (str, optional): ``"fp16"``, ``"bf16"`` or ``"int8"`` messages.
+        compress (str, optional): ``"fp16"``, ``"bf16"``, ``"int8"``, ``"int4"``
+            or ``"int2"`` messages.
             (default: :obj:`None`)
         cache_inputs (bool, optional): Reuse the halo of static inputs.
             (default: :obj:`True`)

@@ -1,6 +1,7 @@
 """Codecs: round trips within their documented bounds, payload sizes, bad
-names; compressed exchanges on 4 ranks (policy_cases.py) within those bounds,
-forward and backward; policy specs that round-trip."""
+names; int4 and int2 unbiased and keyed; compressed exchanges on 4 ranks
+(policy_cases.py) within those bounds, forward and backward; policy specs that
+round-trip."""
 import pytest
 import torch
 from policy_cases import F_IN
@@ -42,6 +43,60 @@ def test_round_trip_within_bound(name, seed):
 
 
 @pytest.mark.parametrize("name", sorted(CODECS))
+@pytest.mark.parametrize("width", [1, 3, 5, 33])
+def test_odd_widths_round_trip_and_zero_rows_stay_zero(name, width):
+    codec = CODECS[name]
+    x = rows(2)[:, :width].contiguous()
+    payload = codec.encode(x, key=11)
+    assert payload.shape == (40, codec.row_bytes(width))
+    back = codec.decode(payload, width, torch.float32)
+    assert bool(((back - x).abs() <= codec.error_bound(x)).all())
+    assert torch.equal(back[5], torch.zeros(width))
+
+
+def test_low_bit_levels_pack_two_and_four_to_a_byte():
+    assert [CODECS["int4"].row_bytes(f) for f in (1, 2, 3, 33)] == [5, 5, 6, 21]
+    assert [CODECS["int2"].row_bytes(f) for f in (1, 4, 5, 33)] == [5, 5, 6, 13]
+    # F = 5: the last byte of levels holds 1 (int4) or 1 (int2) feature; its
+    # padding bits are ignored when decoding.
+    x = rows(0)[:, :5].contiguous()
+    for name, last, pad in (("int4", 2, 0xF0), ("int2", 1, 0xFC)):
+        codec = CODECS[name]
+        payload = codec.encode(x, key=3)
+        noisy = payload.clone()
+        noisy[:, last] |= pad
+        assert torch.equal(codec.decode(noisy, 5, torch.float32),
+                           codec.decode(payload, 5, torch.float32))
+
+
+@pytest.mark.parametrize("name", ["int4", "int2"])
+def test_stochastic_rounding_is_unbiased(name):
+    """The mean of n = 4000 independent encodings of one row is the row, to
+    within 5 standard deviations: each level's rounding has variance at most
+    step**2 / 4, so the mean's std is at most step / (2 sqrt(n)). The row is
+    chosen so that rounding to nearest is biased by far more (0.3 of the
+    absmax: 0.3 away from int2's levels, 0.1 of a step from int4's)."""
+    codec, n = CODECS[name], 4000
+    row = torch.full((1, 33), 0.3)
+    row[0, 0], row[0, 1] = 1.0, -0.3
+    mean = codec.decode(codec.encode(row.expand(n, 33), key=1), 33, torch.float32).mean(0)
+    step = {"int4": 1.0 / 7, "int2": 1.0}[name]  # absmax / qmax
+    assert (mean - row[0]).abs().max() <= 5 * step / (2 * n**0.5)
+
+
+@pytest.mark.parametrize("name", ["int4", "int2"])
+def test_draws_are_keyed_and_leave_torch_generator_alone(name):
+    codec, x = CODECS[name], rows(1)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    first = codec.encode(x, key=5)
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.equal(codec.encode(x, key=5), first)
+    assert (codec.encode(x, key=6) != first).float().mean() > 0.2
+
+
+@pytest.mark.parametrize("name", sorted(CODECS))
 def test_empty_rows(name):
     codec = CODECS[name]
     back = codec.decode(codec.encode(torch.zeros(0, 7)), 7, torch.float32)
@@ -55,8 +110,8 @@ def test_bounds_are_tight_enough_to_mean_something():
 
 
 def test_bad_names():
-    with pytest.raises(ValueError, match="use one of fp16, bf16, int8"):
-        get_codec("int4")
+    with pytest.raises(ValueError, match="use one of fp16, bf16, int8, int4, int2"):
+        get_codec("int3")
     with pytest.raises(ValueError, match="unknown halo policy 'stal:3'"):
         parse_policy("stal:3")
     with pytest.raises(ValueError, match="every >= 1"):
@@ -75,7 +130,8 @@ def test_compressed_exchange_within_bounds(policy_results, kind, codec):
     the ranks that hold its rows). Both directions are booked at the
     compressed size: rows sent forward, halo gradients sent back."""
     row_bytes = CODECS[codec].row_bytes(F_IN)
-    fwd_limit = {"fp16": 5e-3, "bf16": 4e-2, "int8": 5e-2}[codec]
+    fwd_limit = {"fp16": 5e-3, "bf16": 4e-2, "int8": 5e-2, "int4": 0.2,
+                 "int2": 1.2}[codec]
     for res in policy_results:
         r = res["compression"][(kind, codec)]
         assert r["bwd_excess"] <= 1e-6 * max(r["bwd_scale"], 1.0), r["bwd_excess"]
@@ -91,7 +147,8 @@ def test_compression_is_not_free_of_error(policy_results):
 
 
 POLICIES = [
-    Exact(), Exact(compress="int8"), Exact(cache_inputs=False), Cached(compress="fp16"),
+    Exact(), Exact(compress="int8"), Exact(compress="int4"), Stale(every=4, compress="int2"),
+    Exact(cache_inputs=False), Cached(compress="fp16"),
     Stale(every=4), Stale(every=2, stale_grads="drop", compress="bf16"),
     Pipelined(), Pipelined(smoothing=0.5, cache_inputs=False),
     Adaptive(tol=0.05), Adaptive(tol=0.1, max_staleness=3, stale_grads="drop"),
@@ -109,7 +166,8 @@ def test_spec_round_trips_every_argument(policy):
 def test_specs_round_trip():
     for spec in ("exact", "cached", "stale:4", "pipelined", "adaptive:0.1", "sampled:0.5",
                  "isolated", "adaptive:0.05,max_staleness=4", "sampled:0.1,seed=3",
-                 "pipelined:0.5", "stale:2,stale_grads=drop,compress=int8"):
+                 "pipelined:0.5", "stale:2,stale_grads=drop,compress=int8",
+                 "stale:4,compress=int2", "exact,compress=int4"):
         assert parse_policy(spec).spec() == spec
     assert repr(parse_policy("stale:4", "int8")) == "Stale(every=4, compress='int8')"
     assert repr(parse_policy("exact", cache_inputs=False)) == "Exact(cache_inputs=False)"
