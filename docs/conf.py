@@ -69,9 +69,10 @@ napoleon_custom_sections = ["Shapes"]  # a rubric over the list as written
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
 
-# The notebooks run during the build at their full size (about 3.5 minutes on
-# 2 cores: 10,000-node graphs), so the pages show what a reader's run prints;
-# an error in a cell fails the build.
+# The notebooks run during the build, at full size (10,000-node graphs, about
+# 3.5 minutes on 2 cores), so the pages show what a reader's run prints; the
+# test suite's build sets PYG_DIST_NOTEBOOK_SMALL=1, which their first cells
+# read, to run them on small graphs. An error in a cell fails the build.
 nb_execution_mode = "force"
 nb_execution_timeout = 600
 nb_execution_raise_on_error = True
