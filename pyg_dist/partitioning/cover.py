@@ -20,9 +20,9 @@ from left to right, matched edges back) from the unmatched left vertices.
 
 This module builds the static plan only, and counts the rows, so that
 ``benchmarks/preaggregate.py`` can measure whether wiring it into the halo
-exchange pays. The exchange does not use it yet (later work): partial sums
-need the sender to aggregate with the receiver's normalisation, and their
-gradients flow back differently from rows'.
+exchange pays. The exchange does not use it yet (later work): a sender must then hold the cut
+edges it sums over (today an edge lives only with its target's owner), and the
+backward pass must send gradients along the same cover.
 """
 from __future__ import annotations
 
