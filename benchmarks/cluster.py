@@ -2,9 +2,9 @@
 links (network namespaces, tc tbf), against the same ranks on one host.
 
     sudo python benchmarks/cluster.py [--datasets cora community] [--hosts 2 4]
-        [--links 1gbit 10gbit loopback] [--seeds 3] [--epochs-cora 200]
-        [--epochs-community 20] [--community-nodes 200000] [--eval-every 5]
-        [--policies LABEL ...] [--json out.json]
+        [--links 1gbit 10gbit loopback | --regime gpu-10gbe gpu-100gbit] [--seeds 3]
+        [--epochs-cora 200] [--epochs-community 20] [--community-nodes 200000]
+        [--eval-every 5] [--policies LABEL ...] [--json out.json]
 
 For each dataset and host count H the graph is cut into H parts with METIS;
 each host holds meta.json and its own part and runs one rank under torchrun
@@ -13,9 +13,21 @@ host. One row per policy: test accuracy (mean over seeds, at the best
 validation epoch) and its difference to exact, training halo bytes per epoch
 (both directions, all ranks), median epoch time and its ratio to exact in the
 same run, and the fraction of communication time hidden behind compute.
+``gradient-only`` trains on groups of METIS clusters (4 per host, no halo:
+its bytes are the parameter gradients'), every other row graph-parallel.
 ``auto`` adds its choice per layer; each table ends with the fastest policy
 within 1 point of exact (overall and keeping every edge) and ``auto``'s time
 and bytes against both. The baseline is measured in the same run.
+
+``--regime gpu-10gbe|gpu-100gbit`` replaces ``--links``: per dataset and host
+count, a calibration job on unshaped links measures exact training's compute
+per epoch on the real graph and on a graph of a few hundred nodes (the floor
+that does not shrink with the graph), ``benchmarks/regime.py`` computes the
+H200's roofline for the same kernels on the largest part, and the links are
+shaped to the GPU cluster's rate (10 or 100 Gbit/s) divided by the speedup
+``f`` = testbed compute / GPU compute, so that communication takes the share
+of an epoch it would take on the GPU cluster (the arithmetic is in
+``regime.py``).
 
 Datasets: ``cora`` (the Planetoid files shipped in tests/data) and
 ``community``, the arxiv-shaped seeded community graph of
@@ -50,47 +62,90 @@ POLICIES = [
     ("sampled:0.1", "sampled:0.1", None, True),
     ("isolated", "isolated", None, True),
     ("auto", "auto", None, True),
+    ("gradient-only", "exact", None, True),
 ]
 EXACT = "exact"
 #: Model per dataset: (hidden width, layers).
 MODELS = {"cora": (16, 2), "community": (128, 2)}
+#: Label of the gradient-only row, which loads the clustered folder.
+GRADIENT_ONLY = "gradient-only"
+#: Clusters per host of the gradient-only row's folder.
+CLUSTERS = 4
+#: Nodes per rank of the graph the calibration's floor is measured on.
+FLOOR_NODES = 300
 
 
 # -- on every rank (under torchrun) ---------------------------------------------------------
 
 def worker(args):
-    """Every policy and seed on this rank's part; rank 0 prints one JSON row each."""
+    """Every policy and seed on this rank's part; rank 0 prints one JSON row
+    each (``--calibrate``: the calibration's one row instead)."""
     import pyg_dist
-    from pyg_dist.config import Evaluation
+    from pyg_dist.config import Evaluation, GradientOnly, GraphParallel
     from pyg_dist.halo import parse_policy
-    from pyg_dist.models import GNN
-    from pyg_dist.train import train
 
     pyg_dist.init()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    hidden, layers = args.hidden, args.layers
+    if args.calibrate:
+        return calibrate(args)
     chosen = [p for p in POLICIES if p[0] in args.policies]
     for seed in range(args.seeds):  # seeds outside: a change of machine load hits every policy
         # odd seeds run the policies in reverse order, so a drift in load evens out
         for label, spec, compress, cache in (chosen if seed % 2 == 0 else chosen[::-1]):
-            data = pyg_dist.DistData.load(args.parts_dir, halo=parse_policy(spec, compress, cache))
-            torch.manual_seed(seed)
-            model = GNN("gcn", data.x.size(1), hidden, data.meta.num_classes, layers=layers)
-            torch.manual_seed(seed * 1000 + data.rank)
-            result = train(model, data, args.epochs, progress=False,
-                           evaluation=Evaluation(every=args.eval_every))
+            folder = args.clusters_dir if label == GRADIENT_ONLY else args.parts_dir
+            strategy = GradientOnly() if label == GRADIENT_ONLY else GraphParallel()
+            data = pyg_dist.DistData.load(folder, halo=parse_policy(spec, compress, cache))
+            result = run_policy(data, args, seed, strategy, Evaluation(every=args.eval_every))
             summary = result.summary()
             if data.rank == 0:
                 print("ROW " + json.dumps({
                     "policy": label, "seed": seed, "test_acc": result.test_acc,
-                    "train_bytes": (summary["halo_bytes_fwd"] + summary["halo_bytes_bwd"])
-                    / result.epochs,
+                    "train_bytes": (summary["halo_bytes_fwd"] + summary["halo_bytes_bwd"]
+                                    + summary["grad_bytes"]) / result.epochs,
                     "eval_bytes": summary["halo_bytes_eval"] / result.epochs,
                     "epoch_s": statistics.median(e.seconds for e in result.history[1:]),
                     "comm_s": summary["comm_seconds"] / result.epochs,
                     "overlap": summary["overlap_fraction"],
                     "choices": summary.get("halo_choices", {}),
                 }), flush=True)
+    pyg_dist.shutdown()
+
+
+def run_policy(data, args, seed, strategy, evaluation):
+    """One training run of the benchmark's GCN on ``data``."""
+    from pyg_dist.models import GNN
+    from pyg_dist.train import train
+
+    torch.manual_seed(seed)
+    model = GNN("gcn", data.x.size(1), args.hidden, data.meta.num_classes, layers=args.layers)
+    torch.manual_seed(seed * 1000 + data.rank)
+    return train(model, data, args.epochs, strategy=strategy, progress=False,
+                 evaluation=evaluation)
+
+
+def calibrate(args):
+    """Exact training on the real part and on the floor's tiny part; rank 0
+    prints the compute per epoch of each (median epoch less the time spent
+    waiting for halo rows, the slowest rank) and every rank's part sizes."""
+    import torch.distributed as dist
+
+    import pyg_dist
+    from pyg_dist.config import Evaluation
+
+    out = {}
+    for key, folder in (("real", args.parts_dir), ("floor", args.floor_dir)):
+        data = pyg_dist.DistData.load(folder)
+        result = run_policy(data, args, 0, None, Evaluation(every=args.eval_every))
+        epochs = [e.seconds for e in result.history[1:]]
+        compute = statistics.median(epochs) - result.summary()["comm_seconds"] / result.epochs
+        graph = data.edge_index
+        sizes = {"owned": graph.num_owned, "entries": graph.num_edges + graph.num_owned,
+                 "halo": graph.num_halo, "sent": graph.plan.num_send, "compute": compute}
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, sizes)
+        out[key] = gathered
+    if dist.get_rank() == 0:
+        print("CAL " + json.dumps(out), flush=True)
     pyg_dist.shutdown()
 
 
@@ -111,23 +166,60 @@ def load_graph(name, args, tmp):
     raise SystemExit(f"unknown --datasets entry '{name}'; use cora or community")
 
 
-def run_job(dataset, hosts, link, parts, epochs, seeds, args):
-    """One torchrun job on a fresh testbed: every policy and seed."""
+def run_job(dataset, hosts, link, folders, epochs, seeds, args, calibrate=False):
+    """One torchrun job on a fresh testbed: every policy and seed (or the
+    calibration, with ``calibrate``, on unshaped links)."""
     from pyg_dist.testing.cluster import Cluster
 
     loopback = link == "loopback"
     hidden, layers = MODELS[dataset]
     worker_args = [str(Path(__file__).resolve()), "--worker", "--parts-dir", "parts",
+                   "--clusters-dir", "clusters", "--floor-dir", "floor",
                    "--epochs", str(epochs), "--seeds", str(seeds), "--eval-every",
                    str(args.eval_every), "--hidden", str(hidden), "--layers", str(layers),
-                   "--policies", *args.policies]
-    with Cluster(hosts=1 if loopback else hosts, rate=None if loopback else link) as cluster:
+                   "--policies", *args.policies] + (["--calibrate"] if calibrate else [])
+    rate = None if loopback or calibrate else link
+    with Cluster(hosts=1 if loopback else hosts, rate=rate) as cluster:
         per_host = hosts if loopback else 1
-        cluster.distribute(parts, nproc_per_node=per_host)
+        cluster.distribute(folders["parts"], nproc_per_node=per_host)
+        cluster.distribute(folders["floor"], nproc_per_node=per_host, name="floor")
+        for host in cluster.hosts:  # regrouping may read any cluster
+            shutil.copytree(folders["clusters"], host.workdir / "clusters", dirs_exist_ok=True)
         command = cluster.torchrun(worker_args, nproc_per_node=per_host)
         results = cluster.run(command, env={"OMP_NUM_THREADS": "1",
                                             "PYG_DIST_TIMEOUT": "1800"}, timeout=6 * 3600)
-    return collected(results, f"{dataset} on {hosts} hosts, {link}", "ROW ")
+    return collected(results, f"{dataset} on {hosts} hosts, {link}",
+                     "CAL " if calibrate else "ROW ")
+
+
+def regime_rates(dataset, hosts, folders, epochs, args):
+    """The calibration job, the roofline and the shaped rate of each of
+    ``args.regime``; prints the arithmetic."""
+    import regime
+
+    cal = run_job(dataset, hosts, "calibration", folders, epochs, 1, args, calibrate=True)[0]
+    hidden, layers = MODELS[dataset]
+    widths = [folders["features"]] + [hidden] * (layers - 1) + [folders["classes"]]
+    rooflines = []
+    for sizes in cal["real"]:
+        part = regime.Part(sizes["owned"], sizes["entries"], sizes["halo"], sizes["sent"])
+        rooflines.append(regime.gcn_step_seconds(part, widths))
+    slowest = max(rooflines, key=lambda r: sum(r.values()))
+    roofline = sum(slowest.values())
+    cpu = max(s["compute"] for s in cal["real"])
+    floor = max(s["compute"] for s in cal["floor"])
+    factor = regime.speedup(cpu, floor, roofline)
+    print(f"regime: testbed compute {cpu * 1e3:.1f} ms/epoch (slowest rank); floor "
+          f"({FLOOR_NODES} nodes/rank) {floor * 1e3:.2f} ms; H200 roofline of the largest "
+          f"part {roofline * 1e3:.3f} ms (" + ", ".join(
+              f"{k} {v * 1e3:.3f}" for k, v in slowest.items()) + f"); f = {cpu * 1e3:.1f} / "
+          f"({floor * 1e3:.2f} + {roofline * 1e3:.3f}) = {factor:.1f}", flush=True)
+    rates = {}
+    for name in args.regime:
+        rates[name] = regime.shaped_rate(name, factor)
+        print(f"regime {name}: {regime.REGIMES[name] / 1e9:g} Gbit/s / {factor:.1f} -> "
+              f"{rates[name]}", flush=True)
+    return rates, {"f": factor, "cpu_s": cpu, "floor_s": floor, "roofline_s": roofline}
 
 
 def testbed_arguments(parser):
@@ -155,7 +247,7 @@ def collected(results, what, prefix):
             if line.startswith(prefix)]
 
 
-def table(dataset, hosts, link, rows):
+def table(dataset, hosts, link, rows, extra=None):
     """Prints one table; returns its lines as dicts."""
     by_policy = {}
     for row in rows:
@@ -165,7 +257,7 @@ def table(dataset, hosts, link, rows):
     exact_time = statistics.median(r["epoch_s"] for r in exact)
     print(f"\n{dataset}, {hosts} host(s) x 1 rank, {link}; {len(exact)} seed(s); "
           f"load {_load()}", flush=True)
-    print("| policy | test acc | Δ acc | train MB/epoch | epoch s | vs exact | overlap | "
+    print("| policy | test acc | Δ acc | MB/epoch | epoch s | vs exact | overlap | "
           "choice |\n|---|---|---|---|---|---|---|---|")
     lines = []
     for label, runs in by_policy.items():
@@ -179,6 +271,7 @@ def table(dataset, hosts, link, rows):
             "comm_s": statistics.median(r["comm_s"] for r in runs),
             "overlap": statistics.mean(r["overlap"] for r in runs),
             "choice": _choice(runs[0]["choices"]), "choices": runs[0]["choices"],
+            **(extra or {}),
         }
         lines.append(line)
         print(f"| {label} | {100 * acc:.2f}% | {100 * line['delta']:+.2f} | "
@@ -189,7 +282,7 @@ def table(dataset, hosts, link, rows):
 
 
 #: Policies that drop edges (the model sees another graph): compared apart.
-EDGE_DROPPING = ("sampled:0.1", "isolated")
+EDGE_DROPPING = ("sampled:0.1", "isolated", GRADIENT_ONLY)
 
 
 def _verdict(lines):
@@ -242,6 +335,8 @@ def main():
     parser.add_argument("--datasets", nargs="+", default=["cora", "community"])
     parser.add_argument("--hosts", nargs="+", type=int, default=[2, 4])
     parser.add_argument("--links", nargs="+", default=["1gbit", "10gbit", "loopback"])
+    parser.add_argument("--regime", nargs="+", default=None, metavar="REGIME",
+                        help="instead of --links: gpu-10gbe, gpu-100gbit (see regime.py)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--seeds-other-links", type=int, default=None,
                         help="seeds for links other than the first (default: --seeds)")
@@ -254,7 +349,10 @@ def main():
     parser.add_argument("--json", default=None, help="write the table rows here")
     # on the ranks
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--calibrate", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--parts-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--clusters-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-dir", help=argparse.SUPPRESS)
     parser.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--hidden", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--layers", type=int, help=argparse.SUPPRESS)
@@ -262,27 +360,48 @@ def main():
     if args.worker:
         return worker(args)
     signal.signal(signal.SIGTERM, _interrupt)  # tear the testbed down on kill, as on Ctrl-C
+    unknown = sorted(set(args.policies) - {p[0] for p in POLICIES})
+    if unknown:
+        raise SystemExit(f"unknown --policies {unknown}; use labels of {[p[0] for p in POLICIES]}")
     if EXACT not in args.policies:
         args.policies.append(EXACT)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # regime.py
     import pyg_dist
+    from pyg_dist.datasets import community_graph, preset
 
     lines = []
     print(f"start: load {_load()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="pyg_dist-bench-") as tmp:
         for dataset in args.datasets:
             data, epochs = load_graph(dataset, args, tmp)
+            classes = int(data.y.max()) + 1
             for hosts in args.hosts:
-                parts = Path(tmp) / f"{dataset}-{hosts}"
-                meta = pyg_dist.partition(data, hosts, parts, method="metis")
+                folders = {"parts": Path(tmp) / f"{dataset}-{hosts}",
+                           "clusters": Path(tmp) / f"{dataset}-{hosts}-clusters",
+                           "floor": Path(tmp) / f"{dataset}-{hosts}-floor",
+                           "features": data.num_features, "classes": classes}
+                meta = pyg_dist.partition(data, hosts, folders["parts"], method="metis")
+                pyg_dist.partition(data, hosts, folders["clusters"], method="metis",
+                                   clusters_per_part=CLUSTERS)
+                tiny = community_graph(preset("synthetic-arxiv", num_nodes=FLOOR_NODES * hosts,
+                                              num_features=data.num_features,
+                                              num_classes=classes), seed=0)
+                pyg_dist.partition(tiny, hosts, folders["floor"], method="metis")
                 print(f"\n{dataset}: {data.num_nodes} nodes, {data.num_edges} edges, "
                       f"{epochs} epochs, model {MODELS[dataset]}; {hosts} parts, METIS cut "
                       f"{meta.edge_cut / meta.num_edges:.1%} of edges, halo {meta.halo_sizes}",
                       flush=True)
-                for i, link in enumerate(args.links):
+                if args.regime:
+                    rates, extra = regime_rates(dataset, hosts, folders, epochs, args)
+                    runs = [(f"{name} ({rate})", rate, dict(extra, regime=name))
+                            for name, rate in rates.items()]
+                else:
+                    runs = [(link, link, {}) for link in args.links]
+                for i, (label, link, extra) in enumerate(runs):
                     seeds = args.seeds if i == 0 else (args.seeds_other_links or args.seeds)
                     start = time.time()
-                    rows = run_job(dataset, hosts, link, parts, epochs, seeds, args)
-                    lines += table(dataset, hosts, link, rows)
+                    rows = run_job(dataset, hosts, link, folders, epochs, seeds, args)
+                    lines += table(dataset, hosts, label, rows, extra)
                     print(f"({time.time() - start:.0f} s)", flush=True)
                     if args.json:
                         Path(args.json).write_text(json.dumps(lines, indent=1))
