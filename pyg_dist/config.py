@@ -11,6 +11,8 @@ strategy                                what crosses the network each step
                                         every few epochs
 :class:`LayerPipeline`                  activations between layer stages and
                                         halo rows within a stage (deep models)
+:class:`Planned` (``"auto"``)           what the strategy it chooses sends: the
+                                        fastest predicted at the accepted risk
 ======================================  ==========================================
 
 Beside the strategy: :class:`GradSync` (how gradients are summed),
@@ -40,7 +42,8 @@ from pyg_dist.regroup.correction import CORRECTIONS
 from pyg_dist.regroup.schedule import SCHEMES
 from pyg_dist.regroup.trainer import SOURCES
 
-__all__ = ["Options", "GraphParallel", "GradientOnly", "LayerPipeline", "Strategy", "GradSync",
+__all__ = ["Options", "GraphParallel", "GradientOnly", "LayerPipeline", "Planned", "RISKS",
+           "Strategy", "GradSync",
            "Adam", "LRSchedule", "Evaluation", "Checkpoint", "STRATEGIES", "SCHEDULES", "STOPS",
            "option", "strategy_from_dict", "parse_phases"]
 
@@ -301,10 +304,44 @@ class LayerPipeline(Options):
         _choice(type(self), "initial_rows", self.initial_rows, INITIAL_ROWS)
 
 
-Strategy = GraphParallel | GradientOnly | LayerPipeline
+#: Accuracy risks :class:`Planned` may accept, from none to the most.
+RISKS = ("exact", "compressed", "stale", "approximate")
+
+
+@dataclass(frozen=True)
+class Planned(Options):
+    """The strategy chosen at the start of training (``strategy="auto"``):
+    a short probe measures compute, the link and the traffic, every strategy's
+    epoch time and bytes are predicted, and the fastest whose accuracy risk
+    is ``accept`` or below trains (see :mod:`pyg_dist.planner`). The run's
+    result carries the prediction beside what was measured.
+
+    Args:
+        accept (str, optional): The accuracy risk accepted: ``"exact"`` (the
+            steps of single-process training), ``"compressed"`` (lossy
+            compression of halo rows or gradients), ``"stale"`` (halo rows a
+            few steps old) or ``"approximate"`` (edges dropped: sampling,
+            isolation, gradient-only training on a folder with clusters).
+            (default: :obj:`"exact"`)
+        probe_steps (int, optional): Training steps the probe measures
+            (the parameters are left as they were). (default: :obj:`3`)
+    """
+
+    name: ClassVar[str] = "auto"
+    accept: str = option("exact", "|".join(RISKS),
+                         choices=RISKS, metavar="RISK")
+    probe_steps: int = option(3, "training steps the probe measures", metavar="N")
+
+    def check(self) -> None:
+        _choice(type(self), "accept", self.accept, RISKS)
+        _int(type(self), "probe_steps", self.probe_steps, 1, "the probe measures steps")
+
+
+Strategy = GraphParallel | GradientOnly | LayerPipeline | Planned
 #: The strategies by name (``pyg-dist train --strategy NAME``).
 STRATEGIES: dict[str, type[Options]] = {
-    cls.name: cls for cls in (GraphParallel, GradientOnly, LayerPipeline)  # type: ignore[attr-defined]
+    cls.name: cls  # type: ignore[attr-defined]
+    for cls in (GraphParallel, GradientOnly, LayerPipeline, Planned)
 }
 
 

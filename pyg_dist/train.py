@@ -25,6 +25,7 @@ from pyg_dist.config import (
     GraphParallel,
     LayerPipeline,
     LRSchedule,
+    Planned,
     Strategy,
     as_policy,
 )
@@ -140,6 +141,9 @@ class TrainResult:
         time_to_target (float, optional): Seconds until validation accuracy
             first reached the target.
         epochs_to_target (int, optional): Epochs until it did.
+        plan (dict, optional): Under ``strategy="auto"``, the chosen strategy
+            with its predicted epoch seconds and bytes beside the measured
+            ones (see :mod:`pyg_dist.planner`).
     """
 
     history: list[EpochStats] = field(default_factory=list)
@@ -148,6 +152,7 @@ class TrainResult:
     test_acc: float = 0.0
     seconds: float = 0.0
     halo_choices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plan: dict[str, Any] | None = None
     stopped: str = "epochs"
     time_to_target: float | None = None
     epochs_to_target: int | None = None
@@ -192,6 +197,7 @@ class TrainResult:
             else round(self.time_to_target, 3),
             "epochs_to_target": self.epochs_to_target,
             **({"halo_choices": self.halo_choices} if self.halo_choices else {}),
+            **({"plan": self.plan} if self.plan else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -280,7 +286,7 @@ def train(
     data: Any,
     epochs: int = 200,
     *,
-    strategy: Strategy | None = None,
+    strategy: Strategy | str | None = None,
     grad_sync: GradSync | None = None,
     optimizer: torch.optim.Optimizer | tuple[torch.optim.Optimizer, Any] | Adam | None = None,
     checkpoint: Checkpoint | None = None,
@@ -308,10 +314,12 @@ def train(
         data: Needs ``x``, ``y``, ``edge_index`` and ``train_mask`` (``val_mask``
             and ``test_mask`` if present).
         epochs (int, optional): Optimisation steps at most. (default: :obj:`200`)
-        strategy (GraphParallel or GradientOnly or LayerPipeline, optional):
+        strategy (GraphParallel or GradientOnly or LayerPipeline or Planned, optional):
             How the ranks share the work (see :mod:`pyg_dist.config`);
             :obj:`None` is :class:`~pyg_dist.config.GraphParallel` under the
-            graph's own halo policy. (default: :obj:`None`)
+            graph's own halo policy; ``"auto"`` is
+            :class:`~pyg_dist.config.Planned`: a short probe, then the fastest
+            predicted strategy at the accepted risk. (default: :obj:`None`)
         grad_sync (GradSync, optional): How gradients are summed; :obj:`None`
             is one exact all-reduce after backward. (default: :obj:`None`)
         optimizer (torch.optim.Optimizer or tuple or Adam, optional): The
@@ -337,9 +345,11 @@ def train(
     """
     _check_data(data)
     strategy = GraphParallel() if strategy is None else strategy
+    strategy = Planned() if strategy == "auto" else strategy
     grad_sync = GradSync() if grad_sync is None else grad_sync
     evaluation = Evaluation() if evaluation is None else evaluation
     _check_types(strategy, grad_sync, optimizer, checkpoint, evaluation)
+    planned, strategy, grad_sync = _planned(model, data, strategy, grad_sync, epochs)
     pipe = _pipeline(model, data, strategy, grad_sync, checkpoint)
     runner = _gradient_only(model, data, strategy)
     _set_halo_plan(data, strategy, evaluation, epochs)
@@ -427,7 +437,36 @@ def train(
         data.edge_index.flush()
     if ledger is not None:
         result.halo_choices = halo_choices(ledger, result.history)
+    if planned is not None:
+        result.plan = {**planned.summary(), **_measured(result)}
     return result
+
+
+def _planned(model: nn.Module, data: Any, strategy: Any, grad_sync: GradSync,
+             epochs: int) -> tuple[Any, Any, GradSync]:
+    """The plan of a :class:`Planned` strategy (collective) with the strategy
+    and gradient sync it chose; the gradient sync given wins over the plan's
+    unless it is the default. Other strategies pass through."""
+    if not isinstance(strategy, Planned):
+        return None, strategy, grad_sync
+    if not hasattr(getattr(data, "edge_index", None), "channel"):
+        return None, GraphParallel(), grad_sync  # one process: nothing to choose
+    from pyg_dist import planner
+
+    chosen = planner.plan(model, data, epochs, strategy.accept, strategy.probe_steps)
+    if grad_sync == GradSync():
+        grad_sync = chosen.choice.grad_sync
+    return chosen, chosen.choice.strategy, grad_sync
+
+
+def _measured(result: TrainResult) -> dict[str, Any]:
+    """What a run measured, to set beside a plan's predictions: the median
+    epoch after the first, and training bytes per epoch (all ranks)."""
+    epochs = result.history[1:] or result.history
+    seconds = sorted(e.seconds for e in epochs)
+    trained = sum(e.halo_bytes_fwd + e.halo_bytes_bwd + e.grad_bytes for e in result.history)
+    return {"measured_epoch_s": round(seconds[len(seconds) // 2], 6) if seconds else 0.0,
+            "measured_bytes_per_epoch": int(trained / max(len(result.history), 1))}
 
 
 #: The clock of epoch times and the time budget (tests replace it).
@@ -533,8 +572,9 @@ def _resumable(checkpoint: Checkpoint) -> bool:
 def _check_types(strategy: Any, grad_sync: Any, optimizer: Any, checkpoint: Any,
                  evaluation: Any) -> None:
     """Each option where its type is expected, or an error naming the right type."""
-    expected = (("strategy", strategy, (GraphParallel, GradientOnly, LayerPipeline),
-                 "GraphParallel(...), GradientOnly(...) or LayerPipeline(...)"),
+    expected = (("strategy", strategy, (GraphParallel, GradientOnly, LayerPipeline, Planned),
+                 "GraphParallel(...), GradientOnly(...), LayerPipeline(...) or Planned(...) "
+                 "(\"auto\")"),
                 ("grad_sync", grad_sync, (GradSync,), "GradSync(compress=...)"),
                 ("optimizer", optimizer, (torch.optim.Optimizer, tuple, Adam, type(None)),
                  "a torch.optim.Optimizer, (optimizer, scheduler) or Adam(lr=..., ...)"),

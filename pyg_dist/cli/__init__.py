@@ -8,15 +8,20 @@
     pyg-dist train --model gcn2 --layers 16 --strategy layer-pipeline --stages 2 --chunks 4
     pyg-dist train --config run.json          # a run's JSON line (or its "config") again
     torchrun --nproc-per-node 4 -m pyg_dist.cli train --dataset synthetic --parts 4
+    pyg-dist train --dataset cora --root data --strategy auto --accept stale
+    pyg-dist plan --dataset synthetic --parts 4 --accept approximate
     pyg-dist layouts --dataset cora --root data --parts 4 --model gcn2 --layers 32
     pyg-dist check --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 10.0.0.1 \\
         --parts-dir parts
 
 ``train`` spawns its ranks itself (or joins the group when started under
 torchrun) and ends its output with one JSON line of results, whose ``config``
-is the resolved job. ``check`` tests one machine of a multi-host job before
-its torchrun starts. The options of ``train`` are the fields of
-:mod:`pyg_dist.config`'s option objects and of :mod:`pyg_dist.cli.job`.
+is the resolved job. ``plan`` takes ``train``'s options, runs the probe of
+``--strategy auto`` on the ranks and prints every strategy's predicted epoch
+time and bytes (one JSON line each, fastest first), then the choice.
+``check`` tests one machine of a multi-host job before its torchrun starts.
+The options of ``train`` are the fields of :mod:`pyg_dist.config`'s option
+objects and of :mod:`pyg_dist.cli.job`.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from typing import Any
 from pyg_dist.cli.args import add_fields, given
 from pyg_dist.cli.commands import check_command, layouts_command, partition_command
 from pyg_dist.cli.job import RECIPES, Graph, Job, Model, Run, resolve
-from pyg_dist.cli.run import train_command
+from pyg_dist.cli.run import plan_rank, train_command
 from pyg_dist.config import (
     STRATEGIES,
     Adam,
@@ -38,6 +43,7 @@ from pyg_dist.config import (
     GradSync,
     GraphParallel,
     LayerPipeline,
+    Planned,
 )
 from pyg_dist.halo import parse_policy
 from pyg_dist.models import DEEP_MODELS
@@ -66,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     part.add_argument("--out", required=True, help="folder to write")
     part.add_argument("--overwrite", action="store_true")
 
-    _train_parser(sub)
+    _train_parser(sub, "train", "train a GNN on a partitioned graph")
+    _train_parser(sub, "plan", "predict every strategy's epoch time and bytes from a short "
+                               "probe on the ranks, and choose (train's options)")
 
     layouts = sub.add_parser("layouts", help="bytes per epoch of every grid of graph parts x "
                                              "layer stages for a deep model, and the best")
@@ -100,10 +108,9 @@ class _Formatter(argparse.HelpFormatter):
         return super()._format_action_invocation(action)
 
 
-def _train_parser(sub: Any) -> None:
+def _train_parser(sub: Any, name: str, help: str) -> None:
     train = sub.add_parser(
-        "train", help="train a GNN on a partitioned graph",
-        usage="pyg-dist train [--config FILE] [options]",
+        name, help=help, usage=f"pyg-dist {name} [--config FILE] [options]",
         formatter_class=_Formatter, add_help=False)
     top = train.add_argument_group("job (on local ranks or torchrun's; the last line is JSON)")
     top.add_argument("-h", "--help", action="help", help="show this help and exit")
@@ -134,6 +141,8 @@ def _train_parser(sub: Any) -> None:
                seen=seen)
     add_fields(train.add_argument_group("strategy: layer-pipeline (deep models)"),
                LayerPipeline, "strategy", seen=seen)
+    add_fields(train.add_argument_group("strategy: auto (chosen by a probe and predictions)"),
+               Planned, "strategy", seen=seen)
     hidden = train.add_argument_group()
     hidden.add_argument("--mode", dest="old.mode", choices=["exact", "gradient-only"],
                         default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -210,5 +219,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         job = parse_job(args)
     except ValueError as exc:  # before any rank starts
-        raise SystemExit(f"pyg-dist train: {exc}") from None
-    return train_command(job)
+        raise SystemExit(f"pyg-dist {args.command}: {exc}") from None
+    return train_command(job, plan_rank if args.command == "plan" else None)

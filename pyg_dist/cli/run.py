@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +20,28 @@ import pyg_dist
 from pyg_dist import distributed, env, pipeline
 from pyg_dist.cli.commands import meta_summary, partition_graph
 from pyg_dist.cli.job import DEFAULT_PARTS, Job
-from pyg_dist.config import GradientOnly, LayerPipeline, as_policy
+from pyg_dist.config import GradientOnly, LayerPipeline, Planned, as_policy
 from pyg_dist.halo import Exact
 from pyg_dist.models import DEEP_MODELS, GNN, DeepGNN
 from pyg_dist.partitioning.io import read_meta
 from pyg_dist.peers import PeerLost
 from pyg_dist.train import EpochStats, train
 
-__all__ = ["train_command", "train_rank", "train_joined"]
+__all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "load_part"]
 
 #: Clusters per part that ``train`` cuts for gradient-only training when the
 #: strategy does not say.
 DEFAULT_CLUSTERS = 4
 
 
-def train_command(job: Job) -> int:
-    """Runs ``job`` and prints its JSON line (rank 0's)."""
+def train_command(job: Job, body: Callable[[Job, str], Any] | None = None) -> int:
+    """Runs ``job`` and prints its JSON line (rank 0's); ``body`` is what
+    each rank runs (default: :func:`train_rank`)."""
+    body = body or train_rank
     start = time.perf_counter()
     if env.under_torchrun():
         # record: torchrun's summary of a failed job shows this rank's error.
-        result = record(_run_joined)(job)
+        result = record(_run_joined)(job, body)
     else:
         graph = job.graph
         parts = graph.parts or (read_meta(graph.parts_dir).num_parts * _stages(job)
@@ -50,7 +53,7 @@ def train_command(job: Job) -> int:
             if graph.parts_dir is None:
                 meta = _partition(job, Path(folder))
                 print(f"partitioned {graph.dataset}: {meta_summary(meta)}", file=sys.stderr)
-            result = pyg_dist.launch(train_rank, parts, args=(job, folder),
+            result = pyg_dist.launch(body, parts, args=(job, folder),
                                      timeout=job.run.timeout)[0]
     if result is not None:
         result["seconds"] = round(time.perf_counter() - start, 3)
@@ -84,15 +87,17 @@ def _partition(job: Job, out: Path, overwrite: bool = False) -> Any:
     clusters = 1
     if isinstance(strategy, GradientOnly):
         clusters = strategy.clusters_per_rank or DEFAULT_CLUSTERS
+    elif isinstance(strategy, Planned) and strategy.accept == "approximate":
+        clusters = DEFAULT_CLUSTERS  # gradient-only training is a candidate
     assert job.graph.parts is not None, "the ranks are known by now"
     return partition_graph(job.graph, out, job.graph.parts // _stages(job), clusters,
                            overwrite=overwrite)
 
 
-def _run_joined(job: Job) -> dict[str, Any] | None:
+def _run_joined(job: Job, body: Callable[[Job, str], Any]) -> dict[str, Any] | None:
     pyg_dist.init()
     try:
-        result = train_joined(job)
+        result = train_joined(job, body)
         # No rank closes its connections while a peer may still be reading.
         distributed.barrier()
         return result
@@ -114,8 +119,10 @@ def _exit_now(exc: BaseException) -> None:
     os._exit(1)
 
 
-def train_joined(job: Job) -> dict[str, Any] | None:
-    """Under torchrun: rank 0 partitions (unless a folder is given), all train."""
+def train_joined(job: Job, body: Callable[[Job, str], Any] | None = None
+                 ) -> dict[str, Any] | None:
+    """Under torchrun: rank 0 partitions (unless a folder is given), all
+    train (or run ``body``)."""
     world = distributed.world_size()
     parts = job.graph.parts
     if parts is not None and parts != world:
@@ -134,12 +141,12 @@ def train_joined(job: Job) -> dict[str, Any] | None:
         if distributed.rank() == 0:
             _partition(job, Path(folder), overwrite=True)
         distributed.barrier()
-    return train_rank(job, folder)
+    return (body or train_rank)(job, folder)
 
 
-def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
-    """What each rank runs: load its part, build the model, train. Rank 0
-    returns the results (identical on every rank)."""
+def load_part(job: Job, folder: str) -> tuple[Any, Any]:
+    """This rank's part of ``folder`` and the job's model for it (seeded as
+    the job says; dropout differs per rank)."""
     strategy, spec = job.strategy, job.model
     if isinstance(strategy, LayerPipeline):
         data = pipeline.load(folder, strategy.stages)
@@ -158,8 +165,16 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         model = GNN(spec.name, data.x.size(1), hidden, data.meta.num_classes, layers=layers,
                     dropout=dropout, heads=heads, edge_dropout=spec.edge_dropout)
     model = model.to(data.x.device)
+    torch.manual_seed(job.graph.seed * 1000 + distributed.rank())  # dropout differs per rank
+    return data, model
+
+
+def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
+    """What each rank runs: load its part, build the model, train. Rank 0
+    returns the results (identical on every rank)."""
+    strategy, spec = job.strategy, job.model
+    data, model = load_part(job, folder)
     rank = distributed.rank()
-    torch.manual_seed(job.graph.seed * 1000 + rank)  # dropout differs per rank
     result = train(model, data, job.epochs, strategy=strategy, grad_sync=job.grad_sync,
                    optimizer=job.optimizer, checkpoint=job.checkpoint,
                    evaluation=job.evaluation, callback=_logger(job.run.log_every, rank),
@@ -178,6 +193,7 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         **({"heads": spec.heads} if spec.name == "gat" else {}),
         "strategy": strategy.name,
         **{k: v for k, v in strategy.to_dict().items() if k != "halo"},
+        **({"chosen": result.plan["choice"]} if result.plan else {}),
         **({"clusters_per_rank": data.meta.clusters_per_part}
            if isinstance(strategy, GradientOnly) else {}),
         "halo": policy.spec(),
@@ -186,6 +202,29 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         "grad_compress": job.grad_sync.spec,
         "config": job.to_dict(),
     }
+
+
+def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
+    """What each rank of ``pyg-dist plan`` runs: the probe on its part and
+    the predictions; rank 0 prints one JSON row per strategy (fastest
+    first) and returns the choice."""
+    from pyg_dist import planner
+
+    strategy = job.strategy if isinstance(job.strategy, Planned) else Planned()
+    if isinstance(job.strategy, LayerPipeline):
+        raise SystemExit("'pyg-dist plan' ranks graph-parallel and gradient-only training; "
+                         "for a layer pipeline's grid use 'pyg-dist layouts'")
+    data, model = load_part(job, folder)
+    chosen = planner.plan(model, data, job.epochs, strategy.accept, strategy.probe_steps)
+    if distributed.rank() != 0:
+        return None
+    for row in chosen.table():
+        print(json.dumps(row), flush=True)
+    choice = chosen.choice
+    return {**chosen.summary(), "epochs": job.epochs, "parts": distributed.world_size(),
+            "probe": dataclasses.asdict(chosen.probe),
+            "train": {"strategy": {"name": choice.strategy.name, **choice.strategy.to_dict()},
+                      "grad_sync": choice.grad_sync.to_dict()}}
 
 
 def _logger(every: int, rank: int) -> Any:
