@@ -63,12 +63,26 @@ POLICIES = [
     ("isolated", "isolated", None, True),
     ("auto", "auto", None, True),
     ("gradient-only", "exact", None, True),
+    ("planned:stale", "exact", None, True),
 ]
 EXACT = "exact"
 #: Model per dataset: (hidden width, layers).
 MODELS = {"cora": (16, 2), "community": (128, 2)}
 #: Label of the gradient-only row, which loads the clustered folder.
 GRADIENT_ONLY = "gradient-only"
+#: Label of the row trained with strategy="auto" (Planned(accept="stale")).
+PLANNED = "planned:stale"
+#: The planner's label of each row's strategy (rows it does not rank are absent).
+PLANNER_LABELS = {
+    "exact": "graph-parallel exact",
+    "exact + int8": "graph-parallel exact,compress=int8",
+    "stale:4 + int8": "graph-parallel stale:4,compress=int8",
+    "pipelined": "graph-parallel pipelined",
+    "pipelined + int8": "graph-parallel pipelined,compress=int8",
+    "sampled:0.1": "graph-parallel sampled:0.1",
+    "isolated": "graph-parallel isolated",
+    "gradient-only": "gradient-only",
+}
 #: Clusters per host of the gradient-only row's folder.
 CLUSTERS = 4
 #: Nodes per rank of the graph the calibration's floor is measured on.
@@ -81,7 +95,7 @@ def worker(args):
     """Every policy and seed on this rank's part; rank 0 prints one JSON row
     each (``--calibrate``: the calibration's one row instead)."""
     import pyg_dist
-    from pyg_dist.config import Evaluation, GradientOnly, GraphParallel
+    from pyg_dist.config import Evaluation, GradientOnly, GraphParallel, Planned
     from pyg_dist.halo import parse_policy
 
     pyg_dist.init()
@@ -89,11 +103,13 @@ def worker(args):
     if args.calibrate:
         return calibrate(args)
     chosen = [p for p in POLICIES if p[0] in args.policies]
+    predictions(args)
     for seed in range(args.seeds):  # seeds outside: a change of machine load hits every policy
         # odd seeds run the policies in reverse order, so a drift in load evens out
         for label, spec, compress, cache in (chosen if seed % 2 == 0 else chosen[::-1]):
             folder = args.clusters_dir if label == GRADIENT_ONLY else args.parts_dir
-            strategy = GradientOnly() if label == GRADIENT_ONLY else GraphParallel()
+            strategy = (GradientOnly() if label == GRADIENT_ONLY
+                        else Planned(accept="stale") if label == PLANNED else GraphParallel())
             data = pyg_dist.DistData.load(folder, halo=parse_policy(spec, compress, cache))
             result = run_policy(data, args, seed, strategy, Evaluation(every=args.eval_every))
             summary = result.summary()
@@ -107,8 +123,36 @@ def worker(args):
                     "comm_s": summary["comm_seconds"] / result.epochs,
                     "overlap": summary["overlap_fraction"],
                     "choices": summary.get("halo_choices", {}),
+                    "plan": summary.get("plan"),
                 }), flush=True)
     pyg_dist.shutdown()
+
+
+def predictions(args):
+    """The planner's probe on this rank's part, before any row trains: rank 0
+    prints every strategy's predicted epoch seconds and bytes per epoch, and
+    its choice at each accepted risk. Gradient-only training is predicted as
+    if the folder had clusters (its prediction, compute and the gradients,
+    does not depend on the halo)."""
+    import dataclasses
+
+    import pyg_dist
+    from pyg_dist import planner
+
+    data = pyg_dist.DistData.load(args.parts_dir)
+    torch.manual_seed(0)
+    from pyg_dist.models import GNN
+
+    model = GNN("gcn", data.x.size(1), args.hidden, data.meta.num_classes, layers=args.layers)
+    measured = dataclasses.replace(planner.probe(model, data), clusters=True)
+    candidates = planner.predict(measured, args.epochs)
+    measurable = [c for c in candidates if c.label in PLANNER_LABELS.values()]
+    if data.rank == 0:
+        print("PLAN " + json.dumps({
+            "rows": [c.row() for c in candidates],
+            # the choice among the strategies the table measures
+            "choices": {risk: planner.choose(measurable, risk).label for risk in planner.RISKS},
+            "probe": dataclasses.asdict(measured)}), flush=True)
 
 
 def run_policy(data, args, seed, strategy, evaluation):
@@ -188,8 +232,10 @@ def run_job(dataset, hosts, link, folders, epochs, seeds, args, calibrate=False)
         command = cluster.torchrun(worker_args, nproc_per_node=per_host)
         results = cluster.run(command, env={"OMP_NUM_THREADS": "1",
                                             "PYG_DIST_TIMEOUT": "1800"}, timeout=6 * 3600)
-    return collected(results, f"{dataset} on {hosts} hosts, {link}",
-                     "CAL " if calibrate else "ROW ")
+    what = f"{dataset} on {hosts} hosts, {link}"
+    if calibrate:
+        return collected(results, what, "CAL ")
+    return collected(results, what, "ROW "), collected(results, what, "PLAN ")[0]
 
 
 def regime_rates(dataset, hosts, folders, epochs, args):
@@ -247,7 +293,7 @@ def collected(results, what, prefix):
             if line.startswith(prefix)]
 
 
-def table(dataset, hosts, link, rows, extra=None):
+def table(dataset, hosts, link, rows, extra=None, plan=None):
     """Prints one table; returns its lines as dicts."""
     by_policy = {}
     for row in rows:
@@ -257,8 +303,9 @@ def table(dataset, hosts, link, rows, extra=None):
     exact_time = statistics.median(r["epoch_s"] for r in exact)
     print(f"\n{dataset}, {hosts} host(s) x 1 rank, {link}; {len(exact)} seed(s); "
           f"load {_load()}", flush=True)
+    predicted = {r["strategy"]: r for r in (plan or {}).get("rows", [])}
     print("| policy | test acc | Δ acc | MB/epoch | epoch s | vs exact | overlap | "
-          "choice |\n|---|---|---|---|---|---|---|---|")
+          "predicted s | predicted MB | choice |\n|---|---|---|---|---|---|---|---|---|---|")
     lines = []
     for label, runs in by_policy.items():
         acc = statistics.mean(r["test_acc"] for r in runs)
@@ -273,12 +320,46 @@ def table(dataset, hosts, link, rows, extra=None):
             "choice": _choice(runs[0]["choices"]), "choices": runs[0]["choices"],
             **(extra or {}),
         }
+        guess = predicted.get(PLANNER_LABELS.get(label, ""))
+        if label == PLANNED and runs[0].get("plan"):
+            line["choice"] = runs[0]["plan"]["choice"]
+            guess = predicted.get(line["choice"])
+        if guess is not None:
+            line["predicted_s"] = guess["predicted_epoch_s"]
+            line["predicted_mb"] = guess["predicted_bytes_per_epoch"] / 1e6
         lines.append(line)
+        guessed = (f"{line['predicted_s']:.3f} ({line['predicted_s'] / epoch:.2f}x) | "
+                   f"{line['predicted_mb']:.3f}" if "predicted_s" in line else " | ")
         print(f"| {label} | {100 * acc:.2f}% | {100 * line['delta']:+.2f} | "
               f"{line['train_mb']:.3f} | {epoch:.3f} | {line['ratio']:.2f}x | "
-              f"{100 * line['overlap']:.0f}% | {line['choice']} |", flush=True)
+              f"{100 * line['overlap']:.0f}% | {guessed} | {line['choice']} |", flush=True)
     print(_verdict(lines), flush=True)
+    if plan:
+        print(_plan_verdict(lines, plan), flush=True)
     return lines
+
+
+def _plan_verdict(lines, plan):
+    """The planner's choice at each risk against the fastest row measured at
+    that risk, and how far its predictions are from the measured epochs."""
+    risks = {"exact": "exact", "exact + int8": "compressed", "stale:4 + int8": "stale",
+             "pipelined": "stale", "pipelined + int8": "stale", "sampled:0.1": "approximate",
+             "isolated": "approximate", "gradient-only": "approximate"}
+    by_planner = {PLANNER_LABELS[x["policy"]]: x for x in lines if x["policy"] in PLANNER_LABELS}
+    order = ["exact", "compressed", "stale", "approximate"]
+    parts = []
+    for risk in order:
+        label = plan["choices"][risk]
+        allowed = [x for x in lines if x["policy"] in risks
+                   and order.index(risks[x["policy"]]) <= order.index(risk)]
+        fastest = min(allowed, key=lambda x: x["epoch_s"])
+        mine = by_planner.get(label)
+        parts.append(f"{risk}: {label} " + (f"{mine['epoch_s'] / fastest['epoch_s']:.2f}x of "
+                                            f"{fastest['policy']}" if mine else "(not measured)"))
+    errors = [x["predicted_s"] / x["epoch_s"] for x in lines if "predicted_s" in x]
+    return ("planner: " + "; ".join(parts)
+            + (f"; predicted/measured epoch {min(errors):.2f}-{max(errors):.2f}x"
+               if errors else ""))
 
 
 #: Policies that drop edges (the model sees another graph): compared apart.
@@ -400,8 +481,8 @@ def main():
                 for i, (label, link, extra) in enumerate(runs):
                     seeds = args.seeds if i == 0 else (args.seeds_other_links or args.seeds)
                     start = time.time()
-                    rows = run_job(dataset, hosts, link, folders, epochs, seeds, args)
-                    lines += table(dataset, hosts, label, rows, extra)
+                    rows, plan = run_job(dataset, hosts, link, folders, epochs, seeds, args)
+                    lines += table(dataset, hosts, label, rows, extra, plan)
                     print(f"({time.time() - start:.0f} s)", flush=True)
                     if args.json:
                         Path(args.json).write_text(json.dumps(lines, indent=1))

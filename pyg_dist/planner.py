@@ -69,6 +69,7 @@ from pyg_dist.halo.cache import HaloCache
 from pyg_dist.halo.layer import InputTracker
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.policy import FetchContext
+from pyg_dist.metrics import evaluate
 
 __all__ = ["RISKS", "Probe", "Candidate", "Plan", "probe", "predict", "choose", "plan"]
 
@@ -116,6 +117,7 @@ class Probe:
         grad_bytes: Gradient bytes each rank hands the all-reduce per step.
         clusters: Whether the partition has clusters (gradient-only training).
         step_seconds: The slowest rank's median probed step, waits included.
+        eval_seconds: The slowest rank's evaluation (an exact forward).
     """
 
     world_size: int
@@ -128,6 +130,7 @@ class Probe:
     grad_bytes: float
     clusters: bool
     step_seconds: float = 0.0
+    eval_seconds: float = 0.0
 
 
 @dataclass
@@ -139,7 +142,8 @@ class Candidate:
         strategy: The strategy option object.
         grad_sync: The gradient synchronisation.
         risk: Its accuracy risk (one of :data:`RISKS`).
-        seconds: Predicted seconds per epoch.
+        seconds: Predicted seconds of a training step (the evaluations,
+            which every strategy runs alike, left out).
         bytes: Predicted training bytes over the planned epochs (all ranks).
         epochs: The planned epochs.
     """
@@ -153,7 +157,8 @@ class Candidate:
     epochs: int
 
     def row(self) -> dict[str, Any]:
-        """The candidate as a table row of plain values."""
+        """The candidate as a table row of plain values (``predicted_epoch_s``:
+        its training step)."""
         return {"strategy": self.label, "risk": self.risk,
                 "predicted_epoch_s": round(self.seconds, 6),
                 "predicted_bytes_per_epoch": int(self.bytes / max(self.epochs, 1))}
@@ -169,6 +174,7 @@ class Plan:
         choice: The chosen candidate.
         accept: The accepted risk.
         probe_seconds: Wall seconds the probe took.
+        eval_every: Epochs between evaluations (each an exact forward).
     """
 
     probe: Probe
@@ -176,10 +182,16 @@ class Plan:
     choice: Candidate
     accept: str
     probe_seconds: float = 0.0
+    eval_every: int = 1
 
     def summary(self) -> dict[str, Any]:
-        """The choice and its predictions, for a run's JSON line."""
-        return {"choice": self.choice.label, "accept": self.accept, **self.choice.row(),
+        """The choice and its predictions, for a run's JSON line: its training
+        step, and its epoch with the evaluations' share."""
+        row = self.choice.row()
+        step = row.pop("predicted_epoch_s")
+        epoch = step + self.probe.eval_seconds / self.eval_every
+        return {"choice": self.choice.label, "accept": self.accept, **row,
+                "predicted_step_s": step, "predicted_epoch_s": round(epoch, 6),
                 "probe_seconds": round(self.probe_seconds, 3),
                 "link": {"latency_s": self.probe.latency,
                          "bandwidth_bytes_s": round(self.probe.bandwidth),
@@ -336,6 +348,13 @@ def probe(model: nn.Module, data: Any, steps: int = 3) -> Probe:
         latency, bandwidth = probes.probe_link(ctx, widest)
         rows = probes.halo_rows(ctx)
         grad = distributed.all_reduce_values([ledger.totals(STEADY)["bytes_grad"]], "max")[0]
+        with torch.no_grad():
+            evals = []
+            for _ in range(2):  # the first fills the static inputs' halos
+                start = time.perf_counter()
+                evaluate(model, data)
+                evals.append(time.perf_counter() - start)
+        eval_seconds = distributed.all_reduce_values([evals[-1]], "max")[0]
     finally:
         channel.ledger, registry.default, registry.fixed = saved[:3]
         torch.set_rng_state(saved[3])
@@ -343,7 +362,8 @@ def probe(model: nn.Module, data: Any, steps: int = 3) -> Probe:
         registry.layers.clear()
         registry.tracker = InputTracker()
     return Probe(distributed.world_size(), latency, bandwidth, max(compute, 1e-6), layers,
-                 static, rows, grad, data.meta.clusters_per_part > 1, step_seconds)
+                 static, rows, grad, data.meta.clusters_per_part > 1, step_seconds,
+                 eval_seconds)
 
 
 def _widths(ledger: Ledger, channel: Any
@@ -372,7 +392,7 @@ def _widths(ledger: Ledger, channel: Any
 
 
 def plan(model: nn.Module, data: Any, epochs: int, accept: str = "exact",
-         steps: int = 3) -> Plan:
+         steps: int = 3, eval_every: int = 1) -> Plan:
     """Probes (collective), predicts every strategy and chooses one.
 
     Args:
@@ -382,10 +402,12 @@ def plan(model: nn.Module, data: Any, epochs: int, accept: str = "exact",
         accept (str, optional): The accuracy risk accepted, one of
             :data:`RISKS`. (default: :obj:`"exact"`)
         steps (int, optional): Steps the probe measures. (default: :obj:`3`)
+        eval_every (int, optional): Epochs between evaluations, for the
+            predicted epoch. (default: :obj:`1`)
     """
     _risk_level(accept)
     start = time.perf_counter()
     measured = probe(model, data, steps)
     candidates = predict(measured, epochs)
     return Plan(measured, candidates, choose(candidates, accept), accept,
-                time.perf_counter() - start)
+                time.perf_counter() - start, eval_every)

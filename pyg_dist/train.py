@@ -349,7 +349,8 @@ def train(
     grad_sync = GradSync() if grad_sync is None else grad_sync
     evaluation = Evaluation() if evaluation is None else evaluation
     _check_types(strategy, grad_sync, optimizer, checkpoint, evaluation)
-    planned, strategy, grad_sync = _planned(model, data, strategy, grad_sync, epochs)
+    planned, strategy, grad_sync = _planned(model, data, strategy, grad_sync, epochs,
+                                            evaluation.every)
     pipe = _pipeline(model, data, strategy, grad_sync, checkpoint)
     runner = _gradient_only(model, data, strategy)
     _set_halo_plan(data, strategy, evaluation, epochs)
@@ -443,7 +444,7 @@ def train(
 
 
 def _planned(model: nn.Module, data: Any, strategy: Any, grad_sync: GradSync,
-             epochs: int) -> tuple[Any, Any, GradSync]:
+             epochs: int, eval_every: int) -> tuple[Any, Any, GradSync]:
     """The plan of a :class:`Planned` strategy (collective) with the strategy
     and gradient sync it chose; the gradient sync given wins over the plan's
     unless it is the default. Other strategies pass through."""
@@ -453,7 +454,8 @@ def _planned(model: nn.Module, data: Any, strategy: Any, grad_sync: GradSync,
         return None, GraphParallel(), grad_sync  # one process: nothing to choose
     from pyg_dist import planner
 
-    chosen = planner.plan(model, data, epochs, strategy.accept, strategy.probe_steps)
+    chosen = planner.plan(model, data, epochs, strategy.accept, strategy.probe_steps,
+                          eval_every)
     if grad_sync == GradSync():
         grad_sync = chosen.choice.grad_sync
     return chosen, chosen.choice.strategy, grad_sync
@@ -461,11 +463,13 @@ def _planned(model: nn.Module, data: Any, strategy: Any, grad_sync: GradSync,
 
 def _measured(result: TrainResult) -> dict[str, Any]:
     """What a run measured, to set beside a plan's predictions: the median
-    epoch after the first, and training bytes per epoch (all ranks)."""
+    training step and the mean epoch after the first, and training bytes per
+    epoch (all ranks)."""
     epochs = result.history[1:] or result.history
-    seconds = sorted(e.seconds for e in epochs)
+    steps = sorted(e.train_seconds for e in epochs)
     trained = sum(e.halo_bytes_fwd + e.halo_bytes_bwd + e.grad_bytes for e in result.history)
-    return {"measured_epoch_s": round(seconds[len(seconds) // 2], 6) if seconds else 0.0,
+    return {"measured_step_s": round(steps[len(steps) // 2], 6) if steps else 0.0,
+            "measured_epoch_s": round(sum(e.seconds for e in epochs) / max(len(epochs), 1), 6),
             "measured_bytes_per_epoch": int(trained / max(len(result.history), 1))}
 
 

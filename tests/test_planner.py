@@ -97,7 +97,8 @@ def test_predicted_bytes_equal_the_ledger_and_auto_trains_its_choice(tmp_path):
         assert torch.equal(ours, ref)
     plan = auto["plan"]
     assert plan["accept"] == "compressed" and plan["risk"] in ("exact", "compressed")
-    assert plan["predicted_epoch_s"] > 0 and plan["measured_epoch_s"] > 0
+    assert plan["predicted_epoch_s"] > plan["predicted_step_s"] > 0
+    assert plan["measured_epoch_s"] > 0 and plan["measured_step_s"] > 0
     assert plan["measured_bytes_per_epoch"] == plan["predicted_bytes_per_epoch"]
 
 

@@ -215,7 +215,8 @@ def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
         raise SystemExit("'pyg-dist plan' ranks graph-parallel and gradient-only training; "
                          "for a layer pipeline's grid use 'pyg-dist layouts'")
     data, model = load_part(job, folder)
-    chosen = planner.plan(model, data, job.epochs, strategy.accept, strategy.probe_steps)
+    chosen = planner.plan(model, data, job.epochs, strategy.accept, strategy.probe_steps,
+                          job.evaluation.every)
     if distributed.rank() != 0:
         return None
     for row in chosen.table():
