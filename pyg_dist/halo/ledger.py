@@ -43,6 +43,11 @@ class LedgerEntry:
             layer pipeline's activations and gradients between stages).
         bytes_sent / bytes_recv: Payload bytes this rank sent / received (for
             ``"grad"``: the bytes this rank hands the all-reduce).
+        rows_sent: Halo rows this rank sent as they are (node rows forward,
+            their gradients backward).
+        partial_sums_sent: Partial sums this rank sent (forward) or their
+            gradients (backward), on a pre-aggregated graph (see
+            :mod:`pyg_dist.halo.cover`).
         exchanges: Exchanges done (0 when the policy reused what it had).
         skipped: Exchanges the policy skipped.
         staleness: Age in steps of the halo values in use (0 = fresh).
@@ -55,6 +60,8 @@ class LedgerEntry:
     direction: str
     bytes_sent: int = 0
     bytes_recv: int = 0
+    rows_sent: int = 0
+    partial_sums_sent: int = 0
     exchanges: int = 0
     skipped: int = 0
     staleness: int = 0
