@@ -36,7 +36,7 @@ from torch import Tensor
 
 from pyg_dist.partitioning.arrays import chunks, small_int_dtype
 
-__all__ = ["CoverPlan", "vertex_cover_plan"]
+__all__ = ["CoverPlan", "vertex_cover_plan", "min_cover"]
 
 
 @dataclass
@@ -109,7 +109,7 @@ def vertex_cover_plan(edge_index: Tensor, parts: Tensor, num_parts: int) -> Cove
         if lo == hi:
             continue
         p, q = divmod(pair, num_parts)
-        left, right, covered_left, covered_right = _min_cover(src[lo:hi], dst[lo:hi])
+        left, right, covered_left, covered_right = min_cover(src[lo:hi], dst[lo:hi])
         sources[p][q] = torch.from_numpy(left[covered_left])
         targets[p][q] = torch.from_numpy(right[covered_right])
         rows_today[p, q] = left.size
@@ -129,7 +129,7 @@ def _cut_edges(edge_index: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, n
     return key // num_nodes, key % num_nodes
 
 
-def _min_cover(src: np.ndarray, dst: np.ndarray
+def min_cover(src: np.ndarray, dst: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A minimum vertex cover of the bipartite graph of the distinct edges
     ``src -> dst``: the left (sources) and right (targets) ids, ascending, and
