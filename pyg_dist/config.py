@@ -160,9 +160,7 @@ class GraphParallel(Options):
         metavar="POLICY")
     phases: tuple[tuple[int, HaloPolicy | str], ...] = option(
         (), "then policies by epoch: E=POLICY[;E=...]", type=str, metavar="SCHEDULE")
-    pre_aggregate: bool = option(
-        False, "exchange partial sums on a minimum vertex cover instead of halo rows (exact; "
-        "GCN, GCN2, SAGE sum/mean, GIN)")
+    pre_aggregate: bool = option(False, "send partial sums on a vertex cover (exact)")
 
     def check(self) -> None:
         _policy(type(self), "halo", self.halo)

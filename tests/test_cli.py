@@ -207,7 +207,7 @@ def test_layouts_prints_every_grid_and_the_one_moving_fewest_bytes(tmp_path):
 def test_train_help_fits_a_screen_with_a_group_per_strategy():
     out = run(CLI + ["train", "--help"], env={"COLUMNS": "80"})
     lines = out.stdout.splitlines()
-    assert len(lines) <= 60, len(lines)
+    assert len(lines) <= 61, len(lines)  # 60, and one for --pre-aggregate
     groups = [line for line in lines if line and not line.startswith(" ")]
     assert "strategy: gradient-only:" in groups
     assert "strategy: layer-pipeline (deep models):" in groups
@@ -230,6 +230,7 @@ def test_deprecated_options_map_onto_one_spelling(capsys):
         GraphParallel(halo="stale:2,compress=fp16")
     assert job("--mode", "gradient-only", "--clusters-per-part", "3").strategy == \
         GradientOnly(clusters_per_rank=3)
+    assert job("--pre-aggregate").strategy == GraphParallel(pre_aggregate=True)
     err = capsys.readouterr().err
     assert "--compress is deprecated; use --halo POLICY,compress=KIND" in err
     assert "--mode is deprecated; use --strategy" in err
@@ -260,7 +261,7 @@ def test_config_round_trip_reruns_the_same_job(tmp_path):
     assert a["config"]["optimizer"] == {"lr": 0.02, "weight_decay": 5e-4,
                                         "schedule": "cosine,warmup=1"}
     assert a["config"]["strategy"] == {"name": "graph-parallel", "halo": "exact,compress=fp16",
-                                       "phases": "3=exact"}
+                                       "phases": "3=exact", "pre_aggregate": False}
     assert a["config"]["evaluation"]["patience"] == 50 and a["stopped"] == "epochs"
     assert a["config"]["graph"]["seed"] == 3 and a["config"]["model"]["hidden"] == 16
     for key in ("test_acc", "val_acc", "best_epoch", "halo_bytes", "grad_bytes"):

@@ -34,7 +34,8 @@ class LedgerEntry:
         layer: Name of the exchange: the layer's (module path under
             :func:`to_distributed`, else ``layer<k>`` in order of first use),
             ``<layer>/flags`` for Adaptive's announcements, ``degree`` for the
-            halo degrees of a weighted GCN, ``stages/fwd`` and ``stages/bwd``
+            halo degrees of a weighted GCN, ``cover`` for the setup of a
+            pre-aggregated graph, ``stages/fwd`` and ``stages/bwd``
             for a layer pipeline's stage-boundary traffic.
         direction: ``"fwd"`` (halo rows in training), ``"bwd"`` (halo gradients),
             ``"eval"`` (halo rows in evaluation), ``"grad"`` (the parameter

@@ -111,7 +111,7 @@ class DistGCN2Conv(GCNAggregation, DistLayer, GCN2Conv):
         """The owned rows of the layer on a partitioned graph."""
         check_distributed(self, x, REDUCTIONS)
         self._check_initial(x_0, edge_index)
-        edge_index = self._graph(edge_index, edge_weight, x.dtype)
+        edge_index = self._graph(edge_index, edge_weight, x)
         halo, static = LayerHalo.open(self, edge_index, x, self.channels)
         return initial_residual(self, self._aggregate(x, edge_index, edge_weight, halo, static),
                                 x_0)

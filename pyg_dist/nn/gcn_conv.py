@@ -36,15 +36,16 @@ class GCNAggregation:
     pre_aggregate: bool | None
 
     def _graph(self, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
-               dtype: torch.dtype) -> DistEdgeIndex:
-        """The graph this call runs on: ``edge_index``, or its pre-aggregated
-        graph when the layer (or the graph's default) asks and it applies."""
+               x: Tensor) -> DistEdgeIndex:
+        """The graph this call (input ``x``) runs on: ``edge_index``, or its
+        pre-aggregated graph when the layer (or the graph's default) asks and
+        it applies."""
         reason = weights_reason(edge_weight)
         if reason is None and self.aggr not in ("add", "sum"):
             reason = f"aggr={self.aggr!r} is not a sum"
-        if not pre_aggregates(self, edge_index, reason):
+        if not pre_aggregates(self, edge_index, reason, x):
             return edge_index
-        return self._pre_aggregated(edge_index, edge_weight, dtype)[0]
+        return self._pre_aggregated(edge_index, edge_weight, x.dtype)[0]
 
     def _pre_aggregated(self, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
                         dtype: torch.dtype) -> tuple[DistEdgeIndex, Tensor]:
@@ -190,7 +191,7 @@ class DistGCNConv(GCNAggregation, DistLayer, GCNConv):
                      edge_weight: Tensor | None = None) -> Tensor:
         """The owned rows of the layer on a partitioned graph."""
         check_distributed(self, x, REDUCTIONS)
-        edge_index = self._graph(edge_index, edge_weight, x.dtype)
+        edge_index = self._graph(edge_index, edge_weight, x)
         halo, static = LayerHalo.open(self, edge_index, x, self.out_channels)
         # A static input's halo is cached: aggregate it before transforming.
         if not static and x.size(-1) > self.out_channels:

@@ -210,7 +210,7 @@ class DistMessagePassing(DistLayer, MessagePassing):
 
     def forward(self, x: Any, edge_index: Adj, *args: Any, **kwargs: Any) -> Any:
         if isinstance(edge_index, DistEdgeIndex):
-            if pre_aggregates(self, edge_index, _linear_reason(self, x, args, kwargs)):
+            if pre_aggregates(self, edge_index, _linear_reason(self, x, args, kwargs), x):
                 return _gin_pre_aggregated(self, x, edge_index)
             return propagate_with_halo(self, super().forward, x, edge_index, *args, **kwargs)
         return super().forward(x, edge_index, *args, **kwargs)

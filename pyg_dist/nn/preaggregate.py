@@ -10,6 +10,10 @@ apply (attention, max or min, weights that require grad, message functions
 of the inputs, the ``sampled`` policy) a layer that asks for it itself
 raises, naming the fix; the graph's default falls back to rows there. Under
 ``isolated`` nothing crosses, and the layer runs as without pre-aggregation.
+An input that :func:`~pyg_dist.nn.dropout` made from a grad-free input
+(layer 0's features) keeps exchanging rows: their halo is fetched once and
+the shared mask applied to it, which partial sums of the dropped rows cannot
+do, so rows cost nothing after the first step there.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.data import DistEdgeIndex
+from pyg_dist.dropout import dropped_input
 from pyg_dist.halo import Exact, HaloRows, Isolated, Sampled
 from pyg_dist.ops.csr import csr_row
 
@@ -26,7 +31,8 @@ __all__ = ["pre_aggregates", "pre_aggregated", "sum_pre_aggregated", "owned_only
            "weights_reason"]
 
 
-def pre_aggregates(layer: Any, edge_index: DistEdgeIndex, reason: str | None) -> bool:
+def pre_aggregates(layer: Any, edge_index: DistEdgeIndex, reason: str | None,
+                   x: Any = None) -> bool:
     """Whether this call of ``layer`` runs on the pre-aggregated graph: its
     own ``pre_aggregate``, else the graph's.
 
@@ -36,6 +42,9 @@ def pre_aggregates(layer: Any, edge_index: DistEdgeIndex, reason: str | None) ->
         edge_index (DistEdgeIndex): The graph.
         reason (str, optional): Why this call's aggregation cannot be
             pre-aggregated; :obj:`None` when it can.
+        x (Any, optional): The input whose halo the call exchanges; one
+            dropped out from a grad-free input keeps its cached rows.
+            (default: :obj:`None`)
 
     Raises:
         ValueError: If the layer asks for pre-aggregation itself and
@@ -55,7 +64,10 @@ def pre_aggregates(layer: Any, edge_index: DistEdgeIndex, reason: str | None) ->
             raise ValueError(f"'{name}' cannot pre-aggregate: {reason}; pass "
                              f"pre_aggregate=False (or None) to '{name}' to exchange rows")
         return False  # the graph's default: rows where it cannot apply
-    return not isinstance(policy, Isolated)  # nothing crosses anyway
+    if isinstance(policy, Isolated):  # nothing crosses anyway
+        return False
+    dropped = dropped_input(x, edge_index) if isinstance(x, Tensor) else None
+    return dropped is None or dropped.source.requires_grad
 
 
 def weights_reason(edge_weight: Tensor | None) -> str | None:

@@ -130,7 +130,7 @@ class DistSAGEConv(DistLayer, SAGEConv):
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
         reason = ("aggr='max' is not a sum or a mean" if reduce == "max"
                   else weights_reason(edge_weight))
-        if pre_aggregates(self, edge_index, reason):
+        if pre_aggregates(self, edge_index, reason, x_src):
             edge_index = sum_pre_aggregated(edge_index, reduce, edge_weight)[0]
         halo, static = LayerHalo.open(self, edge_index, x_src, self.out_channels)
         # mean/sum commute with the transform: the narrower side travels, unless

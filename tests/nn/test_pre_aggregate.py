@@ -16,6 +16,7 @@ from torch_geometric.nn import MLP, GATConv, GCN2Conv, GCNConv, GINConv, SAGECon
 from torch_geometric.nn.models import GCN
 
 import pyg_dist
+from pyg_dist.config import GraphParallel
 from pyg_dist.halo import Adaptive, Exact, Pipelined, Sampled, Stale
 from pyg_dist.halo.compress import CODECS
 from pyg_dist.halo.exchange import exchange_halo
@@ -27,8 +28,10 @@ from pyg_dist.nn import (
     DistSAGEConv,
     to_distributed,
 )
+from pyg_dist.models import GNN
 from pyg_dist.ops import spmm
 from pyg_dist.partitioning.cover import vertex_cover_plan
+from pyg_dist.train import train
 
 WORLD_SIZES = [2, 4]
 GRAPHS = {"awkward-metis": "metis", "awkward-random": "random", "cora-metis": "metis"}
@@ -195,8 +198,20 @@ def battery(dirs, specs, refs_state):
                              "ledger": data.ledger.rows(), "gat_name": data.edge_index.registry
                              .name(gat)}
         out[key, "errors"] = bad_inputs(path)
+        out[key, "train"] = {flag: train_run(path, flag) for flag in (False, True)}
     return {"gids": {k: pyg_dist.DistData.load(p).global_id for k, p in dirs.items()},
             "results": out}
+
+
+def train_run(path, pre_aggregate):
+    """Three steps of a two-layer GCN with dropout, from the same weights."""
+    data = pyg_dist.DistData.load(path)
+    torch.manual_seed(0)
+    model = GNN("gcn", F_IN, 6, 3, dropout=0.5)
+    result = train(model, data, 3, progress=False,
+                   strategy=GraphParallel(pre_aggregate=pre_aggregate))
+    return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            "losses": [e.loss for e in result.history], "ledger": data.ledger.rows()}
 
 
 def bad_inputs(path):
@@ -388,3 +403,24 @@ def test_graph_default_and_bad_layers(runs, references, whole_graphs, world_size
     assert "aggr='max'" in errors["sage-max"]
     assert "require grad" in errors["gcn-grad-weights"]
     assert "'sampled'" in errors["sampled"]
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_training_equals_training_with_rows(runs, world_size):
+    """GraphParallel(pre_aggregate=True) trains the same weights; layer 0's
+    dropped-out static input keeps its cached rows, layer 1 sends partial sums."""
+    per_rank = runs(world_size)
+    for res in per_rank:
+        rows, pre = (res["results"]["awkward-metis", "train"][flag] for flag in (False, True))
+        assert pre["losses"] == pytest.approx(rows["losses"], rel=1e-5)
+        for name, value in rows["state"].items():
+            assert_close(pre["state"][name], value, what=f"trained {name}")
+    sent = {}
+    for res in per_rank:
+        for e in res["results"]["awkward-metis", "train"][True]["ledger"]:
+            total = sent.setdefault((e["layer"], e["direction"]), [0, 0])
+            total[0] += e["rows_sent"]
+            total[1] += e["partial_sums_sent"]
+    assert sent["convs.1", "fwd"][1] > 0 and sent["convs.1", "bwd"][1] > 0
+    assert sent["convs.0", "fwd"][1] == 0 < sent["convs.0", "fwd"][0]
+    assert sent["convs.0", "eval"][1] > 0  # evaluation: no dropout, partial sums
