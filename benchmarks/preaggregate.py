@@ -39,9 +39,9 @@ import pyg_dist
 from pyg_dist.config import GraphParallel
 from pyg_dist.datasets import community_graph, load_dataset, preset
 from pyg_dist.models import GNN
-from pyg_dist.train import train
 from pyg_dist.partitioning.cover import vertex_cover_plan
 from pyg_dist.partitioning.cut import metis_cut
+from pyg_dist.train import train
 
 #: The Cora raw files shipped with the tests.
 CORA_ROOT = Path(__file__).resolve().parents[1] / "tests" / "data"

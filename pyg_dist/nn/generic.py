@@ -50,10 +50,10 @@ from torch_geometric.nn.aggr import Aggregation, PatchTransformerAggregation
 
 from pyg_dist.data import Adj, DistEdgeIndex
 from pyg_dist.halo import HaloPolicy, LayerHalo
-from pyg_dist.nn.preaggregate import owned_only, pre_aggregates, sum_pre_aggregated
-from pyg_dist.ops import spmm
 from pyg_dist.nn.checks import check_distributed
+from pyg_dist.nn.preaggregate import owned_only, pre_aggregates, sum_pre_aggregated
 from pyg_dist.nn.twin import DistLayer
+from pyg_dist.ops import spmm
 
 __all__ = ["DistMessagePassing", "register_exact", "exactness", "ExactLayer",
            "propagate_with_halo"]

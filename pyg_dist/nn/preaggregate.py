@@ -17,7 +17,8 @@ do, so rows cost nothing after the first step there.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor

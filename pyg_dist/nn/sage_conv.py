@@ -156,8 +156,8 @@ def _aggregate(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo, reduce: st
     if edge_index.base is not edge_index:
         fetched = halo.fetch(h, static)
         if fetched.mask is None:
-            value = sum_pre_aggregated(edge_index.base, reduce, edge_weight)[1]
-            return spmm(edge_index.rowptr, edge_index.col, h, value.to(h.dtype), "sum",
+            coefficients = sum_pre_aggregated(edge_index.base, reduce, edge_weight)[1]
+            return spmm(edge_index.rowptr, edge_index.col, h, coefficients.to(h.dtype), "sum",
                         x_halo=fetched.rows)
         # the policy isolated the layer: the plain graph's owned edges
         edge_index = edge_index.base

@@ -20,6 +20,7 @@ from pyg_dist.config import GraphParallel
 from pyg_dist.halo import Adaptive, Exact, Pipelined, Sampled, Stale
 from pyg_dist.halo.compress import CODECS
 from pyg_dist.halo.exchange import exchange_halo
+from pyg_dist.models import GNN
 from pyg_dist.nn import (
     DistGATConv,
     DistGCN2Conv,
@@ -28,7 +29,6 @@ from pyg_dist.nn import (
     DistSAGEConv,
     to_distributed,
 )
-from pyg_dist.models import GNN
 from pyg_dist.ops import spmm
 from pyg_dist.partitioning.cover import vertex_cover_plan
 from pyg_dist.train import train
