@@ -147,7 +147,7 @@ class DistEdgeIndex:
         ``(rowptr, col, value)`` (this graph's adjacency with fixed
         coefficients, reduce ``"sum"``), and its coefficients: peers send,
         per pair of ranks, the rows of a minimum vertex cover's sources and
-        one partial sum per covered target (:mod:`pyg_dist.halo.cover`).
+        one partial sum per covered target (``pyg_dist.halo.cover``).
         Aggregating ``[owned ; its halo]`` with reduce ``"sum"`` over it equals
         aggregating ``[owned ; this halo]`` over ``(rowptr, col, value)``.
         Collective the first time per ``key`` (one setup exchange booked as

@@ -6,7 +6,7 @@ pre-aggregated plan (see :mod:`pyg_dist.halo.cover`) sends rows made by a
 sparse operator :math:`S` over the owned rows: some rows are one-hot (a row
 sent as it is), others weighted sums (partial aggregations). Every user of a
 plan calls :meth:`HaloPlan.gather` and :meth:`HaloPlan.scatter_back` (or a
-:class:`~pyg_dist.halo.exchange.Route` made by :meth:`HaloPlan.route`), so
+:class:`~pyg_dist.halo.exchange.Route` made by ``Route.of_plan``), so
 policies and codecs see ``[rows, F]`` tensors either way.
 """
 from __future__ import annotations
@@ -116,7 +116,7 @@ class HaloPlan:
 
     @property
     def pre_aggregated(self) -> bool:
-        """Whether sent rows are made by a :class:`SendOperator`."""
+        """Whether sent rows are made by a ``SendOperator`` (partial sums)."""
         return self.send_op is not None
 
     def gather(self, x: Tensor, rows: Tensor | None = None) -> Tensor:
