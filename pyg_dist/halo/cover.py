@@ -212,7 +212,9 @@ def _tell_senders(channel: HaloChannel, blocks: _Blocks, value: np.ndarray
     payload = np.concatenate([np.stack([e[:, 0], e[:, 1], coefficient[e[:, 2] + 1]], axis=1)
                               for e in blocks.entries if e.size]
                              or [np.empty((0, 3))]).astype(np.float64)
-    recv = channel.move(torch.from_numpy(payload), [e.shape[0] for e in blocks.entries],
+    payload_rows = torch.zeros(payload.shape[0], 3, dtype=torch.float64)  # strides (3, 1)
+    payload_rows.copy_(torch.from_numpy(payload))  # even without rows: no zero strides
+    recv = channel.move(payload_rows, [e.shape[0] for e in blocks.entries],
                         entries_for, COVER, "fwd")
     assert isinstance(recv, Tensor), "a synchronous move returns a tensor"
     send_idx, send_gid = plan.send_idx.cpu(), plan.send_global_id.cpu()
