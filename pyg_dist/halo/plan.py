@@ -116,7 +116,7 @@ class HaloPlan:
 
     @property
     def pre_aggregated(self) -> bool:
-        """Whether sent rows are made by a ``SendOperator`` (partial sums)."""
+        """Whether sent rows are made by a :class:`SendOperator` (partial sums)."""
         return self.send_op is not None
 
     def gather(self, x: Tensor, rows: Tensor | None = None) -> Tensor:

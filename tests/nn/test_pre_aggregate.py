@@ -18,7 +18,7 @@ from torch_geometric.nn.models import GCN
 
 import pyg_dist
 from pyg_dist.config import GraphParallel
-from pyg_dist.halo import Adaptive, Exact, Pipelined, Sampled, Stale
+from pyg_dist.halo import Adaptive, Auto, Exact, Isolated, Pipelined, Sampled, Stale
 from pyg_dist.halo.compress import CODECS
 from pyg_dist.halo.exchange import exchange_halo
 from pyg_dist.models import GNN
@@ -181,6 +181,15 @@ def battery(dirs, specs, refs_state):
             out[key, policy_name] = run_layer(module, data, F_OUT, SEEDS["gcn-3x5"], False,
                                               steps=3)
             data.edge_index.flush()
+        # Auto isolating a pre-aggregated layer: as Isolated on rows.
+        for case in ("gcn-3x5", "sage-mean-3x5", "gin-3x5"):
+            name = case.rsplit("-", 1)[0]
+            for label, policy in (("auto", Auto(isolate_below=0.99)), ("isolated", Isolated())):
+                data = pyg_dist.DistData.load(path, halo=policy)
+                module = LAYERS[name][1](F_OUT, F_IN)
+                module.pre_aggregate = label == "auto"
+                module.load_state_dict(refs_state[key, case])
+                out[key, f"{label}-{case}"] = run_layer(module, data, F_OUT, SEEDS[case], False)
         # Compressed halos: within the codec's bound of PyG.
         for codec in CODEC_NAMES:
             data = pyg_dist.DistData.load(path)
@@ -379,6 +388,14 @@ def test_policies_and_codecs(runs, references, whole_graphs, world_size):
         assert_close(full[0], ref["out"], what=f"{name}: step 0 against PyG")
         for step in (1, 2):  # same input: reused rows and partial sums are the same
             assert_close(full[step], full[0], tol=SAME, what=f"{name}: step {step}")
+    for case in ("gcn-3x5", "sage-mean-3x5", "gin-3x5"):
+        auto, isolated = (gather(per_rank, key, f"{label}-{case}", "out", num_nodes)
+                          for label in ("auto", "isolated"))
+        assert_close(auto, isolated, what=f"{case}: Auto isolating against Isolated")
+        assert_close(gather(per_rank, key, f"auto-{case}", "x_grad", num_nodes),
+                     gather(per_rank, key, f"isolated-{case}", "x_grad", num_nodes),
+                     what=f"{case}: Auto isolating against Isolated, input gradient")
+        assert float((auto - references["awkward", case]["out"]).abs().max()) > 1e-3
     ref = references["awkward", "gcn-5x3"]
     for codec in CODEC_NAMES:
         out = gather(per_rank, key, codec, "out", num_nodes)
