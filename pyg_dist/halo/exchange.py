@@ -214,7 +214,6 @@ class HaloChannel:
         return codec.decode(received, num_feats, dtype)
 
 
-
 def exchange_halo(x: Tensor, channel: HaloChannel, layer: str,
                   codec: Codec | None = None, direction: str = "fwd") -> Tensor:
     r"""This rank's halo rows of ``x``, exchanged exactly and differentiably:
