@@ -149,6 +149,12 @@ class GraphParallel(Options):
             under ``halo`` until epoch 149 and exactly from epoch 150; or
             their spelling ``"150=exact"`` (``;`` between pairs).
             (default: :obj:`()`)
+        pre_aggregate (bool, optional): Layers whose aggregation is linear
+            with fixed coefficients (GCN, GCN2, SAGE with sum or mean, GIN)
+            exchange partial sums on a minimum vertex cover of each pair of
+            ranks' cut edges instead of every halo row: exact, fewer rows
+            (see :meth:`~pyg_dist.DistEdgeIndex.pre_aggregated`); other
+            layers exchange rows. (default: :obj:`False`)
     """
 
     name: ClassVar[str] = "graph-parallel"
@@ -157,6 +163,7 @@ class GraphParallel(Options):
         metavar="POLICY")
     phases: tuple[tuple[int, HaloPolicy | str], ...] = option(
         (), "then policies by epoch: E=POLICY[;E=...]", type=str, metavar="SCHEDULE")
+    pre_aggregate: bool = option(False, "send partial sums on a vertex cover (exact)")
 
     def check(self) -> None:
         _policy(type(self), "halo", self.halo)

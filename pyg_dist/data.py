@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist import distributed
+from pyg_dist.halo.cover import cover_adjacency
 from pyg_dist.halo.exchange import HaloChannel, exchange_halo
 from pyg_dist.halo.layer import HaloRegistry
 from pyg_dist.halo.ledger import Ledger
@@ -45,10 +46,18 @@ class DistEdgeIndex:
         origin (DistEdgeIndex, optional): The graph this one was cut from by
             :meth:`keep_edges`; :obj:`None` for itself. Both share the halo
             plan. (default: :obj:`None`)
+        pre_aggregate (bool, optional): Whether the layers that can (linear
+            aggregations with fixed coefficients) exchange partial sums on a
+            minimum vertex cover instead of rows (see
+            :meth:`pre_aggregated`); a layer's own ``pre_aggregate`` wins.
+            (default: :obj:`False`)
 
     Attributes:
         num_owned (int): Nodes this rank owns (output rows of every layer).
-        num_halo (int): Remote source nodes.
+        num_halo (int): Remote source nodes (halo rows: on a pre-aggregated
+            graph, covered sources and partial sums).
+        base (DistEdgeIndex): The graph a pre-aggregated one was derived
+            from (:meth:`pre_aggregated`); the graph itself otherwise.
     """
 
     def __init__(
@@ -62,9 +71,12 @@ class DistEdgeIndex:
         global_id: Tensor,
         registry: HaloRegistry | None = None,
         origin: DistEdgeIndex | None = None,
+        pre_aggregate: bool = False,
     ) -> None:
         self.rowptr, self.col, self.edge_id = rowptr, col, edge_id
         self.origin = self if origin is None else origin
+        self.pre_aggregate = pre_aggregate
+        self.base = self
         self.global_id = global_id
         self.num_owned = rowptr.numel() - 1
         self.num_halo = channel.plan.num_halo
@@ -126,8 +138,42 @@ class DistEdgeIndex:
         rowptr = ptr_from_sorted(self.row()[keep], self.num_owned)
         sub = DistEdgeIndex(rowptr, self.col[keep], self.edge_id[keep], self.halo_in_degree,
                             self.halo_self_loops, self.channel, self.global_id, self.registry,
-                            self.origin)
+                            self.origin, self.pre_aggregate)
         return sub, keep
+
+    def pre_aggregated(self, key: Any, rowptr: Tensor, col: Tensor,
+                       value: Tensor) -> tuple[DistEdgeIndex, Tensor]:
+        r"""The graph over a pre-aggregated halo of the aggregation
+        ``(rowptr, col, value)`` (this graph's adjacency with fixed
+        coefficients, reduce ``"sum"``), and its coefficients: peers send,
+        per pair of ranks, the rows of a minimum vertex cover's sources and
+        one partial sum per covered target (``pyg_dist.halo.cover``).
+        Aggregating ``[owned ; its halo]`` with reduce ``"sum"`` over it equals
+        aggregating ``[owned ; this halo]`` over ``(rowptr, col, value)``.
+        Collective the first time per ``key`` (one setup exchange booked as
+        ``cover``), then remembered; the derived graph has its own halo plan
+        and shares this graph's ledger, message tags and halo registry.
+
+        Args:
+            key (Any): Names the coefficients (the aggregation and its
+                options); a new key builds a new graph.
+            rowptr (torch.Tensor): ``[num_owned + 1]`` int64 row pointers.
+            col (torch.Tensor): ``[e]`` int64 columns over ``[owned ; halo]``.
+            value (torch.Tensor): ``[e]`` coefficients (no gradient).
+        """
+        assert self.base is self, "pre-aggregate a plain graph"
+
+        def build() -> tuple[DistEdgeIndex, Tensor]:
+            covered = cover_adjacency(self.channel, rowptr, col, value)
+            channel = HaloChannel(covered.plan, self.channel.ledger, self.channel.group,
+                                  self.channel.transport, _tags=self.channel._tags)
+            zeros = torch.zeros(covered.plan.num_halo, dtype=torch.long, device=self.device)
+            graph = DistEdgeIndex(covered.rowptr, covered.col, covered.edge, zeros, zeros,
+                                  channel, self.global_id, self.registry, None, True)
+            graph.base = self
+            return graph, covered.value
+
+        return self.cached(("pre_aggregated", key), build)
 
     def global_edges(self) -> tuple[Tensor, Tensor]:
         """``([num_edges], [num_edges])`` global source and target id of every edge."""
@@ -149,7 +195,7 @@ class DistEdgeIndex:
         halo = exchange_halo(counts, self.channel, f"{name}/degree").to(torch.int64)
         return DistEdgeIndex(ptr_from_sorted(row, self.num_owned), col, self.edge_id[keep],
                              halo[:, 0], halo[:, 1], self.channel, self.global_id,
-                             self.registry, self.origin)
+                             self.registry, self.origin, self.pre_aggregate)
 
     def flush(self) -> None:
         """Completes halo exchanges still in flight (pipelined policies)."""
@@ -165,7 +211,7 @@ class DistEdgeIndex:
         return DistEdgeIndex(
             self.rowptr.to(device), self.col.to(device), self.edge_id.to(device),
             self.halo_in_degree.to(device), self.halo_self_loops.to(device), channel,
-            self.global_id.to(device), self.registry,
+            self.global_id.to(device), self.registry, None, self.pre_aggregate,
         )
 
     def __repr__(self) -> str:
@@ -275,6 +321,7 @@ class DistData:
         device: torch.device | str | None = None,
         halo: HaloPolicy | None = None,
         group: Any = None,
+        pre_aggregate: bool = False,
     ) -> DistData:
         r"""Loads this rank's part of the partition folder ``out_dir``, and only it.
 
@@ -289,6 +336,12 @@ class DistData:
                 (default: :obj:`None`, exact)
             group (torch.distributed.ProcessGroup, optional): The group whose ranks
                 hold the parts. (default: the default group)
+            pre_aggregate (bool, optional): Layers whose aggregation is
+                linear with fixed coefficients (GCN, GCN2, SAGE with sum or
+                mean, GIN) exchange partial sums on a minimum vertex cover of
+                each pair's cut edges instead of every halo row: exact, fewer
+                rows. A layer's own ``pre_aggregate`` wins; layers that cannot
+                exchange rows. (default: :obj:`False`)
         """
         meta, rank, content = _read(out_dir, rank, group)
         _check_same_partitioning(meta, group)
@@ -301,6 +354,7 @@ class DistData:
         edge_index = DistEdgeIndex(
             graph["rowptr"], graph["col"], graph["edge_id"], graph["halo_in_degree"],
             graph["halo_self_loops"], channel, graph["global_id"], HaloRegistry(halo),
+            pre_aggregate=pre_aggregate,
         )
         data = cls(edge_index, content["node"], content["edge"], meta, rank, out_dir)
         device = torch.device(device) if device is not None else distributed.default_device()

@@ -643,10 +643,12 @@ def halo_choices(ledger: Any, history: list[EpochStats]) -> dict[str, dict[str, 
 
 def _set_halo_plan(data: Any, strategy: Any, evaluation: Evaluation, epochs: int) -> None:
     """Tells the graph's halo registry the training and evaluation policies
-    and the planned steps."""
+    and the planned steps, and the graph whether to pre-aggregate."""
     registry = getattr(getattr(data, "edge_index", None), "registry", None)
     if registry is None:
         return
+    if getattr(strategy, "pre_aggregate", False):
+        data.edge_index.pre_aggregate = True
     halo = getattr(strategy, "halo", None)
     if halo is not None:
         registry.default = as_policy(halo)

@@ -231,6 +231,7 @@ def test_deprecated_options_map_onto_one_spelling(capsys):
         GraphParallel(halo="stale:2,compress=fp16")
     assert job("--mode", "gradient-only", "--clusters-per-part", "3").strategy == \
         GradientOnly(clusters_per_rank=3)
+    assert job("--pre-aggregate").strategy == GraphParallel(pre_aggregate=True)
     err = capsys.readouterr().err
     assert "--compress is deprecated; use --halo POLICY,compress=KIND" in err
     assert "--mode is deprecated; use --strategy" in err
@@ -261,7 +262,7 @@ def test_config_round_trip_reruns_the_same_job(tmp_path):
     assert a["config"]["optimizer"] == {"lr": 0.02, "weight_decay": 5e-4,
                                         "schedule": "cosine,warmup=1"}
     assert a["config"]["strategy"] == {"name": "graph-parallel", "halo": "exact,compress=fp16",
-                                       "phases": "3=exact"}
+                                       "phases": "3=exact", "pre_aggregate": False}
     assert a["config"]["evaluation"]["patience"] == 50 and a["stopped"] == "epochs"
     assert a["config"]["graph"]["seed"] == 3 and a["config"]["model"]["hidden"] == 16
     for key in ("test_acc", "val_acc", "best_epoch", "halo_bytes", "grad_bytes"):

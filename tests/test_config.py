@@ -50,7 +50,8 @@ def test_options_round_trip_through_plain_dictionaries(options):
 
 def test_a_policy_object_is_written_as_its_spec():
     options = GraphParallel(halo=Stale(every=3, compress="int8"))
-    assert options.to_dict() == {"halo": "stale:3,compress=int8", "phases": ""}
+    assert options.to_dict() == {"halo": "stale:3,compress=int8", "phases": "",
+                                 "pre_aggregate": False}
     assert GraphParallel.from_dict(options.to_dict()).halo == "stale:3,compress=int8"
 
 

@@ -38,7 +38,7 @@ from pyg_dist.halo.isolated import Isolated
 from pyg_dist.halo.layer import HaloRegistry, LayerHalo
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.pipelined import Pipelined
-from pyg_dist.halo.plan import HaloPlan
+from pyg_dist.halo.plan import HaloPlan, SendOperator
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState, transient
 from pyg_dist.halo.sampled import Sampled
 from pyg_dist.halo.spec import parse_policy, spellings
@@ -64,6 +64,7 @@ __all__ = [
     "HaloCache",
     "HaloChannel",
     "HaloPlan",
+    "SendOperator",
     "transient",
     "Codec",
     "get_codec",

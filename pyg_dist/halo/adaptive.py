@@ -73,18 +73,14 @@ class Adaptive(ReusePolicy):
 
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         plan, state = ctx.channel.plan, ctx.state
-        rows = as_rows(x.detach().index_select(0, plan.send_idx))
+        rows = as_rows(plan.gather(x.detach()))
         if not state.sent.matches(rows):  # first call, or the input's width changed
             state.sent.reset()
             state.halo.reset()
         send = self.blocks_to_send(rows, plan.send_counts, state.sent, ctx.step)
         recv = self._announce(send, ctx)
 
-        route = Route(
-            plan.send_idx[torch.tensor(send, device=rows.device)[plan.send_peer]],
-            [n if s else 0 for n, s in zip(plan.send_counts, send)],
-            [n if r else 0 for n, r in zip(plan.recv_counts, recv)],
-        )
+        route = Route.of_plan(plan, send, recv)
         key = ctx.channel.codec_key(ctx.layer, ctx.direction)  # the exchange's, next
         received = exchange_route(x, ctx.channel, ctx.layer, route, self.codec, ctx.direction)
         fresh = torch.tensor(recv, dtype=torch.bool, device=rows.device)[plan.halo_peer]
@@ -133,7 +129,7 @@ class Adaptive(ReusePolicy):
         """Tells each peer whether its block comes; returns which blocks will arrive."""
         plan = ctx.channel.plan
         flags = torch.tensor([[int(s)] for s, n in zip(send, plan.send_counts) if n],
-                             dtype=torch.uint8, device=plan.send_idx.device).view(-1, 1)
+                             dtype=torch.uint8, device=plan.device).view(-1, 1)
         got = ctx.channel.move(flags, [int(n > 0) for n in plan.send_counts],
                                [int(n > 0) for n in plan.recv_counts], f"{ctx.layer}/flags",
                                ctx.direction)

@@ -30,14 +30,61 @@ class Route:
     """Which rows move in one exchange, seen from this rank.
 
     Attributes:
-        send_idx: ``[S]`` owned rows to send, peer after peer.
+        send_idx: ``[S]`` owned rows to send, peer after peer (a selection;
+            ignored when ``plan`` is set).
         send_counts: rows sent to each peer.
         recv_counts: rows received from each peer (concatenated in peer order).
+        plan: The plan whose sent rows (:meth:`HaloPlan.gather`) move, those
+            in ``rows`` only; :obj:`None`: the selection ``send_idx``.
+        rows: ``[plan.num_send]`` bool, the plan's sent rows that move;
+            :obj:`None` for all.
+        partial: Partial sums among the rows sent and received (the ledger
+            books them apart from rows).
     """
 
     send_idx: Tensor
     send_counts: list[int]
     recv_counts: list[int]
+    plan: HaloPlan | None = None
+    rows: Tensor | None = None
+    partial: tuple[int, int] = (0, 0)
+
+    @staticmethod
+    def of_plan(plan: HaloPlan, send: list[bool] | None = None,
+                recv: list[bool] | None = None) -> Route:
+        """The route of ``plan``'s blocks to the peers in ``send`` and from
+        those in ``recv`` (per peer; :obj:`None`: every block).
+
+        Args:
+            plan (HaloPlan): The plan.
+            send (list[bool], optional): Whether each peer's block is sent.
+                (default: :obj:`None`)
+            recv (list[bool], optional): Whether each peer's block is
+                received. (default: :obj:`None`)
+        """
+        rows = None
+        if send is not None:
+            rows = torch.tensor(send, dtype=torch.bool, device=plan.device)[plan.send_peer]
+        send_counts = plan.send_counts if send is None else [
+            n if s else 0 for n, s in zip(plan.send_counts, send)]
+        recv_counts = plan.recv_counts if recv is None else [
+            n if r else 0 for n, r in zip(plan.recv_counts, recv)]
+        return Route(plan.send_idx, send_counts, recv_counts, plan, rows,
+                     plan.partial_counts(send, recv))
+
+    def gather(self, x: Tensor) -> Tensor:
+        """The rows this route sends, made from ``x`` (``[num_owned, *]``)."""
+        if self.plan is None:
+            return x.index_select(0, self.send_idx)
+        return self.plan.gather(x, self.rows)
+
+    def scatter_back(self, grad: Tensor, num_owned: int) -> Tensor:
+        """The owned rows' gradient from that of the rows sent (adjoint of
+        :meth:`gather`)."""
+        if self.plan is None:
+            out = grad.new_zeros((num_owned, *grad.shape[1:]))
+            return out.index_add_(0, self.send_idx, grad)
+        return self.plan.scatter_back(grad, num_owned, self.rows)
 
     def reversed_counts(self) -> tuple[list[int], list[int]]:
         """Counts of the backward exchange: halo gradients go back to their owners."""
@@ -107,7 +154,7 @@ class HaloChannel:
         return tag
 
     def full_route(self) -> Route:
-        return Route(self.plan.send_idx, self.plan.send_counts, self.plan.recv_counts)
+        return Route.of_plan(self.plan)
 
     def move(
         self,
@@ -118,10 +165,13 @@ class HaloChannel:
         direction: str,
         codec: Codec | None = None,
         async_op: bool = False,
+        partial: tuple[int, int] | None = None,
     ) -> Tensor | Transfer:
         """Sends ``rows`` (``[sum(send_counts), F]``) and receives
         ``[sum(recv_counts), F]`` rows, compressed on the wire by ``codec``;
-        books payload bytes and time in the ledger under ``layer``/``direction``."""
+        books payload bytes and time in the ledger under ``layer``/``direction``,
+        and, for halo rows (``partial``: how many of the rows sent and
+        received are partial sums), the rows and partial sums sent."""
         start = time.perf_counter()
         num_feats, dtype = rows.size(1), rows.dtype
         payload = (rows.contiguous() if codec is None
@@ -134,6 +184,9 @@ class HaloChannel:
                          else codec.row_bytes(num_feats))
             self.ledger.record(layer, direction, bytes_sent=sum(send_counts) * row_bytes,
                                bytes_recv=sum(recv_counts) * row_bytes, exchanges=1)
+        if partial is not None:
+            self.ledger.record(layer, direction, rows_sent=sum(send_counts) - partial[0],
+                               partial_sums_sent=partial[0])
         issued = time.perf_counter()
         self.ledger.record(layer, direction, seconds=issued - start)  # encoding and issuing
         transfer = Transfer(pending, self, layer, direction, num_feats, dtype, codec, issued)
@@ -159,11 +212,6 @@ class HaloChannel:
         if codec is None:
             return received
         return codec.decode(received, num_feats, dtype)
-
-    def scatter_back(self, grad_rows: Tensor, send_idx: Tensor, num_owned: int) -> Tensor:
-        """Adds gradients of sent rows (``[S, F]``) onto owned rows: ``[num_owned, F]``."""
-        out = grad_rows.new_zeros((num_owned, *grad_rows.shape[1:]))
-        return out.index_add_(0, send_idx, grad_rows)
 
 
 def exchange_halo(x: Tensor, channel: HaloChannel, layer: str,
@@ -192,9 +240,9 @@ class _Exchange(torch.autograd.Function):
                 codec: Codec | None, direction: str) -> Tensor:
         ctx.channel, ctx.layer, ctx.route, ctx.codec = channel, layer, route, codec
         ctx.num_owned = x.size(0)
-        rows = x.index_select(0, route.send_idx)
+        rows = route.gather(x)
         out = channel.move(as_rows(rows), route.send_counts, route.recv_counts,
-                           layer, direction, codec)
+                           layer, direction, codec, partial=route.partial)
         assert isinstance(out, Tensor), "a synchronous move returns a tensor"
         return out.view(-1, *x.shape[1:])
 
@@ -203,10 +251,12 @@ class _Exchange(torch.autograd.Function):
         channel: HaloChannel = ctx.channel
         send_counts, recv_counts = ctx.route.reversed_counts()
         flat = as_rows(grad.contiguous())
-        rows = channel.move(flat, send_counts, recv_counts, ctx.layer, "bwd", ctx.codec)
+        partial = ctx.route.partial[::-1]
+        rows = channel.move(flat, send_counts, recv_counts, ctx.layer, "bwd", ctx.codec,
+                            partial=partial)
         assert isinstance(rows, Tensor), "a synchronous move returns a tensor"
         rows = rows.view(-1, *grad.shape[1:])
-        grad_x = channel.scatter_back(rows, ctx.route.send_idx, ctx.num_owned)
+        grad_x = ctx.route.scatter_back(rows, ctx.num_owned)
         return grad_x, None, None, None, None, None
 
 

@@ -195,6 +195,8 @@ class LayerHalo:
         whose halo the restored state caches) and the policy caches such inputs
         (``out_width``, the layer's output width, helps it decide)."""
         dropped = dropped_input(x, self.edge_index)
+        if self.edge_index.base is not self.edge_index:
+            dropped = None  # partial sums of a dropped input are not the source's, masked
         source = x if dropped is None else dropped.source
         seen = self.tracker.is_static((self.name, self.mode), source)
         if seen is None and self.layer.fingerprint is not None:

@@ -34,7 +34,8 @@ class LedgerEntry:
         layer: Name of the exchange: the layer's (module path under
             :func:`to_distributed`, else ``layer<k>`` in order of first use),
             ``<layer>/flags`` for Adaptive's announcements, ``degree`` for the
-            halo degrees of a weighted GCN, ``stages/fwd`` and ``stages/bwd``
+            halo degrees of a weighted GCN, ``cover`` for the setup of a
+            pre-aggregated graph, ``stages/fwd`` and ``stages/bwd``
             for a layer pipeline's stage-boundary traffic.
         direction: ``"fwd"`` (halo rows in training), ``"bwd"`` (halo gradients),
             ``"eval"`` (halo rows in evaluation), ``"grad"`` (the parameter
@@ -43,6 +44,11 @@ class LedgerEntry:
             layer pipeline's activations and gradients between stages).
         bytes_sent / bytes_recv: Payload bytes this rank sent / received (for
             ``"grad"``: the bytes this rank hands the all-reduce).
+        rows_sent: Halo rows this rank sent as they are (node rows forward,
+            their gradients backward).
+        partial_sums_sent: Partial sums this rank sent (forward) or their
+            gradients (backward), on a pre-aggregated graph (see
+            :mod:`pyg_dist.halo.cover`).
         exchanges: Exchanges done (0 when the policy reused what it had).
         skipped: Exchanges the policy skipped.
         staleness: Age in steps of the halo values in use (0 = fresh).
@@ -55,6 +61,8 @@ class LedgerEntry:
     direction: str
     bytes_sent: int = 0
     bytes_recv: int = 0
+    rows_sent: int = 0
+    partial_sums_sent: int = 0
     exchanges: int = 0
     skipped: int = 0
     staleness: int = 0

@@ -109,11 +109,11 @@ class _Pipelined(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, halo: Tensor, policy: Pipelined,  # type: ignore[override]
                 fetch: FetchContext) -> Tensor:
         channel, plan = fetch.channel, fetch.channel.plan
-        rows = as_rows(x.detach().index_select(0, plan.send_idx))
+        rows = as_rows(plan.gather(x.detach()))
         fetch.state.pending_step = fetch.step
         fetch.state.pending_rows = channel.move(
             rows, plan.send_counts, plan.recv_counts, fetch.layer, fetch.direction,
-            policy.codec, async_op=True,
+            policy.codec, async_op=True, partial=plan.partial_counts(),
         )
         ctx.policy, ctx.fetch, ctx.num_owned = policy, fetch, x.size(0)
         return halo.clone()
@@ -127,10 +127,10 @@ class _Pipelined(torch.autograd.Function):
         state.pending_grads = channel.move(
             as_rows(grad.contiguous()), plan.recv_counts, plan.send_counts,
             fetch.layer, "bwd", ctx.policy.codec, async_op=True,
+            partial=plan.partial_counts()[::-1],
         )
         if stale is None:
             grad_x = grad.new_zeros(ctx.num_owned, *grad.shape[1:])
         else:
-            grad_x = channel.scatter_back(stale.view(-1, *grad.shape[1:]), plan.send_idx,
-                                          ctx.num_owned)
+            grad_x = plan.scatter_back(stale.view(-1, *grad.shape[1:]), ctx.num_owned)
         return grad_x, None, None, None

@@ -55,6 +55,11 @@ class Sampled(HaloPolicy):
 
     def fetch(self, x: Tensor, ctx: FetchContext) -> HaloRows:
         plan = ctx.channel.plan
+        if plan.pre_aggregated:
+            raise ValueError(
+                f"'Sampled' samples halo nodes, but layer '{ctx.layer}' runs on a "
+                f"pre-aggregated graph whose halo rows include partial sums; pass "
+                f"pre_aggregate=False to the layer (or DistData.load) to sample")
         keep_send, keep_halo = self.sample(ctx)
         route = Route(
             plan.send_idx[keep_send],

@@ -14,6 +14,7 @@ from pyg_dist.data import Adj, DistEdgeIndex
 from pyg_dist.dropout import shared_scale
 from pyg_dist.halo import HaloPolicy, LayerHalo
 from pyg_dist.nn.checks import check_distributed
+from pyg_dist.nn.preaggregate import pre_aggregates
 from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import gat, gat_attention
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
@@ -126,6 +127,7 @@ class DistGATConv(DistLayer, GATConv):
                      return_attention_weights: bool | None = None) -> Any:
         """The owned rows of the layer on a partitioned graph."""
         check_distributed(self, x, REDUCTIONS)
+        pre_aggregates(self, edge_index, "its attention coefficients depend on the inputs")
         heads, channels = self.heads, self.out_channels
         lin_src = self.lin if self.lin is not None else self.lin_src
         lin_dst = self.lin if self.lin is not None else self.lin_dst

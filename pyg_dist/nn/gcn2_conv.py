@@ -60,6 +60,10 @@ class DistGCN2Conv(GCNAggregation, DistLayer, GCN2Conv):
         halo (optional): Halo policy of this layer; :obj:`None` uses the graph's
             default (exact unless set on :class:`~pyg_dist.DistData`).
             (default: :obj:`None`)
+        pre_aggregate (bool, optional): Exchange partial sums on a minimum
+            vertex cover instead of halo rows (exact, fewer rows; needs edge
+            weights without grad); :obj:`None` uses the graph's default.
+            (default: :obj:`None`)
         **kwargs (optional): Arguments of :class:`~torch_geometric.nn.conv.MessagePassing`,
             all of them on a plain ``edge_index``; on a
             :class:`~pyg_dist.DistEdgeIndex`, ``flow="source_to_target"``,
@@ -86,12 +90,14 @@ class DistGCN2Conv(GCNAggregation, DistLayer, GCN2Conv):
         add_self_loops: bool = True,
         normalize: bool = True,
         halo: HaloPolicy | None = None,
+        pre_aggregate: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(channels, alpha, theta=theta, layer=layer,
                          shared_weights=shared_weights, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, **kwargs)
         self.halo = halo
+        self.pre_aggregate = pre_aggregate
 
     def forward(  # type: ignore[override]
         self, x: Tensor, x_0: Tensor, edge_index: Adj, edge_weight: Tensor | None = None
@@ -105,6 +111,7 @@ class DistGCN2Conv(GCNAggregation, DistLayer, GCN2Conv):
         """The owned rows of the layer on a partitioned graph."""
         check_distributed(self, x, REDUCTIONS)
         self._check_initial(x_0, edge_index)
+        edge_index = self._graph(edge_index, edge_weight, x)
         halo, static = LayerHalo.open(self, edge_index, x, self.channels)
         return initial_residual(self, self._aggregate(x, edge_index, edge_weight, halo, static),
                                 x_0)

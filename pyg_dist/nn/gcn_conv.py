@@ -11,6 +11,7 @@ from pyg_dist.data import Adj, DistEdgeIndex
 from pyg_dist.halo import HaloPolicy, HaloRows, LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.gcn_norm import gcn_adjacency
+from pyg_dist.nn.preaggregate import owned_only, pre_aggregated, pre_aggregates, weights_reason
 from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import spmm
 
@@ -23,13 +24,46 @@ REDUCTIONS = ("add", "sum", "mean", "max")
 class GCNAggregation:
     """The distributed aggregation of the GCN family over the (normalised)
     local adjacency, for layers with ``normalize``, ``add_self_loops``,
-    ``cached``, ``aggr`` (and ``improved``, :obj:`False` if absent)."""
+    ``cached``, ``aggr`` (and ``improved``, :obj:`False` if absent), and
+    ``pre_aggregate``: with a sum aggregation and fixed edge weights, over a
+    pre-aggregated halo (:meth:`~pyg_dist.DistEdgeIndex.pre_aggregated`)."""
 
     _dist_cache: tuple[Tensor, Tensor, Tensor | None] | None = None
     normalize: bool
     add_self_loops: bool | None
     cached: bool
     aggr: Any
+    pre_aggregate: bool | None
+
+    def _graph(self, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
+               x: Tensor) -> DistEdgeIndex:
+        """The graph this call (input ``x``) runs on: ``edge_index``, or its
+        pre-aggregated graph when the layer (or the graph's default) asks and
+        it applies."""
+        reason = weights_reason(edge_weight)
+        if reason is None and self.aggr not in ("add", "sum"):
+            reason = f"aggr={self.aggr!r} is not a sum"
+        if not pre_aggregates(self, edge_index, reason, x):
+            return edge_index
+        return self._pre_aggregated(edge_index, edge_weight, x.dtype)[0]
+
+    def _pre_aggregated(self, edge_index: DistEdgeIndex, edge_weight: Tensor | None,
+                        dtype: torch.dtype) -> tuple[DistEdgeIndex, Tensor]:
+        """The pre-aggregated graph of the (normalised) adjacency and its
+        coefficients, cached per graph, options and weights."""
+        normalize, improved = bool(self.normalize), bool(getattr(self, "improved", False))
+        loops = bool(self.add_self_loops)
+
+        def adjacency() -> tuple[Tensor, Tensor, Tensor]:
+            every = HaloRows(torch.empty(0))
+            rowptr, col, value = gcn_adjacency(edge_index, edge_weight, every, None, dtype,
+                                               normalize, improved, loops)
+            if value is None:
+                value = torch.ones(col.numel(), dtype=dtype, device=col.device)
+            return rowptr, col, value
+
+        key = ("gcn", normalize, improved, loops, dtype, edge_weight is None)
+        return pre_aggregated(edge_index, key, edge_weight, adjacency)
 
     def reset_parameters(self) -> None:
         super().reset_parameters()  # type: ignore[misc]
@@ -50,6 +84,9 @@ class GCNAggregation:
         the per-graph caches of the normalisation, one graph break under
         :func:`torch.compile`."""
         fetched = halo.fetch(h, static)
+        if edge_index.base is not edge_index and fetched.mask is not None:
+            # the policy isolated the layer: the plain graph's owned edges
+            fetched, edge_index = owned_only(fetched, edge_index.base), edge_index.base
         return fetched.rows, self._adjacency(h.dtype, edge_index, edge_weight, fetched, halo)
 
     def _adjacency(
@@ -59,6 +96,9 @@ class GCNAggregation:
         """The (normalised) local adjacency; over the present halo rows only when
         the policy left some out (cached per graph otherwise, and with ``cached``).
         Self-loops are added only while normalising, as PyG's layers do."""
+        if edge_index.base is not edge_index:
+            graph, value = self._pre_aggregated(edge_index.base, edge_weight, dtype)
+            return graph.rowptr, graph.col, value
         if fetched.mask is None and self._dist_cache is not None:
             return self._dist_cache
         adjacency = gcn_adjacency(edge_index, edge_weight, fetched, halo, dtype,
@@ -103,6 +143,11 @@ class DistGCNConv(GCNAggregation, DistLayer, GCNConv):
         halo (optional): Halo policy of this layer; :obj:`None` uses the graph's
             default (exact unless set on :class:`~pyg_dist.DistData`).
             (default: :obj:`None`)
+        pre_aggregate (bool, optional): Exchange partial sums on a minimum
+            vertex cover instead of halo rows (exact, fewer rows; needs
+            ``aggr="add"`` and edge weights without grad); :obj:`None` uses
+            the graph's default (``DistData.load(..., pre_aggregate=...)``).
+            (default: :obj:`None`)
         **kwargs (optional): Arguments of :class:`~torch_geometric.nn.conv.MessagePassing`,
             all of them on a plain ``edge_index``; on a
             :class:`~pyg_dist.DistEdgeIndex`, ``flow="source_to_target"``,
@@ -127,11 +172,13 @@ class DistGCNConv(GCNAggregation, DistLayer, GCNConv):
         normalize: bool = True,
         bias: bool = True,
         halo: HaloPolicy | None = None,
+        pre_aggregate: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
         self.halo = halo
+        self.pre_aggregate = pre_aggregate
 
     def forward(  # type: ignore[override]
         self, x: Tensor, edge_index: Adj, edge_weight: Tensor | None = None
@@ -144,6 +191,7 @@ class DistGCNConv(GCNAggregation, DistLayer, GCNConv):
                      edge_weight: Tensor | None = None) -> Tensor:
         """The owned rows of the layer on a partitioned graph."""
         check_distributed(self, x, REDUCTIONS)
+        edge_index = self._graph(edge_index, edge_weight, x)
         halo, static = LayerHalo.open(self, edge_index, x, self.out_channels)
         # A static input's halo is cached: aggregate it before transforming.
         if not static and x.size(-1) > self.out_channels:

@@ -109,12 +109,13 @@ def halo_degree(
     improved: bool,
     add_self_loops: bool,
     dtype: torch.dtype,
-    halo: LayerHalo,
+    halo: LayerHalo | None,
 ) -> Tensor:
     """Whole-graph degrees of the halo nodes (``[num_halo]``): from the
     partition for unweighted graphs; for weighted ones from their owners, in
     one exchange per graph booked as ``degree`` in the ledger (weights that
-    require grad: every call, differentiably, as ``<layer>/degree``)."""
+    require grad: every call, differentiably, as ``<layer>/degree``).
+    ``halo`` :obj:`None` (weights without grad only): books it forward."""
     if edge_weight is None:
         deg = edge_index.halo_in_degree.to(dtype)
         if add_self_loops:
@@ -124,9 +125,10 @@ def halo_degree(
     def exchange(name: str) -> Tensor:
         deg_owned = owned_degree(edge_index, edge_weight, improved, add_self_loops, dtype)[3]
         return exchange_halo(deg_owned.view(-1, 1), edge_index.channel, name,
-                             direction=halo.direction).view(-1)
+                             direction="fwd" if halo is None else halo.direction).view(-1)
 
     if edge_weight.requires_grad:
+        assert halo is not None, "weights that require grad exchange degrees per layer call"
         return exchange(f"{halo.name}/degree")
     # Fixed weights: degrees are static; recomputed only if the weights change.
     cache = edge_index.cached(("halo_degree", improved, add_self_loops, dtype), dict)
@@ -140,7 +142,7 @@ def gcn_adjacency(
     edge_index: DistEdgeIndex,
     edge_weight: Tensor | None,
     fetched: HaloRows,
-    halo: LayerHalo,
+    halo: LayerHalo | None,
     dtype: torch.dtype,
     normalize: bool,
     improved: bool,

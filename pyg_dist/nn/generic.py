@@ -51,7 +51,9 @@ from torch_geometric.nn.aggr import Aggregation, PatchTransformerAggregation
 from pyg_dist.data import Adj, DistEdgeIndex
 from pyg_dist.halo import HaloPolicy, LayerHalo
 from pyg_dist.nn.checks import check_distributed
+from pyg_dist.nn.preaggregate import owned_only, pre_aggregates, sum_pre_aggregated
 from pyg_dist.nn.twin import DistLayer
+from pyg_dist.ops import spmm
 
 __all__ = ["DistMessagePassing", "register_exact", "exactness", "ExactLayer",
            "propagate_with_halo"]
@@ -174,12 +176,17 @@ class DistMessagePassing(DistLayer, MessagePassing):
         halo (HaloPolicy, optional): Its halo policy; :obj:`None` uses the
             graph's default. (default: :obj:`None`)
         halo_name (str, optional): Its name in the ledger. (default: :obj:`None`)
+        pre_aggregate (bool, optional): Exchange partial sums on a minimum
+            vertex cover instead of halo rows: ``GINConv`` only (its sum is
+            linear with fixed coefficients); on any other layer
+            :obj:`True` raises. :obj:`None` uses the graph's default, which
+            other layers ignore. (default: :obj:`None`)
     """
 
     pyg_class = MessagePassing
 
     def __new__(cls, conv: MessagePassing | None = None, halo: HaloPolicy | None = None,
-                halo_name: str | None = None) -> Any:
+                halo_name: str | None = None, pre_aggregate: bool | None = None) -> Any:
         if conv is None:  # unpickling and copying make an empty instance first
             return super().__new__(cls)
         if not isinstance(conv, MessagePassing):
@@ -190,10 +197,12 @@ class DistMessagePassing(DistLayer, MessagePassing):
         conv.__class__ = dist_class(base)
         conv.halo = halo if halo is not None else getattr(conv, "halo", None)
         conv.halo_name = halo_name or getattr(conv, "halo_name", None)
+        if pre_aggregate is not None:
+            conv.pre_aggregate = pre_aggregate
         return conv
 
     def __init__(self, conv: MessagePassing | None = None, halo: HaloPolicy | None = None,
-                 halo_name: str | None = None) -> None:
+                 halo_name: str | None = None, pre_aggregate: bool | None = None) -> None:
         """Nothing to do: :meth:`__new__` adopted the initialised layer."""
 
     def __reduce_ex__(self, protocol: Any) -> Any:
@@ -201,8 +210,42 @@ class DistMessagePassing(DistLayer, MessagePassing):
 
     def forward(self, x: Any, edge_index: Adj, *args: Any, **kwargs: Any) -> Any:
         if isinstance(edge_index, DistEdgeIndex):
+            if pre_aggregates(self, edge_index, _linear_reason(self, x, args, kwargs), x):
+                return _gin_pre_aggregated(self, x, edge_index)
             return propagate_with_halo(self, super().forward, x, edge_index, *args, **kwargs)
         return super().forward(x, edge_index, *args, **kwargs)
+
+
+def _linear_reason(layer: Any, x: Any, args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> str | None:
+    """Why the generic path cannot pre-aggregate this call of ``layer``
+    (:obj:`None`: a ``GINConv`` sum over one feature tensor, which can)."""
+    if layer.pyg_class is not GINConv:
+        return (f"the generic path runs {layer.pyg_class.__name__}'s own message function, "
+                f"which partial sums cannot stand for (GINConv's sum, DistGCNConv, "
+                f"DistGCN2Conv and DistSAGEConv with sum or mean can)")
+    if layer.aggr not in ("add", "sum"):
+        return f"aggr={layer.aggr!r} is not a sum"
+    if not isinstance(x, Tensor) or args or any(v is not None for v in kwargs.values()):
+        return "it takes one feature tensor and no size"
+    return None
+
+
+def _gin_pre_aggregated(layer: Any, x: Tensor, edge_index: DistEdgeIndex) -> Tensor:
+    r"""``GINConv`` on the pre-aggregated graph:
+    :math:`\mathrm{nn}((1 + \epsilon)\,\mathbf{x}_i + \sum_j \mathbf{x}_j)`."""
+    check_distributed(layer, x)
+    graph, value = sum_pre_aggregated(edge_index)
+    halo, static = LayerHalo.open(layer, graph, x)
+    fetched = halo.fetch(x, static)
+    if fetched.mask is None:
+        out = spmm(graph.rowptr, graph.col, x, value.to(x.dtype), "sum", x_halo=fetched.rows)
+    else:  # the policy isolated the layer: the plain graph's owned edges
+        rows = owned_only(fetched, edge_index)
+        assert rows.mask is not None, "owned_only masks every halo row"
+        owned, _ = edge_index.restrict(rows.mask)
+        out = spmm(owned.rowptr, owned.col, x, None, "sum", x_halo=rows.rows)
+    return layer.nn(out + (1 + layer.eps) * x)
 
 
 def propagate_with_halo(layer: Any, forward: Callable[..., Any], x: Any,

@@ -10,9 +10,15 @@ from torch.nn.parameter import UninitializedParameter
 from torch_geometric.nn import SAGEConv
 
 from pyg_dist.data import Adj, DistEdgeIndex
-from pyg_dist.halo import HaloPolicy, LayerHalo
+from pyg_dist.halo import HaloPolicy, HaloRows, LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.generic import propagate_with_halo
+from pyg_dist.nn.preaggregate import (
+    owned_only,
+    pre_aggregates,
+    sum_pre_aggregated,
+    weights_reason,
+)
 from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import spmm
 from pyg_dist.ops.csr import csr_row
@@ -64,6 +70,11 @@ class DistSAGEConv(DistLayer, SAGEConv):
         bias (bool, optional): Learn an additive bias. (default: :obj:`True`)
         halo (optional): Halo policy of this layer; :obj:`None` uses the graph's
             default. (default: :obj:`None`)
+        pre_aggregate (bool, optional): Exchange partial sums on a minimum
+            vertex cover instead of halo rows (exact, fewer rows; needs
+            ``aggr`` ``"mean"``, ``"sum"`` or ``"add"`` and edge weights
+            without grad); :obj:`None` uses the graph's default.
+            (default: :obj:`None`)
         **kwargs (optional): Arguments of :class:`~torch_geometric.nn.conv.MessagePassing`.
 
     Shapes:
@@ -85,11 +96,13 @@ class DistSAGEConv(DistLayer, SAGEConv):
         project: bool = False,
         bias: bool = True,
         halo: HaloPolicy | None = None,
+        pre_aggregate: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(in_channels, out_channels, aggr=aggr, normalize=normalize,
                          root_weight=root_weight, project=project, bias=bias, **kwargs)
         self.halo = halo
+        self.pre_aggregate = pre_aggregate
 
     def forward(self, x: Any, edge_index: Adj, size: Any = None,  # type: ignore[override]
                 edge_weight: Tensor | None = None) -> Tensor:
@@ -104,6 +117,7 @@ class DistSAGEConv(DistLayer, SAGEConv):
             return super().forward(x, edge_index, size)
         if fast:
             return self.dist_forward(x, edge_index, edge_weight)
+        pre_aggregates(self, edge_index, f"aggr={self.aggr!r} is not a sum or a mean")
         return propagate_with_halo(self, super().forward, x, edge_index, size=size)
 
     def dist_forward(self, x: Tensor, edge_index: DistEdgeIndex,
@@ -114,6 +128,10 @@ class DistSAGEConv(DistLayer, SAGEConv):
         check_distributed(self, x, FAST_AGGRS)
         x_src = self.lin(x).relu() if self.project else x
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
+        reason = ("aggr='max' is not a sum or a mean" if reduce == "max"
+                  else weights_reason(edge_weight))
+        if pre_aggregates(self, edge_index, reason, x_src):
+            edge_index = sum_pre_aggregated(edge_index, reduce, edge_weight)[0]
         halo, static = LayerHalo.open(self, edge_index, x_src, self.out_channels)
         # mean/sum commute with the transform: the narrower side travels, unless
         # the input is static (its halo is cached).
@@ -135,7 +153,18 @@ class DistSAGEConv(DistLayer, SAGEConv):
 
 def _aggregate(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo, reduce: str,
                static: bool, edge_weight: Tensor | None = None) -> Tensor:
-    rows, rowptr, col, value = _gather(h, edge_index, halo, static, edge_weight)
+    if edge_index.base is not edge_index:
+        fetched = halo.fetch(h, static)
+        if fetched.mask is None:
+            coefficients = sum_pre_aggregated(edge_index.base, reduce, edge_weight)[1]
+            return spmm(edge_index.rowptr, edge_index.col, h, coefficients.to(h.dtype), "sum",
+                        x_halo=fetched.rows)
+        # the policy isolated the layer: the plain graph's owned edges
+        edge_index = edge_index.base
+        rows, rowptr, col, value = _local(owned_only(fetched, edge_index), edge_index,
+                                          edge_weight)
+    else:
+        rows, rowptr, col, value = _gather(h, edge_index, halo, static, edge_weight)
     if value is None:
         return spmm(rowptr, col, h, None, reduce, x_halo=rows)
     if reduce == "mean":  # the weighted mean: each row's weights sum to 1
@@ -150,7 +179,13 @@ def _gather(h: Tensor, edge_index: DistEdgeIndex, halo: LayerHalo, static: bool,
             edge_weight: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """The halo rows of ``h``, the local CSR over the rows present and the
     weights of its edges: one graph break under :func:`torch.compile`."""
-    fetched = halo.fetch(h, static)
+    return _local(halo.fetch(h, static), edge_index, edge_weight)
+
+
+def _local(fetched: HaloRows, edge_index: DistEdgeIndex, edge_weight: Tensor | None
+           ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """The halo rows fetched, the local CSR over the rows present and the
+    weights of its edges."""
     if fetched.mask is None:
         return fetched.rows, edge_index.rowptr, edge_index.col, edge_weight
     graph, keep = edge_index.restrict(fetched.mask)

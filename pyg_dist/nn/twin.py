@@ -16,8 +16,10 @@ class DistLayer:
     A Dist layer *is* its PyG class on a plain ``edge_index``; on a
     :class:`~pyg_dist.DistEdgeIndex` it runs distributed. It adds two
     attributes, ``halo`` (the layer's :class:`~pyg_dist.halo.HaloPolicy`;
-    :obj:`None` uses the graph's default) and ``halo_name`` (its name in the
-    ledger; :obj:`None` numbers layers in order of first use).
+    :obj:`None` uses the graph's default), ``halo_name`` (its name in the
+    ledger; :obj:`None` numbers layers in order of first use) and
+    ``pre_aggregate`` (exchange partial sums on a minimum vertex cover where
+    the aggregation allows; :obj:`None` uses the graph's default).
 
     :func:`torch.jit.script` compiles the single-process path only: it
     scripts the PyG class, sharing this layer's parameters and buffers.
@@ -27,6 +29,7 @@ class DistLayer:
     pyg_class: ClassVar[Any]
     halo: HaloPolicy | None = None
     halo_name: str | None = None
+    pre_aggregate: bool | None = None
 
     def __prepare_scriptable__(self) -> Any:
         twin = self.pyg_class.__new__(self.pyg_class)
@@ -35,4 +38,5 @@ class DistLayer:
         return twin
 
     def __repr__(self) -> str:
-        return super().__repr__()[:-1] + halo_repr(self.halo) + ")"  # type: ignore[misc]
+        extra = "" if self.pre_aggregate is None else f", pre_aggregate={self.pre_aggregate}"
+        return super().__repr__()[:-1] + halo_repr(self.halo) + extra + ")"  # type: ignore[misc]

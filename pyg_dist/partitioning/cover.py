@@ -18,11 +18,12 @@ that of a maximum matching, from which it is built:
 where :math:`Z` holds the vertices reached by alternating paths (free edges
 from left to right, matched edges back) from the unmatched left vertices.
 
-This module builds the static plan only, and counts the rows, so that
-``benchmarks/preaggregate.py`` can measure whether wiring it into the halo
-exchange pays. The exchange does not use it yet (later work): a sender must then hold the cut
-edges it sums over (today an edge lives only with its target's owner), and the
-backward pass must send gradients along the same cover.
+This module builds the whole graph's plan (:func:`vertex_cover_plan`, which
+``benchmarks/preaggregate.py`` counts) and the cover of one pair
+(:func:`min_cover`). The exchange uses the latter: each receiver covers its
+pairs itself, every in-edge being local to its target's owner, and tells
+the senders what to sum (:mod:`pyg_dist.halo.cover`,
+:meth:`pyg_dist.DistEdgeIndex.pre_aggregated`).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from torch import Tensor
 
 from pyg_dist.partitioning.arrays import chunks, small_int_dtype
 
-__all__ = ["CoverPlan", "vertex_cover_plan"]
+__all__ = ["CoverPlan", "vertex_cover_plan", "min_cover"]
 
 
 @dataclass
@@ -109,7 +110,7 @@ def vertex_cover_plan(edge_index: Tensor, parts: Tensor, num_parts: int) -> Cove
         if lo == hi:
             continue
         p, q = divmod(pair, num_parts)
-        left, right, covered_left, covered_right = _min_cover(src[lo:hi], dst[lo:hi])
+        left, right, covered_left, covered_right = min_cover(src[lo:hi], dst[lo:hi])
         sources[p][q] = torch.from_numpy(left[covered_left])
         targets[p][q] = torch.from_numpy(right[covered_right])
         rows_today[p, q] = left.size
@@ -129,11 +130,16 @@ def _cut_edges(edge_index: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, n
     return key // num_nodes, key % num_nodes
 
 
-def _min_cover(src: np.ndarray, dst: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def min_cover(src: np.ndarray, dst: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A minimum vertex cover of the bipartite graph of the distinct edges
     ``src -> dst``: the left (sources) and right (targets) ids, ascending, and
-    a mask of each side's covered vertices."""
+    a mask of each side's covered vertices.
+
+    Args:
+        src (numpy.ndarray): ``[E]`` int64 source of each edge.
+        dst (numpy.ndarray): ``[E]`` int64 target of each edge.
+    """
     left, row = np.unique(src, return_inverse=True)
     right, col = np.unique(dst, return_inverse=True)
     num_left, num_right = left.size, right.size

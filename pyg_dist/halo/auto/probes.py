@@ -78,7 +78,7 @@ def probe_link(ctx: FetchContext, width: int) -> tuple[float, float]:
     wide = max(2, int(min(width, PROBE_BYTES / (4 * max(rows, 1.0)))))
     seconds = []
     for columns in (1, wide):
-        payload = torch.ones(plan.num_send, columns, device=plan.send_idx.device)  # no RNG drawn
+        payload = torch.ones(plan.num_send, columns, device=plan.device)  # no RNG drawn
         best = math.inf
         for _ in range(2):
             distributed.barrier(channel.group)
