@@ -10,9 +10,12 @@ state restored) and measures, reduced over the ranks:
   for halo rows and for the gradient all-reduce;
 * **the link**: latency :math:`\alpha` and bandwidth :math:`\beta`, from
   timed exchanges along the halo plan (:func:`~pyg_dist.halo.auto.probes.probe_link`);
-* **the traffic**: each layer's exchanged width (from the bytes it booked),
-  which layers fetched a static input once, the halo rows (the busiest
-  rank's, and the sums over ranks) and the gradients' bytes.
+* **the traffic**: each layer's exchanged rows and width (from what it
+  booked: a :class:`Traffic` each), which layers fetched a static input once,
+  and the gradients' bytes;
+* **the cover**: the same steps again with the graph pre-aggregated on a
+  minimum vertex cover (:meth:`~pyg_dist.DistEdgeIndex.pre_aggregated`),
+  where a layer can: its rows, its compute and its one setup exchange.
 
 :func:`predict` is pure arithmetic on a :class:`Probe`. Per layer exchanging
 rows of width :math:`F` under compression :math:`c`, one step's exchanges
@@ -36,7 +39,10 @@ with :math:`G = 2(P-1)(\alpha + g / (P \beta))` the ring all-reduce of
 and a static input's one fetch spread over the epochs. Bytes (all ranks,
 training traffic) count what the ledger will book: rows and gradients per
 refresh (every step, or ``ceil(E / k)`` times under ``stale:k``), the static
-inputs' rows once, the gradients every step.
+inputs' rows once, the gradients every step. Every exact-spelled option (not
+``sampled`` or ``isolated``) is also predicted pre-aggregated, with the
+cover's rows, compute and setup, unless the cover saves under
+:data:`MIN_COVER_SAVING` of the rows.
 
 Each strategy carries the accuracy risk it takes (:data:`RISKS`, in order):
 ``exact`` (the same steps as single-process training), ``compressed`` (lossy
@@ -66,12 +72,14 @@ from pyg_dist.halo import Exact
 from pyg_dist.halo.auto import probes
 from pyg_dist.halo.auto.cost import row_bytes
 from pyg_dist.halo.cache import HaloCache
+from pyg_dist.halo.cover import COVER
 from pyg_dist.halo.layer import InputTracker
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.policy import FetchContext
 from pyg_dist.metrics import evaluate
 
-__all__ = ["RISKS", "Probe", "Candidate", "Plan", "probe", "predict", "choose", "plan"]
+__all__ = ["RISKS", "Traffic", "Probe", "Candidate", "Plan", "probe", "predict", "choose",
+           "plan"]
 
 #: Halo options the planner ranks: (policy spec, risk).
 HALO_OPTIONS = [
@@ -93,9 +101,43 @@ HALO_OPTIONS = [
 GRAD_OPTIONS = [(None, 1.0, "exact"), ("fp16", 0.5, "compressed")]
 #: Two predictions this close (relative) count as equally fast.
 TIE = 0.01
+#: Below this share of rows saved, pre-aggregation is not ranked (its setup
+#: and the senders' sums cost more than the rows save).
+MIN_COVER_SAVING = 0.05
 #: The probe's first step without warm-up effects: step 0 sees every input
 #: for the first time, step 1 fetches the static inputs' halos.
 STEADY = 2
+
+
+@dataclass
+class Traffic:
+    """One layer's halo traffic in the probe: rows of one exchange summed
+    over the ranks (the gradients backward are as many), and the busiest
+    rank's rows moved (sent plus received, both directions).
+
+    Attributes:
+        name: The layer's name in the ledger.
+        width: Width of the rows it exchanges every step (0: none, its input
+            is static).
+        rows: Rows of one exchange every step (all ranks).
+        moved: The busiest rank's rows of one step's exchanges.
+        static_width: Width of its static input, fetched once (0: none).
+        fill_rows: Rows of that one fetch (all ranks).
+        fill_fwd: The busiest rank's rows of that fetch (sent plus received).
+        first_width: Width of the rows it exchanged at the first step,
+            before its input was known static (0: none).
+        first_rows: Rows of that exchange (all ranks).
+    """
+
+    name: str
+    width: int = 0
+    rows: float = 0.0
+    moved: float = 0.0
+    static_width: int = 0
+    fill_rows: float = 0.0
+    fill_fwd: float = 0.0
+    first_width: int = 0
+    first_rows: float = 0.0
 
 
 @dataclass
@@ -107,30 +149,38 @@ class Probe:
         latency: Seconds per exchange :math:`\\alpha`.
         bandwidth: Bytes per second :math:`\\beta`.
         compute: Seconds of a step's compute :math:`C` (slowest rank).
-        layers: ``(name, width)`` of each layer exchanging rows every step.
-        static: ``(name, width, first)`` of each layer fetching a static
-            input once: the input's width, and the width of the rows it
-            exchanged at the first step (before the input was known static).
-        rows: Halo rows: ``moved`` (the busiest rank, both directions),
-            ``fwd`` (the busiest rank, forward), ``sent_fwd`` and ``sent_bwd``
-            (sums over ranks).
+        layers: Each exchanging layer's :class:`Traffic`.
         grad_bytes: Gradient bytes each rank hands the all-reduce per step.
         clusters: Whether the partition has clusters (gradient-only training).
         step_seconds: The slowest rank's median probed step, waits included.
         eval_seconds: The slowest rank's evaluation (an exact forward).
+        cover: The layers' traffic on the graph pre-aggregated on a minimum
+            vertex cover (:obj:`None`: not probed, no layer can).
+        cover_setup: Bytes of the pre-aggregation's one setup exchange (all ranks).
+        cover_compute: :math:`C` with pre-aggregation.
     """
 
     world_size: int
     latency: float
     bandwidth: float
     compute: float
-    layers: list[tuple[str, int]]
-    static: list[tuple[str, int, int]]
-    rows: dict[str, float]
+    layers: list[Traffic]
     grad_bytes: float
     clusters: bool
     step_seconds: float = 0.0
     eval_seconds: float = 0.0
+    cover: list[Traffic] | None = None
+    cover_setup: float = 0.0
+    cover_compute: float = 0.0
+
+    @property
+    def cover_saving(self) -> float:
+        """Share of the rows of one step's exchanges the cover saves (0 when
+        not probed)."""
+        if self.cover is None:
+            return 0.0
+        plain = sum(t.rows for t in self.layers)
+        return 1.0 - sum(t.rows for t in self.cover) / plain if plain else 0.0
 
 
 @dataclass
@@ -208,20 +258,38 @@ def _risk_level(risk: str) -> int:
     return RISKS.index(risk)
 
 
-def _halo_seconds(probe: Probe, spec: str) -> float:
-    """Seconds per step of the halo exchanges under ``spec`` (a static
-    input's one fetch not included)."""
+def _options(spec: str) -> tuple[str, str | None, int, float]:
+    """``(kind, codec, every, fraction)`` of a halo spec of :data:`HALO_OPTIONS`."""
     name, _, rest = spec.partition(",")
     codec = rest.split("=", 1)[1] if rest.startswith("compress=") else None
     kind, _, arg = name.partition(":")
-    if kind == "isolated":
-        return 0.0
-    alpha, beta, moved = probe.latency, probe.bandwidth, probe.rows["moved"]
-    fraction = float(arg) if kind == "sampled" else 1.0
     every = int(arg) if kind == "stale" else 1
-    seconds = sum(2 * alpha + fraction * moved * row_bytes(w, codec) / beta
-                  for _, w in probe.layers) / every
-    return seconds
+    fraction = float(arg) if kind == "sampled" else 1.0
+    return kind, codec, every, fraction
+
+
+def _halo(probe: Probe, layers: list[Traffic], spec: str, epochs: int) -> tuple[float, float]:
+    """Seconds per step and bytes over ``epochs`` (all ranks) of the halo
+    exchanges of ``layers`` under ``spec``; a static input's one fetch and
+    its layer's first exchange spread over the epochs."""
+    kind, codec, every, fraction = _options(spec)
+    if kind == "isolated":
+        return 0.0, 0.0
+    alpha, beta = probe.latency, probe.bandwidth
+    seconds = nbytes = 0.0
+    for t in layers:
+        if t.width:
+            row = row_bytes(t.width, codec)
+            seconds += (2 * alpha + fraction * t.moved * row / beta) / every
+            refreshes = epochs * fraction if kind == "sampled" else math.ceil(epochs / every)
+            nbytes += refreshes * 2 * t.rows * row
+        if t.static_width:  # the first step's rows, then the input's halo once
+            first = row_bytes(t.first_width, codec) if t.first_width else 0
+            fill = row_bytes(t.static_width, codec)
+            nbytes += 2 * t.first_rows * first + t.fill_rows * fill
+            seconds += (3 * alpha + t.fill_fwd * fill / beta
+                        + t.moved * first / beta) / max(epochs, 1)
+    return seconds, nbytes
 
 
 def _grad_seconds(probe: Probe, nbytes: float) -> float:
@@ -233,49 +301,37 @@ def _grad_seconds(probe: Probe, nbytes: float) -> float:
 
 def predict(probe: Probe, epochs: int) -> list[Candidate]:
     """Every strategy's predicted epoch time and bytes over ``epochs``
-    (pure arithmetic; see the module's documentation), fastest first.
+    (pure arithmetic; see the module's documentation), fastest first. With
+    a probed cover, each exact-spelled option also runs pre-aggregated
+    (``GraphParallel(pre_aggregate=True)``), unless the cover saves under
+    :data:`MIN_COVER_SAVING` of the rows.
 
     Args:
         probe (Probe): The measurements.
         epochs (int): The planned epochs :math:`E`.
     """
     out = []
-    rows = probe.rows
-    for spec, halo_risk in HALO_OPTIONS:
-        kind = spec.partition(",")[0].partition(":")[0]
-        codec = spec.split("compress=", 1)[1] if "compress=" in spec else None
-        every = int(spec.partition(",")[0].partition(":")[2] or 1) if kind == "stale" else 1
-        exchanges = _halo_seconds(probe, spec)
-        # a static input: its layer's rows exchanged at the first step, then
-        # the input's halo fetched once
-        static_bytes = sum(rows["sent_fwd"] * row_bytes(w, codec)
-                           + (rows["sent_fwd"] + rows["sent_bwd"]) * row_bytes(first, codec)
-                           for _, w, first in probe.static)
-        static_seconds = sum(3 * probe.latency + rows["fwd"] * row_bytes(w, codec) / probe.bandwidth
-                             + rows["moved"] * row_bytes(first, codec) / probe.bandwidth
-                             for _, w, first in probe.static) / max(epochs, 1)
-        if kind == "isolated":
-            halo_bytes, static_bytes, static_seconds = 0.0, 0.0, 0.0
-        elif kind == "sampled":  # the expected share of the rows
-            fraction = float(spec.partition(",")[0].partition(":")[2])
-            halo_bytes = epochs * fraction * sum(
-                (rows["sent_fwd"] + rows["sent_bwd"]) * row_bytes(w, codec)
-                for _, w in probe.layers)
-        else:
-            refreshes = math.ceil(epochs / every)
-            halo_bytes = refreshes * sum((rows["sent_fwd"] + rows["sent_bwd"]) * row_bytes(w, codec)
-                                         for _, w in probe.layers)
-        compute = (max(probe.compute, exchanges) if kind == "pipelined"
-                   else probe.compute + exchanges)
-        for grad, scale, grad_risk in GRAD_OPTIONS:
-            risk = RISKS[max(_risk_level(halo_risk), _risk_level(grad_risk))]
-            grad_bytes = probe.grad_bytes * scale
-            seconds = compute + static_seconds + _grad_seconds(probe, grad_bytes)
-            total = (halo_bytes + static_bytes
-                     + epochs * probe.world_size * grad_bytes)
-            label = f"graph-parallel {spec}" + (f", grad {grad}" if grad else "")
-            out.append(Candidate(label, GraphParallel(halo=spec), GradSync(grad), risk, seconds,
-                                 int(total), epochs))
+    variants: list[tuple[list[Traffic], float, float, bool]] = [
+        (probe.layers, probe.compute, 0.0, False)]
+    if probe.cover is not None and probe.cover_saving >= MIN_COVER_SAVING:
+        variants.append((probe.cover, probe.cover_compute, probe.cover_setup, True))
+    for layers, compute, setup, covered in variants:
+        for spec, halo_risk in HALO_OPTIONS:
+            kind = _options(spec)[0]
+            if covered and kind in ("sampled", "isolated"):
+                continue  # sampled rows are refused, isolated sends none
+            exchanges, halo_bytes = _halo(probe, layers, spec, epochs)
+            step = max(compute, exchanges) if kind == "pipelined" else compute + exchanges
+            for grad, scale, grad_risk in GRAD_OPTIONS:
+                risk = RISKS[max(_risk_level(halo_risk), _risk_level(grad_risk))]
+                grad_bytes = probe.grad_bytes * scale
+                label = (f"graph-parallel {spec}" + (" pre-aggregated" if covered else "")
+                         + (f", grad {grad}" if grad else ""))
+                out.append(Candidate(label, GraphParallel(halo=spec, pre_aggregate=covered),
+                                     GradSync(grad), risk,
+                                     step + _grad_seconds(probe, grad_bytes),
+                                     int(halo_bytes + setup
+                                         + epochs * probe.world_size * grad_bytes), epochs))
     if probe.clusters:  # approximate whatever the gradients' compression
         for grad, scale, _ in GRAD_OPTIONS:
             grad_bytes = probe.grad_bytes * scale
@@ -307,46 +363,27 @@ def choose(candidates: list[Candidate], accept: str = "exact") -> Candidate:
 
 def probe(model: nn.Module, data: Any, steps: int = 3) -> Probe:
     """Measures what :func:`predict` needs by ``steps`` exact training steps
-    (after one that fills the caches) and timed exchanges; collective. The
-    parameters, the random state, the graph's ledger and its halo state are
-    as they were before.
+    (after the steps that fill the caches) and timed exchanges, and the same
+    pre-aggregated where a layer can; collective. The parameters, the random
+    state, the graph's ledger and its halo state are as they were before.
 
     Args:
         model (torch.nn.Module): The model, called as ``model(data.x, data.edge_index)``.
         data (DistData): This rank's part.
         steps (int, optional): Steps measured. (default: :obj:`3`)
     """
-    from pyg_dist.train import GradientSync, _step
-
     if steps < 1:
         raise ValueError(f"'probe' needs steps >= 1 (got {steps})")
     graph = data.edge_index
     channel, registry = graph.channel, graph.registry
     saved = (channel.ledger, registry.default, registry.fixed, torch.get_rng_state(),
-             copy.deepcopy(registry.dropout))
-    ledger = channel.ledger = Ledger()
+             copy.deepcopy(registry.dropout), graph.pre_aggregate)
     registry.default, registry.fixed = Exact(), False
     try:
-        sync = GradientSync(model, None, ledger)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # steps change nothing
-        walls = []
-        for _ in range(steps + STEADY):
-            start = time.perf_counter()
-            _step(model, data, optimizer, sync)
-            walls.append(time.perf_counter() - start)
-            ledger.next_step()
-        optimizer.zero_grad(set_to_none=True)
-        computes = []
-        for step, wall in enumerate(walls[STEADY:], start=STEADY):
-            totals = ledger.totals(step)
-            computes.append(wall - totals["seconds"] - totals["seconds_grad"])
-        compute, step_seconds = distributed.all_reduce_values(
-            [statistics.median(computes), statistics.median(walls[STEADY:])], "max")
-        layers, static = _widths(ledger, channel)
+        compute, step_seconds, layers, ledger = _probe_steps(model, data, steps)
         ctx = FetchContext(channel, "plan", None, HaloCache(), 0, graph=graph)
-        widest = max([w for _, w in layers] + [w for _, w, _ in static], default=1)
+        widest = max([max(t.width, t.static_width) for t in layers], default=1)
         latency, bandwidth = probes.probe_link(ctx, widest)
-        rows = probes.halo_rows(ctx)
         grad = distributed.all_reduce_values([ledger.totals(STEADY)["bytes_grad"]], "max")[0]
         with torch.no_grad():
             evals = []
@@ -355,40 +392,94 @@ def probe(model: nn.Module, data: Any, steps: int = 3) -> Probe:
                 evaluate(model, data)
                 evals.append(time.perf_counter() - start)
         eval_seconds = distributed.all_reduce_values([evals[-1]], "max")[0]
+        cover, setup, cover_compute = None, 0.0, 0.0
+        if layers:  # the same steps pre-aggregated, where a layer can
+            _reset(registry)
+            graph.pre_aggregate = True
+            cover_compute, _, cover, cover_ledger = _probe_steps(model, data, steps)
+            setup = distributed.all_reduce_values(
+                [float(sum(e.bytes_sent for (_, name, d), e in cover_ledger.entries.items()
+                           if name == COVER))], "sum")[0]
     finally:
         channel.ledger, registry.default, registry.fixed = saved[:3]
         torch.set_rng_state(saved[3])
         registry.dropout = saved[4]
-        registry.layers.clear()
-        registry.tracker = InputTracker()
+        graph.pre_aggregate = saved[5]
+        _reset(registry)
+        for key in [k for k in graph._cache if isinstance(k, tuple) and k[:1] == (
+                "pre_aggregated",)]:
+            del graph._cache[key]  # a run sets its graph up as without the probe
     return Probe(distributed.world_size(), latency, bandwidth, max(compute, 1e-6), layers,
-                 static, rows, grad, data.meta.clusters_per_part > 1, step_seconds,
-                 eval_seconds)
+                 grad, data.meta.clusters_per_part > 1, step_seconds, eval_seconds,
+                 cover, setup, max(cover_compute, 1e-6))
 
 
-def _widths(ledger: Ledger, channel: Any
-            ) -> tuple[list[tuple[str, int]], list[tuple[str, int, int]]]:
-    """Each exchanging layer's width (from the bytes booked at step 2, over
-    all ranks) and each static input's width (its fill at step 1) with the
-    width its layer exchanged at step 0, before the input was known static."""
+def _reset(registry: Any) -> None:
+    registry.layers.clear()
+    registry.tracker = InputTracker()
+
+
+def _probe_steps(model: nn.Module, data: Any, steps: int
+                 ) -> tuple[float, float, list[Traffic], Ledger]:
+    """``steps`` measured training steps after :data:`STEADY` warm ones on a
+    fresh ledger: the compute and the step (slowest rank), each layer's
+    traffic and the ledger."""
+    from pyg_dist.train import GradientSync, _step
+
+    channel = data.edge_index.channel
+    ledger = channel.ledger = Ledger()
+    sync = GradientSync(model, None, ledger)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # steps change nothing
+    walls = []
+    for _ in range(steps + STEADY):
+        start = time.perf_counter()
+        _step(model, data, optimizer, sync)
+        walls.append(time.perf_counter() - start)
+        ledger.next_step()
+    optimizer.zero_grad(set_to_none=True)
+    computes = []
+    for step, wall in enumerate(walls[STEADY:], start=STEADY):
+        totals = ledger.totals(step)
+        computes.append(wall - totals["seconds"] - totals["seconds_grad"])
+    compute, step_seconds = distributed.all_reduce_values(
+        [statistics.median(computes), statistics.median(walls[STEADY:])], "max")
+    return compute, step_seconds, _traffic(ledger), ledger
+
+
+def _traffic(ledger: Ledger) -> list[Traffic]:
+    """Each layer's :class:`Traffic` from the probe's ledger: step 0 (the
+    first exchange), step 1 (static inputs' halos fetched) and step
+    :data:`STEADY` (every later step), reduced over the ranks."""
     names = sorted({layer for (s, layer, d) in ledger.entries
-                    if d == "fwd" and s <= STEADY and not layer.endswith("degree")})
-    values = [float(channel.plan.num_send)]
-    for name in names:
-        for step in range(STEADY + 1):
-            entry = ledger.entries.get((step, name, "fwd"))
-            values.append(float(entry.bytes_sent) if entry is not None else 0.0)
-    totals = distributed.all_reduce_values(values, "sum")
-    sent, layers, static = totals[0], [], []
-    if sent <= 0:  # no rank has halo rows: nothing is ever exchanged
-        return [], []
+                    if d == "fwd" and s <= STEADY and layer != COVER
+                    and not layer.endswith("degree")})
+    entries = [[ledger.entries.get((step, name, "fwd")) for step in range(STEADY + 1)]
+               for name in names]
+    sums = distributed.all_reduce_values(
+        [float(e.rows_sent + e.partial_sums_sent) if e is not None else 0.0
+         for row in entries for e in row]
+        + [float(e.bytes_sent) if e is not None else 0.0 for row in entries for e in row],
+        "sum") if names else []
+    count = len(names) * (STEADY + 1)
+    rows_all, bytes_all = sums[:count], sums[count:]
+    widths = [round(b / (4 * r)) if r else 0 for b, r in zip(bytes_all, rows_all)]
+    # the busiest rank's rows sent plus received, per exchange
+    tops = distributed.all_reduce_values(
+        [float(e.rows_sent + e.partial_sums_sent) + e.bytes_recv / (4 * w)
+         if e is not None and w else 0.0
+         for e, w in zip([e for row in entries for e in row], widths)], "max") if names else []
+    out = []
+    n = STEADY + 1
     for i, name in enumerate(names):
-        first, fill, steady = totals[1 + 3 * i : 4 + 3 * i]
-        if steady > 0:
-            layers.append((name, round(steady / (4 * sent))))
-        elif fill > 0:
-            static.append((name, round(fill / (4 * sent)), round(first / (4 * sent))))
-    return layers, static
+        rows, width, moved = (rows_all[n * i : n * i + n], widths[n * i : n * i + n],
+                              tops[n * i : n * i + n])
+        if rows[STEADY] > 0:
+            out.append(Traffic(name, width[STEADY], rows[STEADY], 2 * moved[STEADY]))
+        elif rows[1] > 0:  # a static input: its halo fetched at step 1, then reused
+            out.append(Traffic(name, static_width=width[1], fill_rows=rows[1],
+                               fill_fwd=moved[1], first_width=width[0], first_rows=rows[0],
+                               moved=2 * moved[0]))
+    return out
 
 
 def plan(model: nn.Module, data: Any, epochs: int, accept: str = "exact",

@@ -18,7 +18,8 @@ CHECKED = ["graph-parallel exact", "graph-parallel exact, grad fp16",
            "graph-parallel exact,compress=int8", "graph-parallel exact,compress=int4",
            "graph-parallel stale:4,compress=int8", "graph-parallel stale:2",
            "graph-parallel pipelined,compress=int8", "graph-parallel isolated",
-           "gradient-only"]
+           "gradient-only", "graph-parallel exact pre-aggregated",
+           "graph-parallel stale:4,compress=int8 pre-aggregated, grad fp16"]
 
 
 def _model(data):
@@ -87,8 +88,14 @@ def test_predicted_bytes_equal_the_ledger_and_auto_trains_its_choice(tmp_path):
     # layer 0 aggregates its static input (12 wide) once fetched, after
     # exchanging its transformed rows (8) at the first step; layer 1
     # exchanges the narrower of 8 and 4
-    assert [(w, first) for _, w, first in probe.static] == [(12, 8)]
-    assert [w for _, w in probe.layers] == [4]
+    first, second = probe.layers
+    assert (first.width, first.static_width, first.first_width) == (0, 12, 8)
+    assert (second.width, second.static_width) == (4, 0)
+    assert second.rows == first.first_rows == first.fill_rows > 0
+    # on a minimum vertex cover layer 1 sends fewer rows (partial sums
+    # included); layer 0's input, dropped out, keeps its cached rows
+    assert probe.cover is not None and probe.cover_setup > 0
+    assert probe.cover[1].rows < second.rows and probe.cover_saving > planner.MIN_COVER_SAVING
     for label, (predicted, booked) in out["measured"].items():
         assert predicted == booked, label
     auto, chosen = out["runs"]["auto"], out["runs"]["chosen"]
@@ -104,8 +111,10 @@ def test_predicted_bytes_equal_the_ledger_and_auto_trains_its_choice(tmp_path):
 
 def _probe(**overrides):
     values = {"world_size": 4, "latency": 1e-4, "bandwidth": 1e8, "compute": 0.1,
-              "layers": [("convs.1", 40)], "static": [("convs.0", 128, 128)],
-              "rows": {"moved": 4e4, "fwd": 2e4, "sent_fwd": 6e4, "sent_bwd": 6e4},
+              "layers": [planner.Traffic("convs.0", static_width=128, fill_rows=6e4,
+                                         fill_fwd=2e4, first_width=128, first_rows=6e4,
+                                         moved=4e4),
+                         planner.Traffic("convs.1", 40, 6e4, 4e4)],
               "grad_bytes": 1e5, "clusters": True}
     return planner.Probe(**{**values, **overrides})
 
