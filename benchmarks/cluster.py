@@ -56,6 +56,7 @@ POLICIES = [
     ("exact, no input cache", "exact", None, False),
     ("exact", "exact", None, True),
     ("exact + int8", "exact", "int8", True),
+    ("exact, pre-aggregated", "exact", None, True),
     ("stale:4 + int8", "stale:4", "int8", True),
     ("pipelined", "pipelined", None, True),
     ("pipelined + int8", "pipelined", "int8", True),
@@ -76,6 +77,7 @@ PLANNED = "planned:stale"
 PLANNER_LABELS = {
     "exact": "graph-parallel exact",
     "exact + int8": "graph-parallel exact,compress=int8",
+    "exact, pre-aggregated": "graph-parallel exact pre-aggregated",
     "stale:4 + int8": "graph-parallel stale:4,compress=int8",
     "pipelined": "graph-parallel pipelined",
     "pipelined + int8": "graph-parallel pipelined,compress=int8",
@@ -109,7 +111,8 @@ def worker(args):
         for label, spec, compress, cache in (chosen if seed % 2 == 0 else chosen[::-1]):
             folder = args.clusters_dir if label == GRADIENT_ONLY else args.parts_dir
             strategy = (GradientOnly() if label == GRADIENT_ONLY
-                        else Planned(accept="stale") if label == PLANNED else GraphParallel())
+                        else Planned(accept="stale") if label == PLANNED
+                        else GraphParallel(pre_aggregate=label.endswith("pre-aggregated")))
             data = pyg_dist.DistData.load(folder, halo=parse_policy(spec, compress, cache))
             result = run_policy(data, args, seed, strategy, Evaluation(every=args.eval_every))
             summary = result.summary()
@@ -342,7 +345,8 @@ def table(dataset, hosts, link, rows, extra=None, plan=None):
 def _plan_verdict(lines, plan):
     """The planner's choice at each risk against the fastest row measured at
     that risk, and how far its predictions are from the measured epochs."""
-    risks = {"exact": "exact", "exact + int8": "compressed", "stale:4 + int8": "stale",
+    risks = {"exact": "exact", "exact, pre-aggregated": "exact", "exact + int8": "compressed",
+             "stale:4 + int8": "stale",
              "pipelined": "stale", "pipelined + int8": "stale", "sampled:0.1": "approximate",
              "isolated": "approximate", "gradient-only": "approximate"}
     by_planner = {PLANNER_LABELS[x["policy"]]: x for x in lines if x["policy"] in PLANNER_LABELS}
