@@ -311,7 +311,7 @@ class LayerPipeline(Options):
         _choice(type(self), "initial_rows", self.initial_rows, INITIAL_ROWS)
 
 
-#: Accuracy risks :class:`Planned` may accept, from none to the most.
+#: Accuracy risks :class:`~pyg_dist.config.Planned` may accept, from none to the most.
 RISKS = ("exact", "compressed", "stale", "approximate")
 
 

@@ -9,7 +9,7 @@ state restored) and measures, reduced over the ranks:
 * **compute** :math:`C`: the slowest rank's median step, less what it waited
   for halo rows and for the gradient all-reduce;
 * **the link**: latency :math:`\alpha` and bandwidth :math:`\beta`, from
-  timed exchanges along the halo plan (:func:`~pyg_dist.halo.auto.probes.probe_link`);
+  timed exchanges along the halo plan (as :class:`~pyg_dist.halo.Auto` measures it);
 * **the traffic**: each layer's exchanged rows and width (from what it
   booked: a :class:`Traffic` each), which layers fetched a static input once,
   and the gradients' bytes;
@@ -23,16 +23,16 @@ rows of width :math:`F` under compression :math:`c`, one step's exchanges
 :math:`\tau = 2\alpha + R\,b(F, c)/\beta` (:math:`R`: rows the busiest rank
 sends and receives, :math:`b`: bytes per row), and
 
-==========================  ================================================
-strategy                    seconds per epoch
-==========================  ================================================
-``exact`` (+ compression)   :math:`C + \sum_l \tau_l + G`
-``stale:k``                 :math:`C + \sum_l \tau_l / k + G`
-``pipelined``               :math:`\max(C, \sum_l \tau_l) + G` (hidden
-                            behind the next step's compute)
-``sampled:q``               :math:`C + \sum_l (2\alpha + q R b / \beta) + G`
-``isolated``, gradient-only :math:`C + G`
-==========================  ================================================
+=============================  =============================================
+strategy                       seconds per training step
+=============================  =============================================
+``exact`` (+ compression)      :math:`C + \sum_l \tau_l + G`
+``stale:k``                    :math:`C + \sum_l \tau_l / k + G`
+``pipelined``                  :math:`\max(C, \sum_l \tau_l) + G` (hidden
+                               behind the next step's compute)
+``sampled:q``                  :math:`C + \sum_l (2\alpha + q R b / \beta) + G`
+``isolated``, gradient-only    :math:`C + G`
+=============================  =============================================
 
 with :math:`G = 2(P-1)(\alpha + g / (P \beta))` the ring all-reduce of
 :math:`g` gradient bytes per rank over :math:`P` ranks (halved with fp16),
@@ -78,8 +78,8 @@ from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.policy import FetchContext
 from pyg_dist.metrics import evaluate
 
-__all__ = ["RISKS", "Traffic", "Probe", "Candidate", "Plan", "probe", "predict", "choose",
-           "plan"]
+__all__ = ["RISKS", "TIE", "MIN_COVER_SAVING", "Traffic", "Probe", "Candidate", "Plan", "probe",
+           "predict", "choose", "plan"]
 
 #: Halo options the planner ranks: (policy spec, risk).
 HALO_OPTIONS = [
