@@ -22,9 +22,9 @@ CHECKED = ["graph-parallel exact", "graph-parallel exact, grad fp16",
            "graph-parallel stale:4,compress=int8 pre-aggregated, grad fp16"]
 
 
-def _model(data):
+def _model(data, hidden=8):
     torch.manual_seed(0)
-    return GNN("gcn", data.x.size(1), 8, data.meta.num_classes, dropout=0.5)
+    return GNN("gcn", data.x.size(1), hidden, data.meta.num_classes, dropout=0.5)
 
 
 def _trained_bytes(result):
@@ -50,6 +50,15 @@ def plan_and_train(parts):
                        grad_sync=candidate.grad_sync, evaluation=Evaluation(every=EPOCHS),
                        progress=False)
         measured[label] = (candidate.bytes, _trained_bytes(result))
+    # a layer at least as wide as its input exchanges the input itself at the
+    # first step, with no gradient back
+    data = pyg_dist.DistData.load(parts)
+    wide = planner.predict(planner.probe(_model(data, 16), data), EPOCHS)
+    exact = next(c for c in wide if c.label == "graph-parallel exact")
+    data = pyg_dist.DistData.load(parts)
+    result = train(_model(data, 16), data, EPOCHS, evaluation=Evaluation(every=EPOCHS),
+                   progress=False)
+    measured["wide exact"] = (exact.bytes, _trained_bytes(result))
     # "auto" trains exactly as the strategy it chose, given by hand
     runs = {}
     for name in ("auto", "chosen"):
@@ -91,7 +100,7 @@ def test_predicted_bytes_equal_the_ledger_and_auto_trains_its_choice(tmp_path):
     first, second = probe.layers
     assert (first.width, first.static_width, first.first_width) == (0, 12, 8)
     assert (second.width, second.static_width) == (4, 0)
-    assert second.rows == first.first_rows == first.fill_rows > 0
+    assert 2 * second.rows == first.first_rows == 2 * first.fill_rows > 0  # fwd and bwd
     # on a minimum vertex cover layer 1 sends fewer rows (partial sums
     # included); layer 0's input, dropped out, keeps its cached rows
     assert probe.cover is not None and probe.cover_setup > 0
