@@ -412,10 +412,10 @@ def probe(model: nn.Module, data: Any, steps: int = 3) -> Probe:
             _reset(registry)
             graph.pre_aggregate = True
             cover_waited, _, cover, cover_ledger = _probe_steps(model, data, steps)
-            # the senders' sums and the smaller aggregation: the difference the
-            # waits-less step shows (its bias, waits that are not the link's,
-            # the same on both graphs)
-            cover_compute = compute + cover_waited - waited
+            # the senders' sums: what the waits-less step adds (its bias, waits
+            # that are not the link's, the same on both graphs); never less,
+            # since on small graphs the difference is noise
+            cover_compute = compute + max(0.0, cover_waited - waited)
             setup = distributed.all_reduce_values(
                 [float(sum(e.bytes_sent for (_, name, d), e in cover_ledger.entries.items()
                            if name == COVER))], "sum")[0]
