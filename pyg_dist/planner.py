@@ -69,6 +69,7 @@ from torch import nn
 
 from pyg_dist import distributed
 from pyg_dist.config import RISKS, GradientOnly, GradSync, GraphParallel
+from pyg_dist.grads import GradientSync
 from pyg_dist.halo import Exact, Isolated
 from pyg_dist.halo.auto import probes
 from pyg_dist.halo.auto.cost import row_bytes
@@ -77,7 +78,7 @@ from pyg_dist.halo.cover import COVER
 from pyg_dist.halo.layer import InputTracker
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.policy import FetchContext
-from pyg_dist.metrics import evaluate
+from pyg_dist.metrics import evaluate, global_loss
 
 __all__ = ["RISKS", "TIE", "MIN_COVER_SAVING", "PIPELINED_HIDDEN", "Traffic", "Probe",
            "Candidate", "Plan", "probe", "predict", "choose", "plan"]
@@ -443,8 +444,6 @@ def _probe_steps(model: nn.Module, data: Any, steps: int
     """``steps`` measured training steps after :data:`STEADY` warm ones on a
     fresh ledger: the compute and the step (slowest rank), each layer's
     traffic and the ledger."""
-    from pyg_dist.train import GradientSync, _step
-
     channel = data.edge_index.channel
     ledger = channel.ledger = Ledger()
     sync = GradientSync(model, None, ledger)
@@ -452,7 +451,7 @@ def _probe_steps(model: nn.Module, data: Any, steps: int
     walls = []
     for _ in range(steps + STEADY):
         start = time.perf_counter()
-        _step(model, data, optimizer, sync)
+        _train_step(model, data, optimizer, sync)
         walls.append(time.perf_counter() - start)
         ledger.next_step()
     optimizer.zero_grad(set_to_none=True)
@@ -463,6 +462,18 @@ def _probe_steps(model: nn.Module, data: Any, steps: int
     compute, step_seconds = distributed.all_reduce_values(
         [statistics.median(computes), statistics.median(walls[STEADY:])], "max")
     return compute, step_seconds, _traffic(ledger), ledger
+
+
+def _train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
+                sync: GradientSync) -> None:
+    """One training step as :func:`~pyg_dist.train.train` takes it: the
+    global loss, gradients summed over the ranks, the optimizer's step."""
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    out = sync(data.x, data.edge_index)
+    loss, _ = global_loss(out, data.y, data.train_mask)
+    sync.backward(loss)
+    optimizer.step()
 
 
 def _traffic(ledger: Ledger) -> list[Traffic]:
