@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.optim import lr_scheduler
 
-from pyg_dist import distributed
+from pyg_dist import distributed, planner
 from pyg_dist.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from pyg_dist.config import (
     Adam,
@@ -452,8 +452,6 @@ def _planned(model: nn.Module, data: Any, strategy: Any, grad_sync: GradSync,
         return None, strategy, grad_sync
     if not hasattr(getattr(data, "edge_index", None), "channel"):
         return None, GraphParallel(), grad_sync  # one process: nothing to choose
-    from pyg_dist import planner
-
     chosen = planner.plan(model, data, epochs, strategy.accept, strategy.probe_steps,
                           eval_every)
     if grad_sync == GradSync():

@@ -17,7 +17,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
 
 import pyg_dist
-from pyg_dist import distributed, env, pipeline
+from pyg_dist import distributed, env, pipeline, planner
 from pyg_dist.cli.commands import meta_summary, partition_graph
 from pyg_dist.cli.job import DEFAULT_PARTS, Job
 from pyg_dist.config import GradientOnly, LayerPipeline, Planned, as_policy
@@ -208,8 +208,6 @@ def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
     """What each rank of ``pyg-dist plan`` runs: the probe on its part and
     the predictions; rank 0 prints one JSON row per strategy (fastest
     first) and returns the choice."""
-    from pyg_dist import planner
-
     strategy = job.strategy if isinstance(job.strategy, Planned) else Planned()
     if isinstance(job.strategy, LayerPipeline):
         raise SystemExit("'pyg-dist plan' ranks graph-parallel and gradient-only training; "
