@@ -3,6 +3,7 @@
 ::
 
     pyg-dist partition --dataset cora --root data --parts 4 --out parts/
+    pyg-dist convert --dataset ogbn-products --root ogb --out products/
     pyg-dist train --dataset cora --root data --parts 4 --model gcn
     pyg-dist train --dataset cora --root data --halo stale:4,compress=int8
     pyg-dist train --model gcn2 --layers 16 --strategy layer-pipeline --stages 2 --chunks 4
@@ -31,7 +32,12 @@ import sys
 from typing import Any
 
 from pyg_dist.cli.args import add_fields, given
-from pyg_dist.cli.commands import check_command, layouts_command, partition_command
+from pyg_dist.cli.commands import (
+    check_command,
+    convert_command,
+    layouts_command,
+    partition_command,
+)
 from pyg_dist.cli.job import RECIPES, Graph, Job, Model, Run, resolve
 from pyg_dist.cli.run import plan_rank, train_command
 from pyg_dist.config import (
@@ -71,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also cut M clusters per part, for gradient-only training")
     part.add_argument("--out", required=True, help="folder to write")
     part.add_argument("--overwrite", action="store_true")
+
+    convert = sub.add_parser("convert", help="write a dataset as a graph folder: .npy files "
+                                             "every rank memory-maps a slice of")
+    add_fields(convert, Graph, "graph", skip={"parts_dir", "parts", "method"})
+    convert.add_argument("--out", required=True, help="folder to write")
+    convert.add_argument("--overwrite", action="store_true")
 
     _train_parser(sub, "train", "train a GNN on a partitioned graph")
     _train_parser(sub, "plan", "predict every strategy's epoch time and bytes from a short "
@@ -212,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "partition":
         return partition_command(args)
+    if args.command == "convert":
+        return convert_command(args)
     if args.command == "check":
         return check_command(args)
     if args.command == "layouts":

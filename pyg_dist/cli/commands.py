@@ -1,4 +1,4 @@
-"""``pyg-dist partition``, ``layouts`` and ``check``."""
+"""``pyg-dist partition``, ``convert``, ``layouts`` and ``check``."""
 from __future__ import annotations
 
 import argparse
@@ -10,12 +10,13 @@ from typing import Any
 import pyg_dist
 from pyg_dist.cli.args import given
 from pyg_dist.cli.job import DEFAULT_PARTS, Graph
-from pyg_dist.datasets import load_dataset
+from pyg_dist.datasets import load_dataset, write_graph_folder
+from pyg_dist.datasets.ogb import OGB, convert_ogbn
 from pyg_dist.partitioning import PartitionMeta
 from pyg_dist.pipeline import best_layout, halo_rows, layout_costs
 from pyg_dist.preflight import check_host
 
-__all__ = ["partition_command", "layouts_command", "check_command", "load_graph",
+__all__ = ["partition_command", "convert_command", "layouts_command", "check_command", "load_graph",
            "partition_graph", "meta_summary"]
 
 
@@ -28,6 +29,24 @@ def partition_command(args: argparse.Namespace) -> int:
     meta = partition_graph(graph, Path(args.out), graph.parts or DEFAULT_PARTS, args.clusters,
                            overwrite=args.overwrite)
     print(json.dumps(meta_summary(meta)))
+    return 0
+
+
+def convert_command(args: argparse.Namespace) -> int:
+    """Writes the dataset as a graph folder: OGB's files streamed a chunk at a
+    time, any other dataset through its PyG ``Data``."""
+    graph = _graph(args)
+    if graph.dataset in OGB:
+        if graph.root is None:
+            raise SystemExit(f"pyg-dist convert: --dataset {graph.dataset} needs --root, the "
+                             f"folder OGB downloaded it into")
+        folder = convert_ogbn(graph.dataset, graph.root, args.out, overwrite=args.overwrite)
+    else:
+        folder = write_graph_folder(load_graph(graph), args.out, overwrite=args.overwrite,
+                                    name=graph.dataset)
+    print(json.dumps({"out": str(folder.path), "name": folder.name,
+                      "num_nodes": folder.num_nodes, "num_edges": folder.num_edges,
+                      "node_attrs": folder.node_attrs}))
     return 0
 
 

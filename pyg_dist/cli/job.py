@@ -55,7 +55,8 @@ class Graph(Options):
 
     dataset: str = option("synthetic", ", ".join(DATASETS), choices=tuple(DATASETS),
                           metavar="NAME")
-    root: str | None = option(None, "folder of <root>/Cora/raw/...", type=str, metavar="DIR")
+    root: str | None = option(None, "folder of <root>/Cora/raw or <root>/ogbn_arxiv/raw",
+                                   type=str, metavar="DIR")
     parts: int | None = option(None, "parts = ranks (default: 4 or torchrun's)", type=int,
                                metavar="P")
     method: str = option("metis", "|".join(METHODS), choices=METHODS,

@@ -5,12 +5,13 @@ import os
 from typing import Any
 
 from pyg_dist.datasets.community import PRESETS, community_graph, preset
+from pyg_dist.datasets.ogb import OGB, ogbn
 from pyg_dist.datasets.planetoid import PLANETOID, planetoid
 from pyg_dist.datasets.sbm import synthetic
 
 __all__ = ["load_dataset", "DATASETS"]
 
-DATASETS = ("synthetic", *PRESETS, *PLANETOID)
+DATASETS = ("synthetic", *PRESETS, *PLANETOID, *OGB)
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0,
@@ -22,9 +23,14 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
             model, :func:`synthetic`), :obj:`"synthetic-arxiv"` or
             :obj:`"synthetic-products"` (:func:`community_graph` presets shaped
             like ogbn-arxiv and ogbn-products), or a Planetoid name
-            (:obj:`"cora"`, :obj:`"citeseer"`, :obj:`"pubmed"`) loaded from ``root``.
+            (:obj:`"cora"`, :obj:`"citeseer"`, :obj:`"pubmed"`) loaded from ``root``,
+            or an OGB node-property dataset (:obj:`"ogbn-arxiv"`,
+            :obj:`"ogbn-products"`, :obj:`"ogbn-papers100M"`) read from the
+            folder OGB downloaded into, with its official split
+            (:func:`~pyg_dist.datasets.ogb.ogbn`; nothing is downloaded).
         root (str or os.PathLike, optional): Folder holding Planetoid data as
-            ``root/Cora/raw/...``. (default: :obj:`None`)
+            ``root/Cora/raw/...`` or OGB data as ``root/ogbn_arxiv/raw/...``.
+            (default: :obj:`None`)
         seed (int, optional): Seed of the synthetic graphs. (default: :obj:`0`)
         **kwargs (optional): Parameters of the synthetic graphs (e.g.
             ``num_nodes``, ``avg_degree``); :obj:`None` values keep the default.
@@ -40,4 +46,9 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
                 f"dataset '{name}' needs a root folder holding {PLANETOID[name]}/raw; pass --root"
             )
         return planetoid(name, root)
+    if name in OGB:
+        if root is None:
+            raise ValueError(f"dataset '{name}' needs the folder OGB downloaded it into "
+                             f"(holding {OGB[name].folder}/raw); pass root= (--root)")
+        return ogbn(name, root)
     raise ValueError(f"unknown dataset '{name}'; use one of {', '.join(DATASETS)}")

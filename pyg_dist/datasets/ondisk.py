@@ -53,6 +53,10 @@ class GraphFolder:
     values of a slice (node ids in range, finite features), so that each rank
     checks only what it reads.
 
+    Args:
+        path (pathlib.Path): The folder.
+        info (dict): Its parsed ``graph.json``; :meth:`open` reads and checks it.
+
     Attributes:
         path (pathlib.Path): The folder.
         name (str): The graph's name.
@@ -203,7 +207,8 @@ class GraphFolder:
         for key, array in self._arrays.items():
             if array.ndim == 0 or array.shape[0] != self.num_nodes:
                 raise ValueError(
-                    f"node attribute '{key}' in '{self.path}' has {array.shape[:1]} rows, "
+                    f"node attribute '{key}' in '{self.path}' has "
+                    f"{array.shape[0] if array.ndim else 0} rows, "
                     f"{GRAPH_FILE} says {self.num_nodes} nodes: every node array needs one "
                     f"row per node; convert again"
                 )
@@ -215,8 +220,8 @@ class GraphFolder:
 
 class GraphFolderWriter:
     """Writes a graph folder atomically: arrays go into a temporary sibling
-    folder (filled in chunks through :meth:`array`'s memory maps), and
-    :meth:`commit` writes ``graph.json`` there and renames the folder into
+    folder (filled in chunks through the memory maps that ``array`` returns),
+    and ``commit`` writes ``graph.json`` there and renames the folder into
     place. Used as a context manager, an exception removes what was written.
 
     Args:
