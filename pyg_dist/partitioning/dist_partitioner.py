@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from pyg_dist import distributed
+from pyg_dist.datasets.ondisk import GraphFolder
 from pyg_dist.distributed import Group
 from pyg_dist.partitioning.arrays import CHUNK
 from pyg_dist.partitioning.dist_cut import (
@@ -82,7 +83,7 @@ def partition_distributed(
 
     Args:
         input_dir (str or os.PathLike): A graph folder
-            (:func:`pyg_dist.datasets.ondisk.write_graph_folder`).
+            (:func:`pyg_dist.datasets.write_graph_folder` or ``pyg-dist convert``).
         out_dir (str or os.PathLike): Folder to create.
         method (str, optional): :obj:`"metis-coarse"` (size-capped label
             propagation across the ranks, METIS on the cluster graph on rank 0)
@@ -130,11 +131,9 @@ def _check_method(method: str) -> None:
 
 
 def _open(input_dir: str | os.PathLike, out_dir: Path, overwrite: bool, num_parts: int,
-          group: Group) -> Any:
+          group: Group) -> GraphFolder:
     """The graph folder, opened on every rank; fails together, before any
     work, on an unreadable folder, a taken ``out_dir`` or a bad part count."""
-    from pyg_dist.datasets.ondisk import GraphFolder
-
     graph, error = None, None
     try:
         graph = GraphFolder.open(input_dir)
@@ -154,7 +153,7 @@ def _open(input_dir: str | os.PathLike, out_dir: Path, overwrite: bool, num_part
     return graph
 
 
-def _check_slices(graph: Any, node_span: tuple[int, int], edge_span: tuple[int, int],
+def _check_slices(graph: GraphFolder, node_span: tuple[int, int], edge_span: tuple[int, int],
                   group: Group) -> None:
     """Each rank checks its slice of the edges and block of the nodes; any
     failure fails every rank."""
@@ -179,7 +178,7 @@ def _assign(method: str, src: np.ndarray, dst: np.ndarray, nodes: Blocks, rank: 
     return part
 
 
-def _build(graph: Any, src: np.ndarray, dst: np.ndarray, first_edge: int, part: np.ndarray,
+def _build(graph: GraphFolder, src: np.ndarray, dst: np.ndarray, first_edge: int, part: np.ndarray,
            nodes: Blocks, rank: int, num_parts: int,
            group: Group) -> tuple[dict[str, Any], dict[str, Any]]:
     """This rank's part file content (without the partition id) and its
@@ -229,7 +228,7 @@ def _max_label(y: torch.Tensor | None) -> int | None:
     return int(y.max()) if y.numel() else -1
 
 
-def distributed_fingerprint(graph: Any, edge_span: tuple[int, int],
+def distributed_fingerprint(graph: GraphFolder, edge_span: tuple[int, int],
                             group: Group = None) -> str:
     r"""sha256 of the graph's structure and attribute shapes, the same whatever
     the number of ranks that compute it: ``"N:E"``, then the sha256 of each
@@ -262,7 +261,7 @@ def distributed_fingerprint(graph: Any, edge_span: tuple[int, int],
     return digest.hexdigest()
 
 
-def _meta(graph: Any, stats: dict[str, Any], method: str, seed: int,
+def _meta(graph: GraphFolder, stats: dict[str, Any], method: str, seed: int,
           edge_span: tuple[int, int], group: Group) -> PartitionMeta:
     """The folder's metadata, the same on every rank."""
     fingerprint = distributed_fingerprint(graph, edge_span, group)

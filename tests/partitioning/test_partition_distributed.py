@@ -14,21 +14,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 from graphs import awkward_graph
-from ondisk_standin import install
 from tolerances import assert_close
 from torch_geometric.nn import GCNConv
 
 import pyg_dist
 from pyg_dist import distributed, peers
 from pyg_dist.config import Adam
-from pyg_dist.datasets import community_graph
+from pyg_dist.datasets import community_graph, write_graph_folder
 from pyg_dist.models import GNN
 from pyg_dist.partitioning import PartPlan, read_meta, read_part
 from pyg_dist.partitioning.dist_cut import permutation_cut
 from pyg_dist.train import train
-
-install()
-from pyg_dist.datasets.ondisk import write_graph_folder  # noqa: E402
 
 WORLD = 4
 SEED = 5
@@ -39,22 +35,26 @@ BAD_INPUTS = ("missing-file", "short-x", "negative-id", "id-too-large", "nan-x")
 
 
 def bad_folders(data, root):
-    """One graph folder per kind of bad input, each written from ``data``."""
+    """One graph folder per kind of bad input: ``data``'s folder, then one
+    file broken."""
     folders = {}
     for name in BAD_INPUTS:
         folder = root / name
-        bad = data.clone()
-        if name == "negative-id":
-            bad.edge_index[0, bad.num_edges * 5 // 8] = -1  # in rank 2's slice
-        elif name == "id-too-large":
-            bad.edge_index[1, 3] = bad.num_nodes
-        elif name == "nan-x":
-            bad.x[bad.num_nodes - 2, 1] = float("nan")  # in rank 3's block
-        write_graph_folder(bad, folder)
+        write_graph_folder(data, folder)
+        edges, x = np.load(folder / "edges.npy"), np.load(folder / "x.npy")
         if name == "missing-file":
             (folder / "x.npy").unlink()
         elif name == "short-x":
-            np.save(folder / "x.npy", bad.x[:-1].numpy())
+            np.save(folder / "x.npy", x[:-1])
+        elif name == "negative-id":
+            edges[0, edges.shape[1] * 5 // 8] = -1  # in rank 2's slice
+            np.save(folder / "edges.npy", edges)
+        elif name == "id-too-large":
+            edges[1, 3] = data.num_nodes
+            np.save(folder / "edges.npy", edges)
+        elif name == "nan-x":
+            x[data.num_nodes - 2, 1] = np.nan  # in rank 3's block
+            np.save(folder / "x.npy", x)
         folders[name] = str(folder)
     return folders
 
@@ -79,7 +79,6 @@ def train_on(folder, state, classes):
 def battery(dirs, state, classes):
     """Every rank: partition (random, metis-coarse, on a group of one, the
     community graph), train on a result, then the failures, the lost rank last."""
-    install()
     from pyg_dist.partitioning import dist_partitioner, partition_distributed
 
     rank, out = distributed.rank(), {}
@@ -125,6 +124,8 @@ def battery(dirs, state, classes):
         return out
     out["lost"] = error_of(lambda: partition_distributed(graph, outs["lost"]))
     (Path(dirs["done"]) / f"{rank}").touch()
+    while not all(d.exists() for d in done):  # no rank leaves while another probes it
+        time.sleep(0.1)
     return out
 
 
@@ -331,7 +332,6 @@ def test_a_lost_rank_fails_the_others_and_leaves_no_complete_folder(setup):
 
 
 def raise_on_rank_one(graph, out):
-    install()
     from pyg_dist.partitioning import dist_partitioner
 
     if distributed.rank() == 1:
