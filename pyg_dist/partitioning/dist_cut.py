@@ -30,7 +30,8 @@ from pyg_dist.partitioning.coarsen import _entries
 from pyg_dist.partitioning.cut import COARSEN_FACTOR, COARSEN_ROUNDS, _part_graph
 from pyg_dist.partitioning.shuffle import Blocks, exchange, fetch, gather_to_root
 
-__all__ = ["permutation_cut", "block_adjacency", "coarse_metis_assign", "lookup", "CoarseGraph"]
+__all__ = ["permutation_cut", "block_adjacency", "coarse_metis_assign", "lookup", "Ghosts",
+           "CoarseGraph"]
 
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -45,20 +46,31 @@ def _mix(x: np.ndarray, salt: int) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def _permute(ids: np.ndarray, count: int, seed: int) -> np.ndarray:
-    """A seeded permutation of ``0 ... count - 1`` evaluated at ``ids``: a
-    4-round Feistel network on the smallest even bit width holding ``count``,
-    re-applied to values that land outside the range (cycle walking)."""
+def _feistel(count: int, seed: int) -> tuple[int, np.uint64]:
+    """Half width and mask of the Feistel network on ``0 ... count - 1``."""
     half = max(1, (max(count - 1, 1).bit_length() + 1) // 2)
-    mask = np.uint64((1 << half) - 1)
+    return half, np.uint64((1 << half) - 1)
+
+
+def _permute(ids: np.ndarray, count: int, seed: int, inverse: bool = False) -> np.ndarray:
+    """A seeded permutation of ``0 ... count - 1`` (or its inverse) evaluated
+    at ``ids``: a 4-round Feistel network on the smallest even bit width
+    holding ``count``, re-applied to values that land outside the range
+    (cycle walking)."""
+    half, mask = _feistel(count, seed)
+    shift = np.uint64(half)
+    rounds = range(3, -1, -1) if inverse else range(4)
     x = ids.astype(np.uint64)
     todo = np.ones(x.size, dtype=bool)
     while todo.any():
         y = x[todo]
-        left, right = y >> np.uint64(half), y & mask
-        for r in range(4):
-            left, right = right, left ^ (_mix(right, seed * 4 + r) & mask)
-        y = (left << np.uint64(half)) | right
+        left, right = y >> shift, y & mask
+        for r in rounds:
+            if inverse:
+                left, right = right ^ (_mix(left, seed * 4 + r) & mask), left
+            else:
+                left, right = right, left ^ (_mix(right, seed * 4 + r) & mask)
+        y = (left << shift) | right
         x[todo] = y
         todo[todo] = y >= np.uint64(count)
     return x.astype(np.int64)
@@ -120,28 +132,60 @@ def lookup(ids: np.ndarray, values: np.ndarray, blocks: Blocks, rank: int,
     return out
 
 
-def _priority(labels: np.ndarray, seed: int) -> np.ndarray:
-    """Seeded pseudo-random priority of each label (ties go to the highest)."""
-    return (_mix(labels, seed) >> np.uint64(1)).astype(np.int64)
+@dataclass
+class Ghosts:
+    """The remote neighbours of a block, looked up once: their ids (sorted,
+    hence grouped by owner) and each adjacency entry's column in
+    ``[block ; ghosts]``, so that a round fetches each remote neighbour's
+    value once, with no sort.
+
+    Attributes:
+        ids: ``[g]`` int64 distinct remote neighbour ids, ascending.
+        col: ``[nnz]`` int64 column of each adjacency entry in ``[block ; ghosts]``.
+    """
+
+    ids: np.ndarray
+    col: np.ndarray
+
+    @staticmethod
+    def create(adjncy: np.ndarray, blocks: Blocks, rank: int) -> Ghosts:
+        lo, hi = blocks.span(rank)
+        local = (adjncy >= lo) & (adjncy < hi)
+        ids, inverse = np.unique(adjncy[~local], return_inverse=True)
+        col = np.empty(adjncy.size, dtype=np.int64)
+        col[local] = adjncy[local] - lo
+        col[~local] = (hi - lo) + inverse
+        return Ghosts(ids, col)
+
+    def values(self, values: np.ndarray, blocks: Blocks, rank: int,
+               group: Group) -> np.ndarray:
+        """``[block ; ghosts]`` values: this rank's ``values`` (indexed by its
+        block), then each ghost's value fetched from its owner."""
+        lo = blocks.span(rank)[0]
+        got = fetch(self.ids, blocks.owner(self.ids), lambda asked: values[asked - lo],
+                    len(blocks.bounds) - 1, group, grouped=True)
+        return np.concatenate([values, got])
 
 
-def _most_common(degree: np.ndarray, neighbour_labels: np.ndarray, num_nodes: int,
-                 seed: int) -> np.ndarray:
-    """For rows of the given degrees whose neighbours' labels are
-    ``neighbour_labels`` (row after row), the most common label (the highest
-    priority on ties); ``-1`` for a row without neighbours."""
+def _most_common(degree: np.ndarray, neighbour_keys: np.ndarray, num_nodes: int) -> np.ndarray:
+    """For rows of the given degrees whose neighbours' keys are
+    ``neighbour_keys`` (row after row, each in ``0 ... N - 1``), the most
+    common key (the highest on ties); ``-1`` for a row without neighbours.
+    One sort of ``row * N + key``, as the single-process
+    :func:`~pyg_dist.partitioning.coarsen._most_common_label`."""
     best = np.full(degree.size, -1, dtype=np.int64)
-    if neighbour_labels.size == 0:
+    if neighbour_keys.size == 0:
         return best
     key = np.repeat(np.arange(degree.size, dtype=np.int64), degree) * num_nodes
-    key += neighbour_labels
+    key += neighbour_keys
     key.sort()
-    starts = np.flatnonzero(np.diff(key, prepend=-1))
+    starts = np.flatnonzero(np.diff(key, prepend=-1))  # runs of one (row, key)
     counts = np.diff(np.append(starts, key.size))
-    run_row, run_label = np.divmod(key[starts], num_nodes)
-    order = np.lexsort((_priority(run_label, seed), counts, run_row))
-    last = order[np.append(np.flatnonzero(np.diff(run_row[order])), order.size - 1)]
-    best[run_row[last]] = run_label[last]
+    run = key[starts]
+    run_row = run // num_nodes
+    score = counts * num_nodes + (run - run_row * num_nodes)  # most common, then highest
+    first = np.flatnonzero(np.diff(run_row, prepend=-1))
+    best[run_row[first]] = np.maximum.reduceat(score, first) % num_nodes
     return best
 
 
@@ -186,7 +230,7 @@ def _tell_owners(ids: np.ndarray, blocks: Blocks, rank: int, group: Group) -> np
 
 def label_propagation(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, rank: int,
                       max_size: int, rounds: int, seed: int,
-                      group: Group = None) -> tuple[np.ndarray, np.ndarray]:
+                      group: Group = None) -> tuple[np.ndarray, np.ndarray, Ghosts]:
     """Size-capped label propagation over the ranks
     (:func:`pyg_dist.partitioning.coarsen.label_propagation` distributed):
     each round, a random half of the nodes whose neighbourhood changed take
@@ -196,7 +240,8 @@ def label_propagation(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, rank
 
     Returns:
         The label of each node of this rank's block (a cluster id, which is a
-        node id) and the size of each cluster whose id lies in the block.
+        node id), the size of each cluster whose id lies in the block, and
+        the block's :class:`Ghosts`.
     """
     num_nodes = int(blocks.bounds[-1])
     lo, hi = blocks.span(rank)
@@ -204,11 +249,16 @@ def label_propagation(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, rank
     sizes = np.ones(hi - lo, dtype=np.int64)
     todo = np.ones(hi - lo, dtype=bool)
     rng = np.random.default_rng([seed, rank])
+    ghosts = Ghosts.create(adjncy, blocks, rank)
     for _ in range(rounds):
         rows = np.flatnonzero(todo & (rng.random(hi - lo) < 0.5))
         todo[rows] = False
-        neighbours = lookup(adjncy[_entries(xadj, rows)], labels, blocks, rank, group)
-        best = _most_common(xadj[rows + 1] - xadj[rows], neighbours, num_nodes, seed)
+        # A label's priority (ties go to the highest) is its seeded permutation.
+        priority = _permute(ghosts.values(labels, blocks, rank, group), num_nodes, seed)
+        best = _most_common(xadj[rows + 1] - xadj[rows],
+                            priority[ghosts.col[_entries(xadj, rows)]], num_nodes)
+        del priority
+        best[best >= 0] = _permute(best[best >= 0], num_nodes, seed, inverse=True)
         proposal = np.where(best >= 0, best, labels[rows])
         moving = proposal != labels[rows]
         movers, target = rows[moving], proposal[moving]
@@ -220,7 +270,7 @@ def label_propagation(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, rank
         todo[_tell_owners(adjncy[_entries(xadj, movers)], blocks, rank, group)] = True
         if distributed.all_reduce_values([float(todo.any())], "max", group)[0] == 0:
             break
-    return labels, sizes
+    return labels, sizes, ghosts
 
 
 def _merge_weighted(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -258,7 +308,7 @@ def coarse_metis_assign(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, ra
     num_ranks = len(blocks.bounds) - 1
     lo, hi = blocks.span(rank)
     max_size = max(1, num_nodes // (COARSEN_FACTOR * num_parts))
-    labels, sizes = label_propagation(xadj, adjncy, blocks, rank, max_size, COARSEN_ROUNDS,
+    labels, sizes, ghosts = label_propagation(xadj, adjncy, blocks, rank, max_size, COARSEN_ROUNDS,
                                       seed, group)
     alive = np.flatnonzero(sizes > 0)
     cblocks = Blocks.of_sizes(distributed.all_gather_objects(alive.size, group))
@@ -268,7 +318,7 @@ def coarse_metis_assign(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, ra
     cluster = lookup(labels, compact, blocks, rank, group)  # of each node of the block
 
     rows = np.repeat(cluster, np.diff(xadj))
-    cols = lookup(lookup(adjncy, labels, blocks, rank, group), compact, blocks, rank, group)
+    cols = ghosts.values(cluster, blocks, rank, group)[ghosts.col]
     between = rows != cols
     keys, weights = _merge_weighted(rows[between] * num_clusters + cols[between],
                                     np.ones(int(between.sum()), dtype=np.int64))

@@ -39,7 +39,7 @@ def build_local_part(p: int, owned: np.ndarray, src: np.ndarray, dst: np.ndarray
             (default: :obj:`None`)
     """
     row = np.searchsorted(owned, dst)
-    order = np.lexsort((edge_id, row))
+    order = _by_row_then_position(row, edge_id)
     row, src, edge_id, src_part = row[order], src[order], edge_id[order], src_part[order]
     in_degree = np.bincount(row, minlength=owned.size)
     self_loops = np.bincount(row[src == owned[row]], minlength=owned.size)
@@ -69,6 +69,16 @@ def build_local_part(p: int, owned: np.ndarray, src: np.ndarray, dst: np.ndarray
         halo_self_loops=torch.from_numpy(np.ascontiguousarray(degrees[:, 1])),
     )
     return lp, int(remote.sum())
+
+
+def _by_row_then_position(row: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
+    """The order of the edges by (local target row, input position): one
+    argsort of the int64 key ``row * E' + position`` (two keys when it could
+    overflow)."""
+    span = int(edge_id.max()) + 1 if edge_id.size else 1
+    if int(row.max(initial=0)) + 1 >= 2**63 // span:
+        return np.lexsort((edge_id, row))
+    return np.argsort(row * span + edge_id)
 
 
 def _degrees(ids: np.ndarray, owned: np.ndarray, in_degree: np.ndarray,

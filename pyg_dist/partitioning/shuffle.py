@@ -106,7 +106,7 @@ def exchange(arrays: Sequence[np.ndarray], dest: np.ndarray, num_ranks: int,
 
 
 def fetch(ids: np.ndarray, owner: np.ndarray, answer: Callable[[np.ndarray], np.ndarray],
-          num_ranks: int, group: Group = None) -> np.ndarray:
+          num_ranks: int, group: Group = None, grouped: bool = False) -> np.ndarray:
     """The value of each of ``ids`` as its owner answers it: ``ids`` go to
     their owners, each owner calls ``answer`` on all the ids it was asked
     (one array, requesters in rank order) and the answers come back.
@@ -119,16 +119,20 @@ def fetch(ids: np.ndarray, owner: np.ndarray, answer: Callable[[np.ndarray], np.
         num_ranks (int): Ranks of ``group``.
         group (torch.distributed.ProcessGroup, optional): The process group.
             (default: :obj:`None`)
+        grouped (bool, optional): ``ids`` are already in owner order
+            (``owner`` non-decreasing): no reordering. (default: :obj:`False`)
 
     Returns:
         ``[k, ...]`` the values, in the order of ``ids``.
     """
-    order = np.argsort(owner, kind="stable")
+    order = None if grouped else np.argsort(owner, kind="stable")
     send_counts = np.bincount(owner, minlength=num_ranks).astype(np.int64)
     recv_counts = all_counts(send_counts, group)
-    asked = _move(ids[order], send_counts, recv_counts, group)
+    asked = _move(ids if order is None else ids[order], send_counts, recv_counts, group)
     replies = np.ascontiguousarray(answer(asked))
     got = _move(replies, recv_counts, send_counts, group)
+    if order is None:
+        return got
     out = np.empty_like(got)
     out[order] = got
     return out
