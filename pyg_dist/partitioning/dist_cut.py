@@ -28,7 +28,13 @@ from pyg_dist.distributed import Group
 from pyg_dist.partitioning.arrays import bincount_chunked, unique_sorted_inplace
 from pyg_dist.partitioning.coarsen import _entries
 from pyg_dist.partitioning.cut import COARSEN_FACTOR, COARSEN_ROUNDS, _part_graph
-from pyg_dist.partitioning.shuffle import Blocks, exchange, fetch, gather_to_root
+from pyg_dist.partitioning.shuffle import (
+    Blocks,
+    exchange,
+    exchange_counted,
+    fetch,
+    gather_to_root,
+)
 
 __all__ = ["permutation_cut", "block_adjacency", "coarse_metis_assign", "lookup", "Ghosts",
            "CoarseGraph"]
@@ -103,9 +109,8 @@ def block_adjacency(src: np.ndarray, dst: np.ndarray, blocks: Blocks, rank: int,
     keep = src != dst
     keys = np.concatenate([src[keep] * num_nodes + dst[keep], dst[keep] * num_nodes + src[keep]])
     keys.sort()  # the owner of u grows with the key: sorted is grouped by destination
-    dest = blocks.owner(keys // num_nodes)
-    (keys,), _ = exchange([keys], dest, len(blocks.bounds) - 1, group, grouped=True)
-    del dest
+    (keys,), _ = exchange_counted([keys], np.diff(np.searchsorted(keys, blocks.bounds * num_nodes)),
+                                  group)
     keys.sort()
     keys = keys[: unique_sorted_inplace(keys)]
     lo, hi = blocks.span(rank)
@@ -323,8 +328,8 @@ def coarse_metis_assign(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, ra
     keys, weights = _merge_weighted(rows[between] * num_clusters + cols[between],
                                     np.ones(int(between.sum()), dtype=np.int64))
     del rows, cols, between
-    (keys, weights), _ = exchange([keys, weights], cblocks.owner(keys // num_clusters),
-                                  num_ranks, group, grouped=True)
+    (keys, weights), _ = exchange_counted(
+        [keys, weights], np.diff(np.searchsorted(keys, cblocks.bounds * num_clusters)), group)
     keys, weights = _merge_weighted(keys, weights)
     num_entries = int(distributed.all_reduce_values([keys.size], "sum", group)[0])
     coarse = CoarseGraph(num_clusters, num_entries)
@@ -337,8 +342,8 @@ def coarse_metis_assign(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, ra
     if rank == 0:
         membership = _cut_coarse(keys, weights, vweights, num_clusters, num_parts, seed)
     del keys, weights, vweights
-    (mine,), _ = exchange([membership], cblocks.owner(np.arange(membership.size)), num_ranks,
-                          group, grouped=True)
+    counts = np.diff(cblocks.bounds) if rank == 0 else np.zeros(num_ranks, dtype=np.int64)
+    (mine,), _ = exchange_counted([membership], counts, group)
     part_of_cluster = np.full(hi - lo, -1, dtype=np.int64)
     part_of_cluster[alive] = mine
     return lookup(labels, part_of_cluster, blocks, rank, group), coarse

@@ -17,7 +17,7 @@ import torch
 from pyg_dist import distributed
 from pyg_dist.distributed import Group
 
-__all__ = ["Blocks", "exchange", "fetch", "gather_to_root", "all_counts"]
+__all__ = ["Blocks", "exchange", "exchange_counted", "fetch", "gather_to_root", "all_counts"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,15 @@ def exchange(arrays: Sequence[np.ndarray], dest: np.ndarray, num_ranks: int,
     return received, recv_counts
 
 
+def exchange_counted(arrays: Sequence[np.ndarray], send_counts: np.ndarray,
+                     group: Group = None) -> tuple[list[np.ndarray], np.ndarray]:
+    """:func:`exchange` of rows already in destination order, the first
+    ``send_counts[0]`` to rank 0 and so on: no per-row destination array."""
+    send_counts = np.asarray(send_counts, dtype=np.int64)
+    recv_counts = all_counts(send_counts, group)
+    return [_move(a, send_counts, recv_counts, group) for a in arrays], recv_counts
+
+
 def fetch(ids: np.ndarray, owner: np.ndarray, answer: Callable[[np.ndarray], np.ndarray],
           num_ranks: int, group: Group = None, grouped: bool = False) -> np.ndarray:
     """The value of each of ``ids`` as its owner answers it: ``ids`` go to
@@ -141,6 +150,6 @@ def fetch(ids: np.ndarray, owner: np.ndarray, answer: Callable[[np.ndarray], np.
 def gather_to_root(rows: np.ndarray, num_ranks: int, group: Group = None) -> np.ndarray:
     """Every rank's ``rows`` concatenated in rank order on rank 0; an empty
     array of the same row shape elsewhere."""
-    dest = np.zeros(rows.shape[0], dtype=np.int64)
-    received, _ = exchange([rows], dest, num_ranks, group, grouped=True)
-    return received[0]
+    counts = np.zeros(num_ranks, dtype=np.int64)
+    counts[0] = rows.shape[0]
+    return exchange_counted([rows], counts, group)[0][0]
