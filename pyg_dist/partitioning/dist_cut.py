@@ -25,7 +25,7 @@ import numpy as np
 from pyg_dist import distributed
 from pyg_dist import typing as pyg_dist_typing
 from pyg_dist.distributed import Group
-from pyg_dist.partitioning.arrays import bincount_chunked, unique_sorted_inplace
+from pyg_dist.partitioning.arrays import CHUNK, bincount_chunked, chunks, unique_sorted_inplace
 from pyg_dist.partitioning.coarsen import _entries
 from pyg_dist.partitioning.cut import COARSEN_FACTOR, COARSEN_ROUNDS, _part_graph
 from pyg_dist.partitioning.shuffle import (
@@ -146,7 +146,8 @@ class Ghosts:
 
     Attributes:
         ids: ``[g]`` int64 distinct remote neighbour ids, ascending.
-        col: ``[nnz]`` int64 column of each adjacency entry in ``[block ; ghosts]``.
+        col: ``[nnz]`` column of each adjacency entry in ``[block ; ghosts]``
+            (int32 when it fits).
     """
 
     ids: np.ndarray
@@ -154,13 +155,30 @@ class Ghosts:
 
     @staticmethod
     def create(adjncy: np.ndarray, blocks: Blocks, rank: int) -> Ghosts:
+        """The ghosts of the block's adjacency ``adjncy`` (global ids), in
+        chunked passes; ``col`` is int32 when ``[block ; ghosts]`` allows."""
         lo, hi = blocks.span(rank)
-        local = (adjncy >= lo) & (adjncy < hi)
-        ids, inverse = np.unique(adjncy[~local], return_inverse=True)
-        col = np.empty(adjncy.size, dtype=np.int64)
-        col[local] = adjncy[local] - lo
-        col[~local] = (hi - lo) + inverse
+        found = []
+        for sl in chunks(adjncy.size):
+            block = adjncy[sl]
+            found.append(np.unique(block[(block < lo) | (block >= hi)]))
+        ids = np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
+        del found
+        width = np.int32 if hi - lo + ids.size < 2**31 else np.int64
+        col = np.empty(adjncy.size, dtype=width)
+        for sl in chunks(adjncy.size):
+            block = adjncy[sl]
+            local = (block >= lo) & (block < hi)
+            col[sl] = np.where(local, block - lo, (hi - lo) + np.searchsorted(ids, block))
         return Ghosts(ids, col)
+
+    def tell(self, cols: np.ndarray, todo: np.ndarray, blocks: Blocks, rank: int,
+             group: Group) -> None:
+        """Sets ``todo`` (of the block's nodes, on their owners) for the nodes
+        of columns ``cols``: owned ones here, ghosts on their owners."""
+        n = todo.size
+        todo[cols[cols < n]] = True
+        todo[_tell_owners(self.ids[cols[cols >= n] - n], blocks, rank, group)] = True
 
     def values(self, values: np.ndarray, blocks: Blocks, rank: int,
                group: Group) -> np.ndarray:
@@ -233,20 +251,40 @@ def _tell_owners(ids: np.ndarray, blocks: Blocks, rank: int, group: Group) -> np
     return got - blocks.span(rank)[0]
 
 
-def label_propagation(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, rank: int,
+def _row_chunks(xadj: np.ndarray, rows: np.ndarray) -> list[slice]:
+    """Slices of ``rows`` whose rows hold about :data:`CHUNK` entries each."""
+    ends = np.cumsum(xadj[rows + 1] - xadj[rows])
+    cuts = np.searchsorted(ends, np.arange(CHUNK, int(ends[-1]) if ends.size else 0, CHUNK))
+    bounds = np.unique(np.concatenate([[0], cuts + 1, [rows.size]]).clip(0, rows.size))
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def label_propagation(xadj: np.ndarray, ghosts: Ghosts, blocks: Blocks, rank: int,
                       max_size: int, rounds: int, seed: int,
-                      group: Group = None) -> tuple[np.ndarray, np.ndarray, Ghosts]:
+                      group: Group = None) -> tuple[np.ndarray, np.ndarray]:
     """Size-capped label propagation over the ranks
     (:func:`pyg_dist.partitioning.coarsen.label_propagation` distributed):
     each round, a random half of the nodes whose neighbourhood changed take
     their neighbours' most common label (remote labels fetched from their
     owners), moves into a cluster go through :func:`_grant`, and the owners of
-    the left clusters and of the movers' neighbours are told.
+    the left clusters and of the movers' neighbours are told. Rows are
+    processed in chunks of about :data:`CHUNK` adjacency entries.
+
+    Args:
+        xadj (numpy.ndarray): ``[n_block + 1]`` row pointers of the block's
+            symmetric adjacency, whose columns are ``ghosts.col``.
+        ghosts (Ghosts): The block's remote neighbours.
+        blocks (Blocks): Every rank's block of node ids.
+        rank (int): This rank.
+        max_size (int): The cap on a cluster's nodes.
+        rounds (int): Rounds at most.
+        seed (int): The seed of the random halves and of the labels' priority.
+        group (torch.distributed.ProcessGroup, optional): The process group.
+            (default: :obj:`None`)
 
     Returns:
         The label of each node of this rank's block (a cluster id, which is a
-        node id), the size of each cluster whose id lies in the block, and
-        the block's :class:`Ghosts`.
+        node id) and the size of each cluster whose id lies in the block.
     """
     num_nodes = int(blocks.bounds[-1])
     lo, hi = blocks.span(rank)
@@ -254,14 +292,15 @@ def label_propagation(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, rank
     sizes = np.ones(hi - lo, dtype=np.int64)
     todo = np.ones(hi - lo, dtype=bool)
     rng = np.random.default_rng([seed, rank])
-    ghosts = Ghosts.create(adjncy, blocks, rank)
     for _ in range(rounds):
         rows = np.flatnonzero(todo & (rng.random(hi - lo) < 0.5))
         todo[rows] = False
         # A label's priority (ties go to the highest) is its seeded permutation.
         priority = _permute(ghosts.values(labels, blocks, rank, group), num_nodes, seed)
-        best = _most_common(xadj[rows + 1] - xadj[rows],
-                            priority[ghosts.col[_entries(xadj, rows)]], num_nodes)
+        best = np.concatenate([np.empty(0, dtype=np.int64)] + [
+            _most_common(xadj[rows[sl] + 1] - xadj[rows[sl]],
+                         priority[ghosts.col[_entries(xadj, rows[sl])]], num_nodes)
+            for sl in _row_chunks(xadj, rows)])
         del priority
         best[best >= 0] = _permute(best[best >= 0], num_nodes, seed, inverse=True)
         proposal = np.where(best >= 0, best, labels[rows])
@@ -272,10 +311,10 @@ def label_propagation(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, rank
         movers, target = movers[fits], target[fits]
         np.subtract.at(sizes, _tell_owners(labels[movers], blocks, rank, group), 1)
         labels[movers] = target
-        todo[_tell_owners(adjncy[_entries(xadj, movers)], blocks, rank, group)] = True
+        ghosts.tell(ghosts.col[_entries(xadj, movers)], todo, blocks, rank, group)
         if distributed.all_reduce_values([float(todo.any())], "max", group)[0] == 0:
             break
-    return labels, sizes, ghosts
+    return labels, sizes
 
 
 def _merge_weighted(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -299,11 +338,11 @@ class CoarseGraph:
     num_entries: int
 
 
-def coarse_metis_assign(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, rank: int,
+def coarse_metis_assign(src: np.ndarray, dst: np.ndarray, blocks: Blocks, rank: int,
                         num_parts: int, seed: int,
                         group: Group = None) -> tuple[np.ndarray, CoarseGraph]:
     """The part of each node of this rank's block under ``metis-coarse``,
-    from the block's symmetric adjacency (:func:`block_adjacency`).
+    from this rank's edge slice ``(src, dst)``.
 
     Clusters hold at most ``N / (COARSEN_FACTOR * num_parts)`` nodes, as in
     the single-process cut. When too few clusters or no edge between clusters
@@ -313,7 +352,10 @@ def coarse_metis_assign(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, ra
     num_ranks = len(blocks.bounds) - 1
     lo, hi = blocks.span(rank)
     max_size = max(1, num_nodes // (COARSEN_FACTOR * num_parts))
-    labels, sizes, ghosts = label_propagation(xadj, adjncy, blocks, rank, max_size, COARSEN_ROUNDS,
+    xadj, adjncy = block_adjacency(src, dst, blocks, rank, num_nodes, group)
+    ghosts = Ghosts.create(adjncy, blocks, rank)
+    del adjncy
+    labels, sizes = label_propagation(xadj, ghosts, blocks, rank, max_size, COARSEN_ROUNDS,
                                       seed, group)
     alive = np.flatnonzero(sizes > 0)
     cblocks = Blocks.of_sizes(distributed.all_gather_objects(alive.size, group))
@@ -322,12 +364,9 @@ def coarse_metis_assign(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, ra
     compact[alive] = cblocks.bounds[rank] + np.arange(alive.size)
     cluster = lookup(labels, compact, blocks, rank, group)  # of each node of the block
 
-    rows = np.repeat(cluster, np.diff(xadj))
-    cols = ghosts.values(cluster, blocks, rank, group)[ghosts.col]
-    between = rows != cols
-    keys, weights = _merge_weighted(rows[between] * num_clusters + cols[between],
-                                    np.ones(int(between.sum()), dtype=np.int64))
-    del rows, cols, between
+    keys, weights = _cluster_edges(xadj, ghosts, ghosts.values(cluster, blocks, rank, group),
+                                   num_clusters)
+    del ghosts
     (keys, weights), _ = exchange_counted(
         [keys, weights], np.diff(np.searchsorted(keys, cblocks.bounds * num_clusters)), group)
     keys, weights = _merge_weighted(keys, weights)
@@ -347,6 +386,25 @@ def coarse_metis_assign(xadj: np.ndarray, adjncy: np.ndarray, blocks: Blocks, ra
     part_of_cluster = np.full(hi - lo, -1, dtype=np.int64)
     part_of_cluster[alive] = mine
     return lookup(labels, part_of_cluster, blocks, rank, group), coarse
+
+
+def _cluster_edges(xadj: np.ndarray, ghosts: Ghosts, cluster: np.ndarray,
+                   num_clusters: int) -> tuple[np.ndarray, np.ndarray]:
+    """The block's edges between clusters as sorted keys ``row * C + col``
+    with the number of node-level entries each stands for, in chunks of rows;
+    ``cluster`` is over ``[block ; ghosts]``."""
+    rows = np.arange(xadj.size - 1)
+    keys, weights = [np.empty(0, dtype=np.int64)], [np.empty(0, dtype=np.int64)]
+    for sl in _row_chunks(xadj, rows):
+        block = rows[sl]
+        here = np.repeat(cluster[block], xadj[block + 1] - xadj[block])
+        there = cluster[ghosts.col[xadj[block[0]]:xadj[block[-1] + 1]]] if block.size else here
+        between = here != there
+        merged = _merge_weighted(here[between] * num_clusters + there[between],
+                                 np.ones(int(between.sum()), dtype=np.int64))
+        keys.append(merged[0])
+        weights.append(merged[1])
+    return _merge_weighted(np.concatenate(keys), np.concatenate(weights))
 
 
 def _cut_coarse(keys: np.ndarray, weights: np.ndarray, vweights: np.ndarray,

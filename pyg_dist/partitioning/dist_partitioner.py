@@ -31,9 +31,8 @@ import torch
 from pyg_dist import distributed
 from pyg_dist.datasets.ondisk import GraphFolder
 from pyg_dist.distributed import Group
-from pyg_dist.partitioning.arrays import CHUNK
+from pyg_dist.partitioning.arrays import CHUNK, small_int_dtype
 from pyg_dist.partitioning.dist_cut import (
-    block_adjacency,
     coarse_metis_assign,
     lookup,
     permutation_cut,
@@ -109,10 +108,9 @@ def partition_distributed(
     (nlo, nhi), (elo, ehi) = nodes.span(rank), edges.span(rank)
     _check_slices(graph, (nlo, nhi), (elo, ehi), group)
 
-    src, dst = graph.edges(elo, ehi)
-    part = _assign(method, src, dst, nodes, rank, num_parts, seed, group)
-    content, stats = _build(graph, src, dst, elo, part, nodes, rank, num_parts, group)
-    del src, dst, part
+    part = _assign(method, graph, (elo, ehi), nodes, rank, num_parts, seed, group)
+    content, stats = _build(graph, (elo, ehi), part, nodes, rank, num_parts, group)
+    del part
     meta = _meta(graph, stats, method, seed, (elo, ehi), group)
     content["partition_id"] = meta.partition_id
     _write(out_dir, content, meta, overwrite, group)
@@ -166,40 +164,53 @@ def _check_slices(graph: GraphFolder, node_span: tuple[int, int], edge_span: tup
     distributed.raise_together(error, f"{_NAME} checking the input", group)
 
 
-def _assign(method: str, src: np.ndarray, dst: np.ndarray, nodes: Blocks, rank: int,
-            num_parts: int, seed: int, group: Group) -> np.ndarray:
-    """The part of each node of this rank's block."""
+def _assign(method: str, graph: GraphFolder, edge_span: tuple[int, int], nodes: Blocks,
+            rank: int, num_parts: int, seed: int, group: Group) -> np.ndarray:
+    """The part of each node of this rank's block (narrowest integer dtype)."""
     lo, hi = nodes.span(rank)
     num_nodes = int(nodes.bounds[-1])
     if method == "random" or num_parts == 1:
-        return permutation_cut(np.arange(lo, hi), num_nodes, num_parts, seed)
-    xadj, adjncy = block_adjacency(src, dst, nodes, rank, num_nodes, group)
-    part, _ = coarse_metis_assign(xadj, adjncy, nodes, rank, num_parts, seed, group)
-    return part
+        part = permutation_cut(np.arange(lo, hi), num_nodes, num_parts, seed)
+    else:
+        src, dst = graph.edges(*edge_span)
+        part, _ = coarse_metis_assign(src, dst, nodes, rank, num_parts, seed, group)
+    return part.astype(small_int_dtype(num_parts))
 
 
-def _build(graph: GraphFolder, src: np.ndarray, dst: np.ndarray, first_edge: int, part: np.ndarray,
-           nodes: Blocks, rank: int, num_parts: int,
-           group: Group) -> tuple[dict[str, Any], dict[str, Any]]:
-    """This rank's part file content (without the partition id) and its
-    sizes, after moving edges and node rows to their parts."""
-    num_nodes = int(nodes.bounds[-1])
+def _shuffle_edges(graph: GraphFolder, edge_span: tuple[int, int], part: np.ndarray,
+                   nodes: Blocks, rank: int, num_parts: int, group: Group) -> list[np.ndarray]:
+    """This rank's slice of the edges sent to the parts of their targets:
+    the in-edges of this rank's part as ``[src, dst, edge_id, src_part]``."""
+    src, dst = graph.edges(*edge_span)
     src_part = lookup(src, part, nodes, rank, group)
     dst_part = lookup(dst, part, nodes, rank, group)
-    edge_id = np.arange(first_edge, first_edge + src.size, dtype=np.int64)
-    (src, dst, edge_id, src_part), _ = exchange([src, dst, edge_id, src_part], dst_part,
-                                                num_parts, group)
-    del dst_part
+    edge_id = np.arange(edge_span[0], edge_span[1], dtype=np.int64)
+    received, _ = exchange([src, dst, edge_id, src_part], dst_part, num_parts, group)
+    return received
+
+
+def _shuffle_nodes(graph: GraphFolder, part: np.ndarray, nodes: Blocks, rank: int,
+                   num_parts: int, group: Group) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+    """The ascending ids of this rank's part's nodes and their attributes,
+    sent from their blocks' ranks one attribute at a time."""
     lo, hi = nodes.span(rank)
     (ids,), _ = exchange([np.arange(lo, hi, dtype=np.int64)], part, num_parts, group)
     order = np.argsort(ids)
-    owned = ids[order]
     node: dict[str, torch.Tensor] = {}
     for name in sorted(graph.node_attrs):
         (rows,), _ = exchange([graph.node(name, lo, hi)], part, num_parts, group)
         node[name] = torch.from_numpy(np.ascontiguousarray(rows[order]))
-    lp, cut = build_local_part(rank, owned, src, dst, edge_id, src_part, num_nodes,
-                               num_parts, group)
+    return ids[order], node
+
+
+def _build(graph: GraphFolder, edge_span: tuple[int, int], part: np.ndarray, nodes: Blocks,
+           rank: int, num_parts: int, group: Group) -> tuple[dict[str, Any], dict[str, Any]]:
+    """This rank's part file content (without the partition id) and its
+    sizes, after moving edges and node rows to their parts."""
+    num_nodes = int(nodes.bounds[-1])
+    in_edges = _shuffle_edges(graph, edge_span, part, nodes, rank, num_parts, group)
+    owned, node = _shuffle_nodes(graph, part, nodes, rank, num_parts, group)
+    lp, cut = build_local_part(rank, owned, in_edges, num_nodes, num_parts, group)
     train = node.get("train_mask")
     stats = {
         "size": int(owned.size),

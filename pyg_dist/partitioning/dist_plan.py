@@ -19,8 +19,7 @@ from pyg_dist.partitioning.shuffle import exchange, fetch
 __all__ = ["build_local_part"]
 
 
-def build_local_part(p: int, owned: np.ndarray, src: np.ndarray, dst: np.ndarray,
-                     edge_id: np.ndarray, src_part: np.ndarray, num_nodes: int,
+def build_local_part(p: int, owned: np.ndarray, in_edges: list[np.ndarray], num_nodes: int,
                      num_parts: int, group: Group = None) -> tuple[LocalPart, int]:
     """Part ``p``'s local graph and halo plan, and the number of its in-edges
     whose source lies in another part. Collective: the send lists and the
@@ -29,20 +28,29 @@ def build_local_part(p: int, owned: np.ndarray, src: np.ndarray, dst: np.ndarray
     Args:
         p (int): This rank's part.
         owned (numpy.ndarray): ``[n]`` ascending global ids of the owned nodes.
-        src (numpy.ndarray): ``[e]`` global source of each in-edge.
-        dst (numpy.ndarray): ``[e]`` global target (an owned node).
-        edge_id (numpy.ndarray): ``[e]`` position of each edge in the input.
-        src_part (numpy.ndarray): ``[e]`` part owning each source.
+        in_edges (list[numpy.ndarray]): The part's in-edges as ``[src, dst,
+            edge_id, src_part]`` (``[e]`` each: global source, global target,
+            position in the input, part of the source); emptied here, so
+            that each array is freed once used.
         num_nodes (int): Nodes of the whole graph.
         num_parts (int): Parts (= ranks of ``group``).
         group (torch.distributed.ProcessGroup, optional): The process group.
             (default: :obj:`None`)
     """
+    src, dst, edge_id, src_part = in_edges
+    in_edges.clear()
     row = np.searchsorted(owned, dst)
+    loops = src == dst
+    del dst
+    self_loops = np.bincount(row[loops], minlength=owned.size)
+    del loops
     order = _by_row_then_position(row, edge_id)
-    row, src, edge_id, src_part = row[order], src[order], edge_id[order], src_part[order]
     in_degree = np.bincount(row, minlength=owned.size)
-    self_loops = np.bincount(row[src == owned[row]], minlength=owned.size)
+    del row
+    src = src[order]  # one at a time: each old array is freed before the next copy
+    edge_id = edge_id[order]
+    src_part = src_part[order]
+    del order
 
     remote = src_part != p
     key = src_part[remote].astype(np.int64) * num_nodes + src[remote]
