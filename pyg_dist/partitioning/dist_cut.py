@@ -52,30 +52,19 @@ def _mix(x: np.ndarray, salt: int) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def _feistel(count: int, seed: int) -> tuple[int, np.uint64]:
-    """Half width and mask of the Feistel network on ``0 ... count - 1``."""
+def _permute(ids: np.ndarray, count: int, seed: int) -> np.ndarray:
+    """A seeded permutation of ``0 ... count - 1`` evaluated at ``ids``: a
+    4-round Feistel network on the smallest even bit width holding ``count``,
+    re-applied to values that land outside the range (cycle walking)."""
     half = max(1, (max(count - 1, 1).bit_length() + 1) // 2)
-    return half, np.uint64((1 << half) - 1)
-
-
-def _permute(ids: np.ndarray, count: int, seed: int, inverse: bool = False) -> np.ndarray:
-    """A seeded permutation of ``0 ... count - 1`` (or its inverse) evaluated
-    at ``ids``: a 4-round Feistel network on the smallest even bit width
-    holding ``count``, re-applied to values that land outside the range
-    (cycle walking)."""
-    half, mask = _feistel(count, seed)
-    shift = np.uint64(half)
-    rounds = range(3, -1, -1) if inverse else range(4)
+    shift, mask = np.uint64(half), np.uint64((1 << half) - 1)
     x = ids.astype(np.uint64)
     todo = np.ones(x.size, dtype=bool)
     while todo.any():
         y = x[todo]
         left, right = y >> shift, y & mask
-        for r in rounds:
-            if inverse:
-                left, right = right ^ (_mix(left, seed * 4 + r) & mask), left
-            else:
-                left, right = right, left ^ (_mix(right, seed * 4 + r) & mask)
+        for r in range(4):
+            left, right = right, left ^ (_mix(right, seed * 4 + r) & mask)
         y = (left << shift) | right
         x[todo] = y
         todo[todo] = y >= np.uint64(count)
@@ -137,6 +126,12 @@ def lookup(ids: np.ndarray, values: np.ndarray, blocks: Blocks, rank: int,
     return out
 
 
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, ascending (sorted in place: ``values`` is a temporary)."""
+    values.sort()
+    return values[np.diff(values, prepend=values[:1] - 1) != 0]
+
+
 @dataclass
 class Ghosts:
     """The remote neighbours of a block, looked up once: their ids (sorted,
@@ -158,11 +153,11 @@ class Ghosts:
         """The ghosts of the block's adjacency ``adjncy`` (global ids), in
         chunked passes; ``col`` is int32 when ``[block ; ghosts]`` allows."""
         lo, hi = blocks.span(rank)
-        found = []
+        found = [np.empty(0, dtype=np.int64)]
         for sl in chunks(adjncy.size):
             block = adjncy[sl]
-            found.append(np.unique(block[(block < lo) | (block >= hi)]))
-        ids = np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
+            found.append(_distinct(block[(block < lo) | (block >= hi)]))
+        ids = _distinct(np.concatenate(found))
         del found
         width = np.int32 if hi - lo + ids.size < 2**31 else np.int64
         col = np.empty(adjncy.size, dtype=width)
@@ -283,26 +278,27 @@ def label_propagation(xadj: np.ndarray, ghosts: Ghosts, blocks: Blocks, rank: in
             (default: :obj:`None`)
 
     Returns:
-        The label of each node of this rank's block (a cluster id, which is a
-        node id) and the size of each cluster whose id lies in the block.
+        The label of each node of this rank's block (a cluster id in
+        ``0 ... N - 1``) and the size of each cluster whose id lies in the block.
     """
     num_nodes = int(blocks.bounds[-1])
     lo, hi = blocks.span(rank)
-    labels = np.arange(lo, hi, dtype=np.int64)
+    # Node v starts in cluster pi(v) for a seeded permutation pi of the ids:
+    # cluster ids cover 0 ... N - 1 (each owned by its block's rank), and
+    # ties going to the highest id go to a random cluster.
+    labels = _permute(np.arange(lo, hi), num_nodes, seed)
     sizes = np.ones(hi - lo, dtype=np.int64)
     todo = np.ones(hi - lo, dtype=bool)
     rng = np.random.default_rng([seed, rank])
     for _ in range(rounds):
         rows = np.flatnonzero(todo & (rng.random(hi - lo) < 0.5))
         todo[rows] = False
-        # A label's priority (ties go to the highest) is its seeded permutation.
-        priority = _permute(ghosts.values(labels, blocks, rank, group), num_nodes, seed)
+        every = ghosts.values(labels, blocks, rank, group)
         best = np.concatenate([np.empty(0, dtype=np.int64)] + [
             _most_common(xadj[rows[sl] + 1] - xadj[rows[sl]],
-                         priority[ghosts.col[_entries(xadj, rows[sl])]], num_nodes)
+                         every[ghosts.col[_entries(xadj, rows[sl])]], num_nodes)
             for sl in _row_chunks(xadj, rows)])
-        del priority
-        best[best >= 0] = _permute(best[best >= 0], num_nodes, seed, inverse=True)
+        del every
         proposal = np.where(best >= 0, best, labels[rows])
         moving = proposal != labels[rows]
         movers, target = rows[moving], proposal[moving]
