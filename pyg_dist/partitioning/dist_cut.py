@@ -5,11 +5,11 @@ block of node ids and one slice of the edges.
 all-to-all shuffle of edges; size-capped label propagation (as
 :func:`pyg_dist.partitioning.coarsen.label_propagation`) runs on it with
 labels of remote neighbours fetched from their owners each round; the cap is
-enforced by the owner of each cluster id (a node id, owned by that id's
-block), which grants moves up to the room left. The cluster graph (edge
-weights: node-level edges between two clusters; vertex weights: nodes per
-cluster) is gathered to rank 0, METIS cuts it and each cluster's part goes
-back to the cluster's owner.
+enforced by the owner of each cluster id (an id in :math:`0 \dots N - 1`,
+owned by that id's block), which grants moves up to the room left. The
+cluster graph (edge weights: node-level edges between two clusters; vertex
+weights: nodes per cluster) is gathered to rank 0, METIS cuts it and each
+cluster's part goes back to the cluster's owner.
 
 ``random``: part :math:`p(v) = \pi(v) \bmod P` for a seeded pseudo-random
 permutation :math:`\pi` of :math:`0 \dots N - 1` computed per id (a Feistel
