@@ -98,8 +98,8 @@ def block_adjacency(src: np.ndarray, dst: np.ndarray, blocks: Blocks, rank: int,
     keep = src != dst
     keys = np.concatenate([src[keep] * num_nodes + dst[keep], dst[keep] * num_nodes + src[keep]])
     keys.sort()  # the owner of u grows with the key: sorted is grouped by destination
-    (keys,), _ = exchange_counted([keys], np.diff(np.searchsorted(keys, blocks.bounds * num_nodes)),
-                                  group)
+    counts = np.diff(np.searchsorted(keys, blocks.bounds * num_nodes))
+    (keys,), _ = exchange_counted([keys], counts, group)
     keys.sort()
     keys = keys[: unique_sorted_inplace(keys)]
     lo, hi = blocks.span(rank)
@@ -111,7 +111,7 @@ def block_adjacency(src: np.ndarray, dst: np.ndarray, blocks: Blocks, rank: int,
 
 
 def lookup(ids: np.ndarray, values: np.ndarray, blocks: Blocks, rank: int,
-            group: Group) -> np.ndarray:
+           group: Group) -> np.ndarray:
     """``values`` (indexed by this rank's block) of each of ``ids``, read here
     for owned ids and fetched from their owners (each distinct id once) for
     the others."""
@@ -121,7 +121,7 @@ def lookup(ids: np.ndarray, values: np.ndarray, blocks: Blocks, rank: int,
     out[local] = values[ids[local] - lo]
     wanted, inverse = np.unique(ids[~local], return_inverse=True)
     got = fetch(wanted, blocks.owner(wanted), lambda asked: values[asked - lo],
-                len(blocks.bounds) - 1, group)
+                len(blocks.bounds) - 1, group, grouped=True)  # sorted ids: grouped by owner
     out[~local] = got[inverse]
     return out
 
