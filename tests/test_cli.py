@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from graphs import CORA_RAW
 
 import pyg_dist
@@ -57,6 +58,38 @@ def test_partition_a_large_graph_preset_with_overrides(tmp_path):
     summary = last_json(out.stdout)
     assert summary["num_nodes"] == 3000 and summary["num_edges"] == 3000 * 8
     assert summary["method"] == "metis-coarse" and summary["edge_cut"] < 0.3 * 3000 * 8
+
+
+def test_partition_distributed_command_writes_what_the_single_process_builder_does(tmp_path):
+    from pyg_dist.datasets import write_graph_folder
+    from pyg_dist.partitioning import PartPlan, read_meta, read_part
+
+    data = synthetic(num_nodes=400, seed=1)
+    write_graph_folder(data, tmp_path / "graph")
+    out = run(CLI + ["partition", "--distributed", "--input", str(tmp_path / "graph"),
+                     "--parts", "2", "--out", str(tmp_path / "p")])
+    summary = last_json(out.stdout)
+    meta = read_meta(tmp_path / "p")
+    assert summary["method"] == meta.method == "metis-coarse"
+    assert summary["part_sizes"] == meta.part_sizes and meta.num_parts == 2
+    parts = [read_part(tmp_path / "p", r, meta) for r in range(2)]
+    owner = torch.empty(data.num_nodes, dtype=torch.long)
+    for r, part in enumerate(parts):
+        owner[part["graph"]["global_id"]] = r
+    plan = PartPlan.create(data.edge_index, owner, 2)
+    for r, part in enumerate(parts):
+        for name, value in vars(plan.build(r)).items():
+            assert torch.equal(part["graph"][name], value), name
+
+
+def test_partition_distributed_needs_an_input_folder(tmp_path):
+    from pyg_dist.cli import main
+
+    with pytest.raises(SystemExit, match="--distributed and --input DIR go together"):
+        main(["partition", "--distributed", "--parts", "2", "--out", str(tmp_path / "p")])
+    with pytest.raises(SystemExit, match="drop --dataset"):
+        main(["partition", "--distributed", "--input", str(tmp_path), "--dataset", "cora",
+              "--out", str(tmp_path / "p")])
 
 
 @pytest.mark.parametrize("model,first,hidden_width", [

@@ -3,6 +3,7 @@
 ::
 
     pyg-dist partition --dataset cora --root data --parts 4 --out parts/
+    pyg-dist partition --distributed --input graph/ --parts 4 --out parts/
     pyg-dist convert --dataset ogbn-products --root ogb --out products/
     pyg-dist train --dataset cora --root data --parts 4 --model gcn
     pyg-dist train --dataset cora --root data --halo stale:4,compress=int8
@@ -75,8 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     part.add_argument("--clusters-per-part", "--clusters-per-rank", dest="clusters",
                       type=int, default=1, metavar="M",
                       help="also cut M clusters per part, for gradient-only training")
-    part.add_argument("--out", required=True, help="folder to write")
+    part.add_argument("--out", "--out-dir", dest="out", required=True, help="folder to write")
     part.add_argument("--overwrite", action="store_true")
+    part.add_argument("--distributed", action="store_true",
+                      help="cut --input on --parts ranks (spawned, or torchrun's), none of "
+                           "which holds the whole graph (default method: metis-coarse)")
+    part.add_argument("--input", metavar="DIR", help="graph folder read by --distributed")
 
     convert = sub.add_parser("convert", help="write a dataset as a graph folder: .npy files "
                                              "every rank memory-maps a slice of")

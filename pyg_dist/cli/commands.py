@@ -7,17 +7,20 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
 import pyg_dist
+from pyg_dist import distributed, env
 from pyg_dist.cli.args import given
 from pyg_dist.cli.job import DEFAULT_PARTS, Graph
 from pyg_dist.datasets import load_dataset, write_graph_folder
 from pyg_dist.datasets.ogb import OGB, convert_ogbn
-from pyg_dist.partitioning import PartitionMeta
+from pyg_dist.partitioning import PartitionMeta, partition_distributed
 from pyg_dist.pipeline import best_layout, halo_rows, layout_costs
 from pyg_dist.preflight import check_host
 
-__all__ = ["partition_command", "convert_command", "layouts_command", "check_command", "load_graph",
-           "partition_graph", "meta_summary"]
+__all__ = ["partition_command", "distributed_partition_command", "convert_command",
+           "layouts_command", "check_command", "load_graph", "partition_graph", "meta_summary"]
 
 
 def _graph(args: argparse.Namespace) -> Graph:
@@ -25,6 +28,8 @@ def _graph(args: argparse.Namespace) -> Graph:
 
 
 def partition_command(args: argparse.Namespace) -> int:
+    if args.distributed or args.input is not None:
+        return distributed_partition_command(args)
     graph = _graph(args)
     meta = partition_graph(graph, Path(args.out), graph.parts or DEFAULT_PARTS, args.clusters,
                            overwrite=args.overwrite)
@@ -48,6 +53,46 @@ def convert_command(args: argparse.Namespace) -> int:
                       "num_nodes": folder.num_nodes, "num_edges": folder.num_edges,
                       "node_attrs": folder.node_attrs}))
     return 0
+
+
+def distributed_partition_command(args: argparse.Namespace) -> int:
+    """``pyg-dist partition --distributed``: :func:`partition_distributed` on
+    ``--parts`` spawned local ranks, or on the ranks torchrun started."""
+    options = given(args).get("graph", {})
+    if args.input is None or not args.distributed:
+        raise SystemExit("pyg-dist partition: --distributed and --input DIR go together (DIR: "
+                         "a graph folder, see pyg-dist convert)")
+    extra = sorted(set(options) - {"parts", "method", "seed"})
+    if extra or args.clusters != 1:
+        flags = [f"--{k.replace('_', '-')}" for k in extra] + (
+            ["--clusters-per-part"] if args.clusters != 1 else [])
+        raise SystemExit(f"pyg-dist partition --distributed reads the graph from --input; "
+                         f"drop {' '.join(flags)}")
+    job = (args.input, args.out, options.get("method", "metis-coarse"),
+           options.get("seed", 0), args.overwrite)
+    if env.under_torchrun():
+        meta = record(_partition_joined)(options.get("parts"), *job)
+        if meta is None:  # not rank 0
+            return 0
+    else:
+        meta = pyg_dist.launch(partition_distributed, options.get("parts") or DEFAULT_PARTS,
+                               args=job)[0]
+    print(json.dumps(meta_summary(meta)))
+    return 0
+
+
+def _partition_joined(parts: int | None, *job: Any) -> PartitionMeta | None:
+    """Under torchrun: every rank partitions; rank 0 returns the metadata."""
+    pyg_dist.init()
+    try:
+        world = distributed.world_size()
+        if parts is not None and parts != world:
+            raise ValueError(f"'pyg-dist partition' got --parts {parts} but torchrun started "
+                             f"{world} ranks; pass --parts {world} (or leave it out)")
+        meta = partition_distributed(*job)
+        return meta if distributed.rank() == 0 else None
+    finally:
+        pyg_dist.shutdown()
 
 
 def load_graph(graph: Graph) -> Any:

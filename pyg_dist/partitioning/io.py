@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 __all__ = ["PartitionMeta", "write_folder", "read_meta", "read_part", "FORMAT_VERSION",
-           "CLUSTERS_DIR"]
+           "CLUSTERS_DIR", "META_FILE", "part_file", "file_sha256", "replace_folder"]
 
 FORMAT_VERSION = 2
 META_FILE = "meta.json"
@@ -110,7 +110,7 @@ def write_folder(out_dir: Path, meta: PartitionMeta, parts: Iterable[dict[str, A
         for name, (sub_meta, sub_parts) in (subfolders or {}).items():
             (tmp / name).mkdir()
             _write_parts(tmp / name, sub_meta, sub_parts)
-        _replace(tmp, out_dir, overwrite)
+        replace_folder(tmp, out_dir, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -122,11 +122,13 @@ def _write_parts(folder: Path, meta: PartitionMeta, parts: Iterable[dict[str, An
         path = folder / part_file(len(meta.part_sha256))
         torch.save(content, path)
         del content  # before the next part is made
-        meta.part_sha256.append(_sha256(path))
+        meta.part_sha256.append(file_sha256(path))
     (folder / META_FILE).write_text(meta.to_json())
 
 
-def _replace(tmp: Path, out_dir: Path, overwrite: bool) -> None:
+def replace_folder(tmp: Path, out_dir: Path, overwrite: bool) -> None:
+    """Renames the finished folder ``tmp`` to ``out_dir`` (its sibling),
+    replacing an existing ``out_dir`` only if ``overwrite``."""
     if not out_dir.exists():
         os.replace(tmp, out_dir)
         return
@@ -186,7 +188,7 @@ def read_part(out_dir: str | os.PathLike, p: int, meta: PartitionMeta) -> dict[s
             f"torchrun, node n with k ranks per node runs ranks n*k to n*k+k-1); copy "
             f"{path.name} there from the folder pyg_dist.partition wrote, or {fix}"
         )
-    if p >= len(meta.part_sha256) or _sha256(path) != meta.part_sha256[p]:
+    if p >= len(meta.part_sha256) or file_sha256(path) != meta.part_sha256[p]:
         raise ValueError(
             f"part {p} in '{out_dir}' is corrupted or from another partitioning "
             f"({path.name} does not match the checksum in {META_FILE}); {fix}"
@@ -201,7 +203,8 @@ def read_part(out_dir: str | os.PathLike, p: int, meta: PartitionMeta) -> dict[s
     return content
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The sha256 of the file at ``path``, read in blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):

@@ -1,0 +1,349 @@
+r"""``partition_distributed(input_dir, out_dir)``: the partition folder of a
+graph folder, made by the ranks that will train on it, none of which holds
+the whole graph.
+
+A pipeline of collective steps, each rank holding one slice of the input:
+
+1. read this rank's :math:`1/P` slice of the edges and block of the nodes
+   (a contiguous id range) from the memory-mapped graph folder, and check
+   them; every rank raises the same error if any rank's check failed;
+2. assign nodes to parts (:mod:`pyg_dist.partitioning.dist_cut`); each
+   node's part is known to its block's rank;
+3. shuffle every edge to its target's part and every node's attributes to
+   its part, and build each part's local graph and halo plan
+   (:mod:`pyg_dist.partitioning.dist_plan`);
+4. write each part into one temporary sibling folder of ``out_dir``; rank 0
+   writes ``meta.json`` last and renames the folder into place.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pyg_dist import distributed
+from pyg_dist.datasets.ondisk import GraphFolder
+from pyg_dist.distributed import Group
+from pyg_dist.partitioning.arrays import CHUNK, small_int_dtype
+from pyg_dist.partitioning.dist_cut import (
+    coarse_metis_assign,
+    lookup,
+    permutation_cut,
+)
+from pyg_dist.partitioning.dist_plan import build_local_part
+from pyg_dist.partitioning.io import (
+    FORMAT_VERSION,
+    META_FILE,
+    PartitionMeta,
+    file_sha256,
+    part_file,
+    replace_folder,
+)
+from pyg_dist.partitioning.shuffle import Blocks, exchange
+
+__all__ = ["partition_distributed", "DIST_METHODS", "distributed_fingerprint"]
+
+#: The cutters of the distributed path.
+DIST_METHODS = ("metis-coarse", "random")
+#: Edges per block of :func:`distributed_fingerprint`.
+FINGERPRINT_EDGES = CHUNK
+_NAME = "'partition_distributed'"
+
+
+def partition_distributed(
+    input_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    method: str = "metis-coarse",
+    seed: int = 0,
+    overwrite: bool = False,
+    group: Group = None,
+) -> PartitionMeta:
+    r"""Cuts the graph folder ``input_dir`` into one part per rank of
+    ``group`` and writes the partition folder ``out_dir``, on every rank of an
+    initialised process group at once. The folder is the one
+    :func:`pyg_dist.partition` writes: :meth:`pyg_dist.DistData.load` and
+    every training mode read it unchanged.
+
+    No rank holds the whole graph: each reads a :math:`1/P` slice of the
+    edges and a block of :math:`N/P` nodes, and holds besides them its part,
+    the cluster graph METIS cuts (rank 0) and buffers proportional to its
+    slice. ``out_dir`` must be on a filesystem every rank sees; the parts are
+    written into a temporary sibling folder and rank 0 renames it into place
+    after writing ``meta.json``, so a failure on any rank (an error, a lost
+    rank, a full disk) leaves no complete-looking folder and raises on every
+    rank that is still running.
+
+    Args:
+        input_dir (str or os.PathLike): A graph folder
+            (:func:`pyg_dist.datasets.write_graph_folder` or ``pyg-dist convert``).
+        out_dir (str or os.PathLike): Folder to create.
+        method (str, optional): :obj:`"metis-coarse"` (size-capped label
+            propagation across the ranks, METIS on the cluster graph on rank 0)
+            or :obj:`"random"` (a seeded permutation of the node ids dealt
+            round-robin: exactly balanced and the same whatever ranks compute
+            it). (default: :obj:`"metis-coarse"`)
+        seed (int, optional): Seed of the cut. (default: :obj:`0`)
+        overwrite (bool, optional): Replace an existing ``out_dir``.
+            (default: :obj:`False`)
+        group (torch.distributed.ProcessGroup, optional): The ranks; one part
+            per rank. (default: :obj:`None`, the default group)
+
+    Returns:
+        :class:`PartitionMeta`, also written to ``out_dir/meta.json``, on every
+        rank. Its ``fingerprint`` is :func:`distributed_fingerprint`'s.
+    """
+    rank, num_parts = distributed.rank(group), distributed.world_size(group)
+    out_dir = Path(out_dir).resolve()
+    _check_method(method)
+    graph = _open(input_dir, out_dir, overwrite, num_parts, group)
+    nodes = Blocks.even(graph.num_nodes, num_parts)
+    edges = Blocks.even(graph.num_edges, num_parts)
+    (nlo, nhi), (elo, ehi) = nodes.span(rank), edges.span(rank)
+    _check_slices(graph, (nlo, nhi), (elo, ehi), group)
+
+    part = _assign(method, graph, (elo, ehi), nodes, rank, num_parts, seed, group)
+    content, stats = _build(graph, (elo, ehi), part, nodes, rank, num_parts, group)
+    del part
+    meta = _meta(graph, stats, method, seed, (elo, ehi), group)
+    content["partition_id"] = meta.partition_id
+    _write(out_dir, content, meta, overwrite, group)
+    return meta
+
+
+def _check_method(method: str) -> None:
+    if method == "metis":
+        raise ValueError(
+            f"{_NAME} cannot run plain METIS (it needs the whole graph in one process); use "
+            f"method='metis-coarse', or the single-process pyg_dist.partition(data, ..., "
+            f"method='metis') on a machine that holds the graph"
+        )
+    if method not in DIST_METHODS:
+        raise ValueError(f"{_NAME} got method='{method}'; use one of {', '.join(DIST_METHODS)}")
+
+
+def _open(input_dir: str | os.PathLike, out_dir: Path, overwrite: bool, num_parts: int,
+          group: Group) -> GraphFolder:
+    """The graph folder, opened on every rank; fails together, before any
+    work, on an unreadable folder, a taken ``out_dir`` or a bad part count."""
+    graph, error = None, None
+    try:
+        graph = GraphFolder.open(input_dir)
+        if num_parts > graph.num_nodes:
+            raise ValueError(
+                f"{_NAME} runs on {num_parts} ranks (one part each) but '{input_dir}' has "
+                f"{graph.num_nodes} nodes; launch at most {graph.num_nodes} ranks"
+            )
+        if out_dir.exists() and not overwrite:
+            raise FileExistsError(
+                f"{_NAME} would overwrite '{out_dir}'; pass overwrite=True or choose another "
+                f"out_dir"
+            )
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        error = exc
+    distributed.raise_together(error, f"{_NAME} opening '{input_dir}'", group)
+    return graph
+
+
+def _check_slices(graph: GraphFolder, node_span: tuple[int, int], edge_span: tuple[int, int],
+                  group: Group) -> None:
+    """Each rank checks its slice of the edges and block of the nodes; any
+    failure fails every rank."""
+    error = None
+    try:
+        graph.check_edges(*edge_span)
+        graph.check_nodes(*node_span)
+    except (OSError, ValueError) as exc:
+        error = exc
+    distributed.raise_together(error, f"{_NAME} checking the input", group)
+
+
+def _assign(method: str, graph: GraphFolder, edge_span: tuple[int, int], nodes: Blocks,
+            rank: int, num_parts: int, seed: int, group: Group) -> np.ndarray:
+    """The part of each node of this rank's block (narrowest integer dtype)."""
+    lo, hi = nodes.span(rank)
+    num_nodes = int(nodes.bounds[-1])
+    if method == "random" or num_parts == 1:
+        part = permutation_cut(np.arange(lo, hi), num_nodes, num_parts, seed)
+    else:
+        src, dst = graph.edges(*edge_span)
+        part, _ = coarse_metis_assign(src, dst, nodes, rank, num_parts, seed, group)
+    return part.astype(small_int_dtype(num_parts))
+
+
+def _shuffle_edges(graph: GraphFolder, edge_span: tuple[int, int], part: np.ndarray,
+                   nodes: Blocks, rank: int, num_parts: int, group: Group) -> list[np.ndarray]:
+    """This rank's slice of the edges sent to the parts of their targets:
+    the in-edges of this rank's part as ``[src, dst, edge_id, src_part]``."""
+    src, dst = graph.edges(*edge_span)
+    src_part = lookup(src, part, nodes, rank, group)
+    dst_part = lookup(dst, part, nodes, rank, group)
+    edge_id = np.arange(edge_span[0], edge_span[1], dtype=np.int64)
+    received, _ = exchange([src, dst, edge_id, src_part], dst_part, num_parts, group)
+    return received
+
+
+def _shuffle_nodes(graph: GraphFolder, part: np.ndarray, nodes: Blocks, rank: int,
+                   num_parts: int, group: Group) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+    """The ascending ids of this rank's part's nodes and their attributes,
+    sent from their blocks' ranks one attribute at a time."""
+    lo, hi = nodes.span(rank)
+    (ids,), _ = exchange([np.arange(lo, hi, dtype=np.int64)], part, num_parts, group)
+    order = np.argsort(ids)
+    node: dict[str, torch.Tensor] = {}
+    for name in sorted(graph.node_attrs):
+        (rows,), _ = exchange([graph.node(name, lo, hi)], part, num_parts, group)
+        node[name] = torch.from_numpy(np.ascontiguousarray(rows[order]))
+    return ids[order], node
+
+
+def _build(graph: GraphFolder, edge_span: tuple[int, int], part: np.ndarray, nodes: Blocks,
+           rank: int, num_parts: int, group: Group) -> tuple[dict[str, Any], dict[str, Any]]:
+    """This rank's part file content (without the partition id) and its
+    sizes, after moving edges and node rows to their parts."""
+    num_nodes = int(nodes.bounds[-1])
+    in_edges = _shuffle_edges(graph, edge_span, part, nodes, rank, num_parts, group)
+    owned, node = _shuffle_nodes(graph, part, nodes, rank, num_parts, group)
+    lp, cut = build_local_part(rank, owned, in_edges, num_nodes, num_parts, group)
+    train = node.get("train_mask")
+    stats = {
+        "size": int(owned.size),
+        "halo": int(lp.halo_global_id.numel()),
+        "cut": cut,
+        "train": None if train is None or train.dtype != torch.bool else int(train.sum()),
+        "max_label": _max_label(node.get("y")),
+    }
+    content = {
+        "format_version": FORMAT_VERSION,
+        "part": rank,
+        "num_parts": num_parts,
+        "num_nodes": num_nodes,
+        "graph": {k: v.contiguous() for k, v in vars(lp).items()},
+        "node": node,
+        "edge": {},
+    }
+    return content, stats
+
+
+def _max_label(y: torch.Tensor | None) -> int | None:
+    """``max(y)`` of this part for integer labels of one class per node,
+    ``-1`` for none owned, :obj:`None` for other labels."""
+    if y is None or y.dim() != 1 or y.is_floating_point() or y.dtype == torch.bool:
+        return None
+    return int(y.max()) if y.numel() else -1
+
+
+def distributed_fingerprint(graph: GraphFolder, edge_span: tuple[int, int],
+                            group: Group = None) -> str:
+    r"""sha256 of the graph's structure and attribute shapes, the same whatever
+    the number of ranks that compute it: ``"N:E"``, then the sha256 of each
+    block of :data:`FINGERPRINT_EDGES` consecutive edges (the bytes of its
+    int64 sources, then of its targets), then ``name:shape:dtype`` of each
+    node array. Each rank hashes the blocks that start in its edge slice.
+    (Not the single-process fingerprint, which hashes the edges in one pass.)
+
+    Args:
+        graph (GraphFolder): The opened graph folder.
+        edge_span (tuple[int, int]): This rank's edge slice ``lo:hi``.
+        group (torch.distributed.ProcessGroup, optional): The process group.
+            (default: :obj:`None`)
+    """
+    lo, hi = edge_span
+    first = -(-lo // FINGERPRINT_EDGES) * FINGERPRINT_EDGES
+    mine = []
+    for start in range(first, hi, FINGERPRINT_EDGES):
+        block = graph.edges(start, min(start + FINGERPRINT_EDGES, graph.num_edges))
+        digest = hashlib.sha256(np.ascontiguousarray(block[0], dtype=np.int64))
+        digest.update(np.ascontiguousarray(block[1], dtype=np.int64))
+        mine.append(digest.hexdigest())
+    digest = hashlib.sha256(f"{graph.num_nodes}:{graph.num_edges}".encode())
+    for blocks in distributed.all_gather_objects(mine, group):
+        for hexdigest in blocks:
+            digest.update(hexdigest.encode())
+    for name in sorted(graph.node_attrs):
+        rows = graph.node(name, 0, min(1, graph.num_nodes))
+        digest.update(f"{name}:{(graph.num_nodes, *rows.shape[1:])}:{rows.dtype}".encode())
+    return digest.hexdigest()
+
+
+def _meta(graph: GraphFolder, stats: dict[str, Any], method: str, seed: int,
+          edge_span: tuple[int, int], group: Group) -> PartitionMeta:
+    """The folder's metadata, the same on every rank."""
+    fingerprint = distributed_fingerprint(graph, edge_span, group)
+    every = distributed.all_gather_objects(stats, group)
+    labels = [s["max_label"] for s in every]
+    partition_id = distributed.all_gather_objects(uuid.uuid4().hex, group)[0]
+    return PartitionMeta(
+        num_parts=len(every),
+        num_nodes=graph.num_nodes,
+        num_edges=graph.num_edges,
+        edge_cut=sum(s["cut"] for s in every),
+        part_sizes=[s["size"] for s in every],
+        halo_sizes=[s["halo"] for s in every],
+        train_sizes=[] if every[0]["train"] is None else [s["train"] for s in every],
+        method=method,
+        seed=seed,
+        fingerprint=fingerprint,
+        num_classes=None if labels[0] is None else max(labels) + 1,
+        partition_id=partition_id,
+        node_attrs=sorted(graph.node_attrs),
+        edge_attrs=[],
+    )
+
+
+def _write(out_dir: Path, content: dict[str, Any], meta: PartitionMeta, overwrite: bool,
+           group: Group) -> None:
+    """Every rank writes its part into one temporary sibling of ``out_dir``
+    (named by rank 0); rank 0 writes ``meta.json`` with every part's sha256
+    and renames the folder into place. On any failure rank 0 removes the
+    temporary folder and every rank raises."""
+    rank = distributed.rank(group)
+    name = f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = out_dir.parent / distributed.all_gather_objects(name, group)[0]
+    try:
+        error = None
+        try:
+            if rank == 0:
+                out_dir.parent.mkdir(parents=True, exist_ok=True)
+                tmp.mkdir()
+        except OSError as exc:
+            error = exc
+        distributed.raise_together(error, f"{_NAME} creating '{tmp}'", group)
+        digest = None
+        try:
+            path = tmp / part_file(rank)
+            torch.save(content, path)
+            digest = file_sha256(path)
+        except OSError as exc:
+            error = _disk_error(exc, rank, tmp)
+        distributed.raise_together(error, f"{_NAME} writing the parts", group)
+        meta.part_sha256 = distributed.all_gather_objects(digest, group)
+        try:
+            if rank == 0:
+                (tmp / META_FILE).write_text(meta.to_json())
+                replace_folder(tmp, out_dir, overwrite)
+        except OSError as exc:
+            error = _disk_error(exc, rank, tmp)
+        distributed.raise_together(error, f"{_NAME} finishing '{out_dir}'", group)
+    except BaseException:
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _disk_error(exc: OSError, rank: int, tmp: Path) -> OSError:
+    """``exc``, or for a full disk an error that says so and what to do."""
+    if exc.errno != errno.ENOSPC:
+        return exc
+    return OSError(
+        errno.ENOSPC,
+        f"no space left on the device of '{tmp.parent}' while rank {rank} wrote its part; "
+        f"nothing was written; free space there or choose an out_dir on a filesystem with "
+        f"room for every part",
+    )

@@ -1,0 +1,350 @@
+"""The distributed partitioner on real gloo ranks: its folders against the
+single-process builder and PyG, its cut against the single-process cut, and
+failures (bad input, a lost rank, a raising rank, a full disk) that leave no
+complete-looking folder.
+
+One launch of 4 ranks runs every multi-rank case (see :func:`battery`); the
+test functions check its results."""
+import errno
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import awkward_graph
+from tolerances import assert_close
+from torch_geometric.nn import GCNConv
+
+import pyg_dist
+from pyg_dist import distributed, peers
+from pyg_dist.config import Adam
+from pyg_dist.datasets import community_graph, write_graph_folder
+from pyg_dist.models import GNN
+from pyg_dist.partitioning import PartPlan, read_meta, read_part
+from pyg_dist.partitioning.dist_cut import permutation_cut
+from pyg_dist.train import train
+
+WORLD = 4
+SEED = 5
+#: Seconds a collective waits for a lost rank before the others give up.
+WAIT = 8.0
+TRAIN_EPOCHS, LR, WEIGHT_DECAY = 3, 0.01, 5e-4
+BAD_INPUTS = ("missing-file", "short-x", "negative-id", "id-too-large", "nan-x")
+
+
+def bad_folders(data, root):
+    """One graph folder per kind of bad input: ``data``'s folder, then one
+    file broken."""
+    folders = {}
+    for name in BAD_INPUTS:
+        folder = root / name
+        write_graph_folder(data, folder)
+        edges, x = np.load(folder / "edges.npy"), np.load(folder / "x.npy")
+        if name == "missing-file":
+            (folder / "x.npy").unlink()
+        elif name == "short-x":
+            np.save(folder / "x.npy", x[:-1])
+        elif name == "negative-id":
+            edges[0, edges.shape[1] * 5 // 8] = -1  # in rank 2's slice
+            np.save(folder / "edges.npy", edges)
+        elif name == "id-too-large":
+            edges[1, 3] = data.num_nodes
+            np.save(folder / "edges.npy", edges)
+        elif name == "nan-x":
+            x[data.num_nodes - 2, 1] = np.nan  # in rank 3's block
+            np.save(folder / "x.npy", x)
+        folders[name] = str(folder)
+    return folders
+
+
+def error_of(fn):
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the error is what the tests check
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def train_on(folder, state, classes):
+    data = pyg_dist.DistData.load(folder)
+    model = GNN("gcn", data.x.size(1), 8, classes, dropout=0.0)
+    model.load_state_dict(state)
+    train(model, data, TRAIN_EPOCHS, progress=False,
+          optimizer=Adam(lr=LR, weight_decay=WEIGHT_DECAY))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def battery(dirs, state, classes):
+    """Every rank: partition (random, metis-coarse, on a group of one, the
+    community graph), train on a result, then the failures, the lost rank last."""
+    from pyg_dist.partitioning import dist_partitioner, partition_distributed
+
+    rank, out = distributed.rank(), {}
+    graph, outs = dirs["graph"], dirs["out"]
+    out["random"] = partition_distributed(graph, outs["random"], method="random", seed=SEED)
+    out["coarse"] = partition_distributed(graph, outs["coarse"], seed=SEED)
+    one = distributed.new_group([0])
+    if rank == 0:
+        out["one"] = partition_distributed(graph, outs["one"], method="random", seed=SEED,
+                                           group=one)
+    out["trained"] = train_on(outs["coarse"], state, classes)
+    start = time.perf_counter()
+    out["quality"] = partition_distributed(dirs["community"], outs["quality"], seed=0)
+    out["quality_seconds"] = time.perf_counter() - start
+
+    out["bad"] = {}
+    for name, path in dirs["bad"].items():
+        out["bad"][name] = error_of(lambda: partition_distributed(path, outs[name]))  # noqa: B023
+    out["metis"] = error_of(lambda: partition_distributed(graph, outs["metis"], method="metis"))
+    out["exists"] = error_of(lambda: partition_distributed(graph, outs["random"]))
+
+    save = dist_partitioner.torch.save
+    if rank == 2:
+        def full_disk(obj, path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        dist_partitioner.torch.save = full_disk
+    out["enospc"] = error_of(lambda: partition_distributed(graph, outs["enospc"]))
+    dist_partitioner.torch.save = save
+
+    # Rank 1 is lost (as if killed) while the parts are written.
+    done = [Path(dirs["done"]) / f"{r}" for r in range(WORLD) if r != 1]
+    if rank == 1:
+        def lost(path):
+            peers.close()
+            while not all(d.exists() for d in done):
+                time.sleep(0.1)
+            raise SystemExit(0)
+        dist_partitioner.file_sha256 = lost
+        try:
+            partition_distributed(graph, outs["lost"])
+        except SystemExit:
+            pass
+        return out
+    out["lost"] = error_of(lambda: partition_distributed(graph, outs["lost"]))
+    (Path(dirs["done"]) / f"{rank}").touch()
+    while not all(d.exists() for d in done):  # no rank leaves while another probes it
+        time.sleep(0.1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist-partition")
+    data = awkward_graph(num_nodes=150, num_edges=700, num_features=5, seed=3)
+    community = community_graph(num_nodes=20_000, seed=0)
+    write_graph_folder(data, root / "graph")
+    write_graph_folder(community, root / "community")
+    (root / "done").mkdir()
+    names = ["random", "coarse", "one", "quality", "metis", "enospc", "lost", *BAD_INPUTS]
+    dirs = {"graph": str(root / "graph"), "community": str(root / "community"),
+            "bad": bad_folders(data, root / "bad"), "done": str(root / "done"),
+            "out": {name: str(root / "out" / name) for name in names}}
+    torch.manual_seed(0)
+    classes = int(data.y.max()) + 1
+    state = GNN("gcn", data.num_features, 8, classes, dropout=0.0).state_dict()
+    start = time.perf_counter()
+    results = pyg_dist.launch(battery, WORLD, args=(dirs, state, classes), timeout=300,
+                              comm_timeout=WAIT)
+    print(f"battery of {WORLD} ranks: {time.perf_counter() - start:.1f} s")
+    return {"root": root, "data": data, "community": community, "dirs": dirs,
+            "results": results, "state": state, "classes": classes}
+
+
+def owners(folder, meta):
+    parts = [read_part(folder, p, meta) for p in range(meta.num_parts)]
+    owner = torch.empty(meta.num_nodes, dtype=torch.long)
+    for p, content in enumerate(parts):
+        owner[content["graph"]["global_id"]] = p
+    return parts, owner
+
+
+def check_folder(folder, data):
+    """The folder's invariants, checked against ``data`` directly; returns the
+    parts and the owner of each node."""
+    meta = read_meta(folder)
+    parts, owner = owners(folder, meta)
+    num_parts = meta.num_parts
+    owned = torch.cat([c["graph"]["global_id"] for c in parts])
+    assert torch.equal(owned.sort().values, torch.arange(data.num_nodes)), "owned once"
+    edge_ids = torch.cat([c["graph"]["edge_id"] for c in parts])
+    assert torch.equal(edge_ids.sort().values, torch.arange(data.num_edges)), "stored once"
+    in_degree = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+    for p, content in enumerate(parts):
+        g = content["graph"]
+        target = g["global_id"].repeat_interleave(g["rowptr"].diff())
+        source = torch.cat([g["global_id"], g["halo_global_id"]])[g["col"]]
+        assert torch.equal(target, data.edge_index[1, g["edge_id"]])
+        assert torch.equal(source, data.edge_index[0, g["edge_id"]])
+        assert bool((owner[target] == p).all()), "an edge lives with its target's owner"
+        assert torch.equal(g["halo_in_degree"], in_degree[g["halo_global_id"]])
+        for name in meta.node_attrs:
+            assert torch.equal(content["node"][name], data[name][g["global_id"]]), name
+        for q in range(num_parts):  # what q sends p is p's halo block from q
+            halo = g["halo_global_id"][g["halo_ptr"][q]:g["halo_ptr"][q + 1]]
+            assert bool((owner[halo] == q).all())
+            sender = parts[q]["graph"]
+            sent = sender["send_idx"][sender["send_ptr"][p]:sender["send_ptr"][p + 1]]
+            assert torch.equal(sender["global_id"][sent], halo)
+    assert meta.part_sizes == torch.bincount(owner, minlength=num_parts).tolist()
+    cut = int((owner[data.edge_index[0]] != owner[data.edge_index[1]]).sum())
+    assert meta.edge_cut == cut
+    return parts, owner
+
+
+def assert_same_as_builder(parts, owner, data):
+    """Every part equals the single-process builder's for the same assignment."""
+    plan = PartPlan.create(data.edge_index, owner, len(parts))
+    for p, content in enumerate(parts):
+        expected = plan.build(p)
+        for name, value in vars(expected).items():
+            assert torch.equal(content["graph"][name], value), f"part {p}: {name}"
+
+
+@pytest.mark.parametrize("method", ["random", "coarse"])
+def test_folders_hold_the_graph_and_consistent_halo_plans(setup, method):
+    data = setup["data"]
+    folder = setup["dirs"]["out"][method]
+    parts, owner = check_folder(folder, data)
+    assert_same_as_builder(parts, owner, data)
+    meta = read_meta(folder)
+    assert meta == setup["results"][0][method]
+    assert all(r[method] == meta for r in setup["results"]), "every rank returns the meta"
+    assert meta.num_classes == int(data.y.max()) + 1
+    assert meta.train_sizes == torch.bincount(owner[data.train_mask], minlength=WORLD).tolist()
+
+
+def test_random_cut_is_a_balanced_permutation_of_the_ids(setup):
+    data = setup["data"]
+    _, owner = owners(setup["dirs"]["out"]["random"], read_meta(setup["dirs"]["out"]["random"]))
+    # Computed here in one process over all ids: the ranks' blocks agree with it.
+    expected = permutation_cut(np.arange(data.num_nodes), data.num_nodes, WORLD, SEED)
+    assert torch.equal(owner, torch.from_numpy(expected))
+    sizes = torch.bincount(owner, minlength=WORLD)
+    assert int(sizes.max() - sizes.min()) <= 1
+
+
+@pytest.mark.parametrize("count", [1, 2, 7, 64, 1000, 4099])
+def test_permutation_cut_permutes_the_ids(count):
+    from pyg_dist.partitioning.dist_cut import _permute
+
+    values = _permute(np.arange(count), count, seed=3)
+    assert np.array_equal(np.sort(values), np.arange(count))
+    assert count < 64 or not np.array_equal(values, np.arange(count))
+
+
+def test_one_rank_group_writes_the_single_process_folder(setup, tmp_path):
+    data = setup["data"]
+    folder = setup["dirs"]["out"]["one"]
+    parts, owner = check_folder(folder, data)
+    assert bool((owner == 0).all())
+    reference = pyg_dist.partition(data, 1, tmp_path / "single", method="random", seed=SEED)
+    single = read_part(tmp_path / "single", 0, reference)
+    for key in ("graph", "node"):
+        assert single[key].keys() == parts[0][key].keys()
+        for name, value in single[key].items():
+            assert torch.equal(parts[0][key][name], value), f"{key}/{name}"
+    meta = read_meta(folder)
+    for field in ("num_nodes", "num_edges", "edge_cut", "part_sizes", "halo_sizes",
+                  "train_sizes", "num_classes", "node_attrs"):
+        assert getattr(meta, field) == getattr(reference, field), field
+
+
+def test_training_on_the_folder_equals_single_process_pyg(setup):
+    data, state = setup["data"], setup["state"]
+    layers = torch.nn.ModuleList([GCNConv(data.num_features, 8), GCNConv(8, setup["classes"])])
+    layers.load_state_dict({k[len("convs."):]: v for k, v in state.items()})
+    optimizer = torch.optim.Adam(layers.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    for _ in range(TRAIN_EPOCHS):
+        optimizer.zero_grad()
+        out = layers[1](layers[0](data.x, data.edge_index).relu(), data.edge_index)
+        F.cross_entropy(out[data.train_mask], data.y[data.train_mask]).backward()
+        optimizer.step()
+    for r, result in enumerate(setup["results"]):
+        for name, value in layers.state_dict().items():
+            assert_close(result["trained"][f"convs.{name}"], value,
+                         what=f"rank {r}: {name} after {TRAIN_EPOCHS} steps")
+
+
+def test_cut_quality_matches_single_process_metis_coarse(setup, tmp_path):
+    community = setup["community"]
+    folder = setup["dirs"]["out"]["quality"]
+    ours = read_meta(folder)
+    _, owner = check_folder(folder, community)
+    reference = pyg_dist.partition(community, WORLD, tmp_path / "single", method="metis-coarse",
+                                   seed=0)
+    ratio = ours.edge_cut / reference.edge_cut
+    print(f"distributed / single-process metis-coarse edge cut: {ours.edge_cut} / "
+          f"{reference.edge_cut} = {ratio:.3f}")
+    assert ratio <= 1.05
+    assert max(ours.part_sizes) <= 1.05 * community.num_nodes / WORLD
+    # A cut as bad as random would be far above: the coarse cut follows the communities.
+    assert ours.edge_cut < 0.5 * community.num_edges * (WORLD - 1) / WORLD
+
+
+def nothing_written(parent: Path, name: str) -> bool:
+    return not (parent / name).exists() and not list(parent.glob(f".{name}.tmp-*"))
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_bad_input_is_refused_on_every_rank_and_nothing_is_written(setup, name):
+    errors = [r["bad"][name] for r in setup["results"]]
+    assert errors[0] is not None, f"{name} was accepted"
+    assert all(e == errors[0] for e in errors), "every rank raises the same error"
+    kind, message = errors[0]
+    assert kind in ("ValueError", "FileNotFoundError"), message
+    assert message.startswith("'partition_distributed' "), message
+    fix = {"missing-file": "x.npy", "short-x": "rows", "negative-id": "outside",
+           "id-too-large": "outside", "nan-x": "NaN"}[name]
+    assert fix in message, message
+    assert nothing_written(setup["root"] / "out", name)
+
+
+def test_plain_metis_and_a_taken_folder_are_refused(setup):
+    kind, message = setup["results"][0]["metis"]
+    assert kind == "ValueError" and "method='metis-coarse'" in message
+    assert "pyg_dist.partition(" in message
+    assert nothing_written(setup["root"] / "out", "metis")
+    kind, message = setup["results"][0]["exists"]
+    assert kind == "FileExistsError" and "overwrite=True" in message, message
+
+
+def test_a_full_disk_fails_every_rank_and_leaves_nothing(setup):
+    errors = [r["enospc"] for r in setup["results"]]
+    assert all(e == errors[0] for e in errors), errors
+    kind, message = errors[0]
+    assert kind == "OSError", message
+    assert "no space left" in message and "rank 2" in message, message
+    assert nothing_written(setup["root"] / "out", "enospc")
+
+
+def test_a_lost_rank_fails_the_others_and_leaves_no_complete_folder(setup):
+    for r, result in enumerate(setup["results"]):
+        if r == 1:
+            continue
+        kind, message = result["lost"]
+        assert kind == "PeerLost", message
+        assert "the process of rank 1 on " in message and "has exited" in message, message
+    out = setup["root"] / "out"
+    assert not (out / "lost").exists()
+    assert not list(out.glob(".lost.tmp-*/meta.json"))
+
+
+def raise_on_rank_one(graph, out):
+    from pyg_dist.partitioning import dist_partitioner
+
+    if distributed.rank() == 1:
+        def broken(*args, **kwargs):
+            raise RuntimeError("rank one broke while building its part")
+        dist_partitioner.build_local_part = broken
+    dist_partitioner.partition_distributed(graph, out)
+
+
+def test_a_raising_rank_stops_the_partition_and_leaves_nothing(setup, tmp_path):
+    out = tmp_path / "parts"
+    with pytest.raises(RuntimeError, match="rank one broke"):
+        pyg_dist.launch(raise_on_rank_one, 2, args=(setup["dirs"]["graph"], str(out)),
+                        timeout=120, comm_timeout=WAIT)
+    assert nothing_written(tmp_path, "parts")
+
