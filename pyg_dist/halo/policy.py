@@ -17,6 +17,7 @@ from torch import Tensor
 from pyg_dist.halo.cache import HaloCache
 from pyg_dist.halo.compress import Codec, get_codec
 from pyg_dist.halo.exchange import HaloChannel, exchange_halo
+from pyg_dist.halo.shared import shared_key
 
 __all__ = ["HaloPolicy", "HaloRows", "FetchContext", "PolicyState", "transient", "POLICIES"]
 
@@ -105,8 +106,19 @@ class FetchContext:
     planned_steps: int | None = None
 
     def exchange(self, x: Tensor, codec: Codec | None) -> Tensor:
-        """Every halo row of ``x``, exchanged exactly and differentiably."""
-        return exchange_halo(x, self.channel, self.layer, codec, self.direction)
+        """Every halo row of ``x``, exchanged exactly and differentiably;
+        on a channel whose node type several relations read, once per input
+        for all of them (:class:`~pyg_dist.halo.shared.SharedExchange`)."""
+        shared = self.channel.shared
+        if shared is None:
+            return exchange_halo(x, self.channel, self.layer, codec, self.direction)
+        key = shared_key(self.direction, codec)
+        rows = shared.lookup(x, self.layer, key)
+        if rows is None:
+            rows = exchange_halo(x, self.channel, shared.ledger_name(self.layer), codec,
+                                 self.direction)
+            shared.remember(x, self.layer, key, rows)
+        return rows
 
     def skip(self, staleness: int = 0) -> None:
         """Books an exchange the policy did not do."""
