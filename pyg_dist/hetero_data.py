@@ -10,13 +10,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.data import DistEdgeIndex, _check_same_partitioning, _read
+from pyg_dist.data import DistData, DistEdgeIndex, _check_same_partitioning, _read
 from pyg_dist.halo.exchange import HaloChannel
 from pyg_dist.halo.layer import HaloRegistry
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.plan import HaloPlan
 from pyg_dist.halo.policy import HaloPolicy
 from pyg_dist.halo.shared import SharedExchange
+from pyg_dist.hetero_view import homogeneous_view
 from pyg_dist.ops.csr import ptr_from_sorted
 from pyg_dist.partitioning.hetero import edge_key
 from pyg_dist.partitioning.io import PartitionMeta
@@ -186,10 +187,35 @@ class DistHeteroData:
     """
 
     def __init__(self, nodes: dict[str, NodePart], edges: dict[EdgeType, EdgePart],
-                 meta: PartitionMeta, rank: int, folder: str | os.PathLike | None = None) -> None:
+                 meta: PartitionMeta, rank: int, folder: str | os.PathLike | None = None,
+                 channels: dict[str, HaloChannel] | None = None,
+                 node_plans: dict[str, dict[str, Tensor]] | None = None,
+                 registry: HaloRegistry | None = None, group: Any = None) -> None:
         self._nodes, self._edges = nodes, edges
         self.meta, self.rank, self.world_size = meta, rank, meta.num_parts
         self.folder = None if folder is None else Path(folder)
+        self._channels = channels or {}
+        self._node_plans = node_plans or {}
+        self.registry = registry if registry is not None else HaloRegistry()
+        self.group = group
+
+    def channel(self, node_type: str) -> HaloChannel:
+        """The halo channel of ``node_type`` (its plan, shared by every edge
+        type that reads the type)."""
+        return self._channels[node_type]
+
+    def node_plan(self, node_type: str) -> dict[str, Tensor]:
+        """``node_type``'s halo plan as stored (``global_id``, ``halo_global_id``,
+        ``halo_ptr``, ``send_idx``, ``send_ptr``, ``halo_in_degree`` and
+        ``halo_self_loops`` over every edge type)."""
+        return self._node_plans[node_type]
+
+    def to_homogeneous(self) -> DistData:
+        """This part as one homogeneous :class:`~pyg_dist.DistData`, as
+        :meth:`HeteroData.to_homogeneous` makes the whole graph (see
+        :func:`~pyg_dist.hetero_view.homogeneous_view`): for models over all
+        types at once, such as :class:`~torch_geometric.nn.RGCNConv`."""
+        return homogeneous_view(self)
 
     @property
     def node_types(self) -> list[str]:
@@ -265,10 +291,10 @@ class DistHeteroData:
                              f"pyg_dist.DistData.load('{out_dir}')")
         _check_same_partitioning(meta, group)
         ledger, registry, tags = Ledger(), HaloRegistry(halo), {}
-        channels, nodes = {}, {}
+        channels, nodes, plans = {}, {}, {}
         for t in meta.types.node_types:
             part = content["node_types"][t]
-            graph = part["graph"]
+            graph = plans[t] = part["graph"]
             plan = HaloPlan.from_pointers(rank, graph["send_idx"], graph["send_ptr"],
                                           graph["halo_ptr"], graph["halo_global_id"],
                                           graph["global_id"])
@@ -286,7 +312,7 @@ class DistHeteroData:
                                       g["halo_self_loops"], channels[src],
                                       nodes[dst].global_id, nodes[src].global_id, e, registry)
             edges[e] = EdgePart(e, {"edge_index": index, **part["attrs"]})
-        return cls(nodes, edges, meta, rank, out_dir)
+        return cls(nodes, edges, meta, rank, out_dir, channels, plans, registry, group)
 
     def to(self, device: torch.device | str) -> DistHeteroData:
         """Moves every tensor to ``device`` (in place) and returns ``self``."""

@@ -29,6 +29,7 @@ from torch_geometric.nn import (
     ClusterGCNConv,
     EdgeConv,
     FAConv,
+    FastRGCNConv,
     GATConv,
     GATv2Conv,
     GCN2Conv,
@@ -40,6 +41,7 @@ from torch_geometric.nn import (
     LGConv,
     MessagePassing,
     ResGatedGraphConv,
+    RGCNConv,
     SAGEConv,
     SGConv,
     SSGConv,
@@ -83,6 +85,8 @@ _EXACT_LAYERS: dict[type, ExactLayer] = {
     SAGEConv: ExactLayer(),
     EdgeConv: ExactLayer(),
     LEConv: ExactLayer(("edge_weight",)),
+    RGCNConv: ExactLayer(("edge_type",)),
+    FastRGCNConv: ExactLayer(("edge_type",)),
 }
 
 #: Layers it cannot run exactly, and what to use instead.
@@ -164,7 +168,8 @@ class DistMessagePassing(DistLayer, MessagePassing):
     ``conv`` on the local bipartite graph: sources ``[owned ; halo]``, targets
     the owned nodes. Exact for ``GATConv``, ``GATv2Conv``, ``GINConv``,
     ``GINEConv``, ``GraphConv``, ``TransformerConv``, ``ResGatedGraphConv``,
-    ``SAGEConv``, ``EdgeConv``, ``LEConv`` and any declared with
+    ``SAGEConv``, ``EdgeConv``, ``LEConv``, ``RGCNConv``, ``FastRGCNConv``
+    (on :meth:`~pyg_dist.DistHeteroData.to_homogeneous`) and any declared with
     :func:`register_exact`; others are refused, naming the alternatives.
 
     What crosses the network is the layer's input: the specialised twins

@@ -136,9 +136,18 @@ class _HeteroPlan:
                  num_parts: int) -> None:
         self.owner, self.local, self.halos, self.edges = owner, local, halos, edges
         self.num_parts = num_parts
+        self.in_degree = {t: np.zeros(o.size, dtype=np.int64) for t, o in owner.items()}
+        self.self_loops = {t: np.zeros(o.size, dtype=np.int64) for t, o in owner.items()}
+        for (src_type, _, dst_type), (src, dst) in edges.items():
+            self.in_degree[dst_type] += np.bincount(dst, minlength=owner[dst_type].size)
+            if src_type == dst_type:
+                self.self_loops[dst_type] += np.bincount(dst[src == dst],
+                                                         minlength=owner[dst_type].size)
 
     def node_plan(self, t: str, p: int) -> dict[str, Tensor]:
-        """Type ``t``'s owned ids and halo plan in part ``p`` (as ``plan.LocalPart``)."""
+        """Type ``t``'s owned ids and halo plan in part ``p`` (as
+        ``plan.LocalPart``), with its halo rows' in-degrees and self-loops over
+        every edge type (those of the homogeneous view)."""
         owner, halo = self.owner[t], self.halos[t][p]
         send_node, send_ptr = send_list(self.halos[t], owner, p)
         return {
@@ -147,6 +156,8 @@ class _HeteroPlan:
             "halo_ptr": ptr(np.bincount(owner[halo], minlength=self.num_parts)),
             "send_idx": torch.from_numpy(self.local[t][send_node]),
             "send_ptr": send_ptr,
+            "halo_in_degree": torch.from_numpy(self.in_degree[t][halo]),
+            "halo_self_loops": torch.from_numpy(self.self_loops[t][halo]),
         }
 
     def edge_plan(self, e: EdgeType, p: int) -> dict[str, Tensor]:
