@@ -22,7 +22,7 @@ from pyg_dist.ops.csr import ptr_from_sorted
 from pyg_dist.partitioning.hetero import edge_key
 from pyg_dist.partitioning.io import PartitionMeta
 
-__all__ = ["DistHeteroData", "DistRelationIndex", "NodePart", "EdgePart"]
+__all__ = ["DistHeteroData", "DistRelationIndex", "NodePart", "EdgePart", "TypeDict"]
 
 EdgeType = tuple[str, str, str]
 
@@ -164,6 +164,34 @@ class EdgePart(_Store):
     _kind = "edge type"
 
 
+class TypeDict(dict):
+    """``{type: value}`` of one attribute over the types that have it
+    (:meth:`DistHeteroData.collect`); a missing type raises a
+    :class:`KeyError` that says why and what to do, also through
+    :meth:`get` (which :func:`~torch_geometric.nn.to_hetero` models call for
+    every type of their metadata: a missing type is an error there)."""
+
+    def __init__(self, key: str, data: DistHeteroData, values: dict[Any, Any]) -> None:
+        super().__init__(values)
+        self._attr, self._data = key, data
+
+    def get(self, t: Any, default: Any = None) -> Any:
+        return self[t]
+
+    def __missing__(self, t: Any) -> Any:
+        data = self._data
+        if t in data.node_types or t in data.edge_types:
+            fix = (f"give every node type a '{self._attr}' before partitioning (e.g. "
+                   f"data[{t!r}].x = torch.randn(num_nodes, F), or learn one with "
+                   f"torch.nn.Embedding and pass it in x_dict)"
+                   if t in data.node_types else "partition a HeteroData that has it")
+            raise KeyError(f"'DistHeteroData[{t!r}]' has no '{self._attr}'; {fix}")
+        raise KeyError(
+            f"'DistHeteroData' has no type {t!r}; the model was built for other metadata "
+            f"than this folder's (node types {data.node_types}, edge types "
+            f"{data.edge_types}): build it with to_hetero(model, data.metadata())")
+
+
 class DistHeteroData:
     r"""One rank's part of a partitioned heterogeneous graph, loaded by
     :meth:`load`; read it as a :class:`~torch_geometric.data.HeteroData`:
@@ -241,21 +269,34 @@ class DistHeteroData:
         raise KeyError(f"'DistHeteroData' has no type {key!r}; node types "
                        f"{self.node_types}, edge types {self.edge_types}")
 
-    def collect(self, key: str) -> dict[Any, Any]:
-        """``{type: data[type].key}`` over the node and edge types that have ``key``."""
+    def collect(self, key: str) -> TypeDict:
+        """``{type: data[type].key}`` over the node and edge types that have
+        ``key``; asking it for a type without ``key`` raises an error that
+        names the fix."""
         stores: list[tuple[Any, _Store]] = [*self._nodes.items(), *self._edges.items()]
-        return {t: getattr(s, key) for t, s in stores if key in s.keys()}
+        return TypeDict(key, self, {t: getattr(s, key) for t, s in stores if key in s.keys()})
+
+    def labelled_type(self) -> str:
+        """The node type with labels ``y`` (ogbn-mag's ``paper``); raises,
+        naming the fix, when no type or several have them."""
+        labelled = [t for t in self.node_types if "y" in self._nodes[t].keys()]
+        if len(labelled) != 1:
+            raise ValueError(
+                f"'DistHeteroData' needs one node type with labels y to train on (found "
+                f"{labelled or 'none'} among {self.node_types}); set data[node_type].y on "
+                f"exactly one type of the HeteroData and partition it again")
+        return labelled[0]
 
     @property
-    def x_dict(self) -> dict[str, Tensor]:
+    def x_dict(self) -> TypeDict:
         return self.collect("x")
 
     @property
-    def y_dict(self) -> dict[str, Tensor]:
+    def y_dict(self) -> TypeDict:
         return self.collect("y")
 
     @property
-    def edge_index_dict(self) -> dict[EdgeType, DistRelationIndex]:
+    def edge_index_dict(self) -> TypeDict:
         return self.collect("edge_index")
 
     @property

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 from hetero_graphs import small_hetero
+from torch_geometric.nn import SAGEConv, to_hetero
 
 import pyg_dist
+from pyg_dist.nn import to_distributed
 from pyg_dist.partitioning import read_meta, read_part
 from pyg_dist.partitioning.hetero import edge_key
 
@@ -140,3 +142,33 @@ def test_bad_input_names_the_fix(graph, tmp_path):
     with pytest.raises(ValueError, match="nan_to_num"):
         pyg_dist.partition(nan, 2, tmp_path / "d")
     assert not np.any([p.exists() for p in (tmp_path / "a", tmp_path / "d")])
+
+
+class _Sage(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = SAGEConv((-1, -1), 4)
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index)
+
+
+def test_model_errors_name_the_fix(graph, tmp_path):
+    featureless = graph.clone()
+    featureless["field"].num_nodes = featureless["field"].x.size(0)
+    del featureless["field"].x
+    del featureless["paper"].y
+    pyg_dist.partition(featureless, 1, tmp_path / "a")
+    data = pyg_dist.DistHeteroData.load(tmp_path / "a")
+    model = to_distributed(to_hetero(_Sage(), data.metadata()))
+    with pytest.raises(KeyError, match=r"'DistHeteroData\['field'\]' has no 'x'; give every"):
+        model(data.x_dict, data.edge_index_dict)
+    with pytest.raises(ValueError, match="set data\\[node_type\\].y on exactly one type"):
+        data.labelled_type()
+    pyg_dist.partition(graph, 1, tmp_path / "b")
+    data = pyg_dist.DistHeteroData.load(tmp_path / "b")
+    assert data.labelled_type() == "paper"
+    other = (data.node_types, [*data.edge_types, ("paper", "reviews", "author")])
+    model = to_distributed(to_hetero(_Sage(), other))
+    with pytest.raises(KeyError, match=r"to_hetero\(model, data.metadata\(\)\)"):
+        model(data.x_dict, data.edge_index_dict)
