@@ -1,9 +1,10 @@
 """Graphs to train on: the small embedded demo graph, large seeded graphs
 shaped like real ones, and Planetoid."""
 from pyg_dist.datasets.community import PRESETS, CommunityGraphConfig, community_graph, preset
+from pyg_dist.datasets.hetero import synthetic_mag
 from pyg_dist.datasets.load import DATASETS, load_dataset
 from pyg_dist.datasets.planetoid import PLANETOID, planetoid
 from pyg_dist.datasets.sbm import synthetic
 
 __all__ = ["synthetic", "community_graph", "CommunityGraphConfig", "PRESETS", "preset",
-           "planetoid", "PLANETOID", "load_dataset", "DATASETS"]
+           "planetoid", "PLANETOID", "load_dataset", "DATASETS", "synthetic_mag"]
