@@ -120,7 +120,12 @@ class DistRelationIndex(DistEdgeIndex):
 
 
 class _Store:
-    """Attributes of one node or edge type, read as ``data[type].key``."""
+    """Attributes of one node or edge type, read as ``data[type].key``.
+
+    Args:
+        key (str or tuple[str, str, str]): The type.
+        attrs (dict[str, Any]): Its attributes by name.
+    """
 
     _kind = "type"
 
@@ -151,7 +156,12 @@ class _Store:
 class NodePart(_Store):
     """One node type's owned rows on a rank: ``global_id`` (id within the
     type), ``num_nodes`` and every node-level attribute of the type (``x``,
-    ``y``, masks, ...), a row per owned node."""
+    ``y``, masks, ...), a row per owned node.
+
+    Args:
+        key (str): The node type.
+        attrs (dict[str, Any]): Its attributes by name.
+    """
 
     _kind = "node type"
 
@@ -159,7 +169,12 @@ class NodePart(_Store):
 class EdgePart(_Store):
     """One edge type on a rank: ``edge_index`` (a :class:`DistRelationIndex`)
     and every edge-level attribute, a row per local edge (in the order of
-    ``edge_index.col``)."""
+    ``edge_index.col``).
+
+    Args:
+        key (tuple[str, str, str]): The edge type.
+        attrs (dict[str, Any]): ``edge_index`` and the edge-level attributes.
+    """
 
     _kind = "edge type"
 
@@ -169,13 +184,19 @@ class TypeDict(dict):
     (:meth:`DistHeteroData.collect`); a missing type raises a
     :class:`KeyError` that says why and what to do, also through
     :meth:`get` (which :func:`~torch_geometric.nn.to_hetero` models call for
-    every type of their metadata: a missing type is an error there)."""
+    every type of their metadata: a missing type is an error there).
+
+    Args:
+        key (str): The attribute collected (``"x"``, ``"edge_index"``, ...).
+        data (DistHeteroData): The graph it was collected from.
+        values (dict): ``{type: value}``.
+    """
 
     def __init__(self, key: str, data: DistHeteroData, values: dict[Any, Any]) -> None:
         super().__init__(values)
         self._attr, self._data = key, data
 
-    def get(self, t: Any, default: Any = None) -> Any:
+    def get(self, t: Any, default: Any = None) -> Any:  # noqa: D102 - see the class
         return self[t]
 
     def __missing__(self, t: Any) -> Any:
@@ -212,6 +233,14 @@ class DistHeteroData:
         rank (int): This rank.
         folder (str or os.PathLike, optional): The partition folder.
             (default: :obj:`None`)
+        channels (dict[str, HaloChannel], optional): Each node type's halo
+            channel. (default: :obj:`None`)
+        node_plans (dict[str, dict[str, torch.Tensor]], optional): Each node
+            type's halo plan as stored. (default: :obj:`None`)
+        registry (HaloRegistry, optional): Halo policies and state of every
+            relation. (default: :obj:`None`, a new one)
+        group (torch.distributed.ProcessGroup, optional): The process group.
+            (default: :obj:`None`, the default group)
     """
 
     def __init__(self, nodes: dict[str, NodePart], edges: dict[EdgeType, EdgePart],
