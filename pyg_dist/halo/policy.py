@@ -105,17 +105,26 @@ class FetchContext:
     graph: Any = None
     planned_steps: int | None = None
 
-    def exchange(self, x: Tensor, codec: Codec | None) -> Tensor:
-        """Every halo row of ``x``, exchanged exactly and differentiably;
-        on a channel whose node type several relations read, once per input
-        for all of them (:class:`~pyg_dist.halo.shared.SharedExchange`)."""
+    def exchange(self, x: Tensor, codec: Codec | None, detach: bool = False) -> Tensor:
+        """Every halo row of ``x`` (of ``x.detach()`` with ``detach``),
+        exchanged exactly and differentiably; on a channel whose node type
+        several relations read, once per input for all of them
+        (:class:`~pyg_dist.halo.shared.SharedExchange`, keyed by ``x``).
+
+        Args:
+            x (torch.Tensor): ``[num_owned, F]`` rows.
+            codec (Codec, optional): Compression on the wire.
+            detach (bool, optional): Exchange ``x.detach()`` (a static
+                input's halo, cached by the caller). (default: :obj:`False`)
+        """
+        source = x.detach() if detach else x
         shared = self.channel.shared
         if shared is None:
-            return exchange_halo(x, self.channel, self.layer, codec, self.direction)
-        key = shared_key(self.direction, codec)
+            return exchange_halo(source, self.channel, self.layer, codec, self.direction)
+        key = shared_key(self.direction, codec) + ("|detached" if detach else "")
         rows = shared.lookup(x, self.layer, key)
         if rows is None:
-            rows = exchange_halo(x, self.channel, shared.ledger_name(self.layer), codec,
+            rows = exchange_halo(source, self.channel, shared.ledger_name(self.layer), codec,
                                  self.direction)
             shared.remember(x, self.layer, key, rows)
         return rows
@@ -190,7 +199,7 @@ class HaloPolicy:
         if ctx.static.matches(x):
             ctx.skip()
             return HaloRows(ctx.static.pull())
-        rows = ctx.exchange(x.detach(), self.codec)
+        rows = ctx.exchange(x, self.codec, detach=True)
         ctx.static.push(rows, ctx.step)
         return HaloRows(rows)
 

@@ -27,13 +27,15 @@ __all__ = ["SharedExchange", "shared_key"]
 class _Entry:
     source: weakref.ref
     version: int
-    rows: weakref.ref
+    rows: Tensor
     users: set[str] = field(default_factory=set)
 
 
 class SharedExchange:
     """The exchanges of one node type's halo, shared by the relations that
-    read it. Holds no tensor alive: inputs and rows by weak reference.
+    read it. Holds the rows fetched for an input while the input lives (it
+    is held by weak reference; its entry goes when it does), so relations
+    whose layers keep nothing of the rows for backward still share them.
 
     Args:
         node_type (str): The node type whose halo the channel moves.
@@ -60,26 +62,23 @@ class SharedExchange:
     def lookup(self, x: Tensor, layer: str, key: str) -> Tensor | None:
         """The rows fetched for ``x`` (under ``key``: direction and codec) in
         this forward, if another relation fetched them; :obj:`None` if not."""
-        self._prune()
         entry = self._entries.get((id(x), key))
         if entry is None or entry.source() is not x or entry.version != x._version \
                 or layer in entry.users:
             return None
-        rows = entry.rows()
-        if rows is None:
-            return None
         entry.users.add(layer)
-        return rows
+        return entry.rows
 
     def remember(self, x: Tensor, layer: str, key: str, rows: Tensor) -> None:
         """Records ``rows``, fetched for ``x`` by ``layer``, for the other relations."""
-        self._entries[id(x), key] = _Entry(weakref.ref(x), x._version, weakref.ref(rows),
-                                               {layer})
+        entries, slot = self._entries, (id(x), key)
 
-    def _prune(self) -> None:
-        dead = [k for k, e in self._entries.items() if e.source() is None or e.rows() is None]
-        for k in dead:
-            del self._entries[k]
+        def forget(_: weakref.ref) -> None:
+            entry = entries.get(slot)
+            if entry is not None and entry.source() is None:
+                del entries[slot]
+
+        entries[slot] = _Entry(weakref.ref(x, forget), x._version, rows, {layer})
 
     def __repr__(self) -> str:
         return f"SharedExchange({self.node_type!r}, relations={self.relations})"

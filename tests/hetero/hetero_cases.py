@@ -2,6 +2,7 @@
 the whole HeteroData) and the ranks (the same model, distributed, on their
 parts of a DistHeteroData). Everything a rank needs travels in the case dicts."""
 import copy
+from collections import defaultdict
 
 import torch
 import torch.distributed as dist
@@ -145,7 +146,12 @@ def train_steps(folder, case, state, steps, lr):
         loss.backward()
         pyg_dist.distributed.all_reduce_gradients(model.parameters())
         optimizer.step()
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+        data.ledger.next_step()
+    exchanges = defaultdict(int)
+    for (_, name, direction), entry in data.ledger.entries.items():
+        if direction == "fwd" and entry.bytes_recv:
+            exchanges[name] += entry.exchanges
+    return {n: p.detach().clone() for n, p in model.named_parameters()}, dict(exchanges)
 
 
 def train_reference(data, case, state, steps, lr):

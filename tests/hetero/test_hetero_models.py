@@ -84,5 +84,12 @@ def test_hetero_models_equal_pyg(tmp_path, world_size, method):
             assert all(v[1] == 1 for v in fwd.values()), "one exchange per source type"
     weights = train_reference(data, TRAIN, train_state, STEPS, LR)
     for n, w in weights.items():
-        for rank_weights in (r[1] for r in results):
+        for rank_weights, _ in (r[1] for r in results):
             assert_close(rank_weights[n], w, what=f"trained {n}")
+    for rank, (_, exchanges) in enumerate(r[1] for r in results):
+        # layer 0's input is static: fetched at step 0, cached at step 1 (both
+        # shared by the relations), served from the cache at step 2; layer 1
+        # exchanges once per source type and step
+        for name, count in exchanges.items():
+            assert name.endswith("]"), f"rank {rank}: {name} exchanged for one relation alone"
+            assert count == (2 if name.startswith("conv1") else STEPS), (rank, name, count)
