@@ -140,7 +140,7 @@ def rank_main(folder, kind, halo, epochs, lr, hidden, num_classes):
     ledger = homogeneous.ledger if homogeneous is not None else data.ledger
     traffic = defaultdict(float)
     for (_, name, direction), entry in ledger.entries.items():
-        if direction in ("fwd", "bwd"):
+        if direction in ("fwd", "bwd") and entry.bytes_sent:
             traffic[name] += entry.bytes_sent / epochs
     return {"test_acc": acc, "epoch_s": sum(times[1:]) / max(len(times) - 1, 1),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -191,7 +191,8 @@ def main() -> None:
     for row in rows[1:]:
         print(f"bytes per epoch per exchange, {row['run']}:")
         for name, value in row["bytes_per_epoch"].items():
-            print(f"  {name:<28} {value / 2**20:10.3f} MB")
+            if value:
+                print(f"  {name:<28} {value / 2**20:10.3f} MB")
     print(json.dumps({"args": vars(args), "rows": rows}))
 
 
