@@ -1,6 +1,6 @@
 """What a rank holds of a heterogeneous graph: per node type its owned rows
-and halo plan, per edge type its in-edges (:class:`DistHeteroData`), each
-edge type's adjacency a :class:`DistRelationIndex`."""
+and halo plan, per edge type its in-edges (:class:`~pyg_dist.DistHeteroData`), each
+edge type's adjacency a :class:`~pyg_dist.hetero_data.DistRelationIndex`."""
 from __future__ import annotations
 
 import os
@@ -167,7 +167,7 @@ class NodePart(_Store):
 
 
 class EdgePart(_Store):
-    """One edge type on a rank: ``edge_index`` (a :class:`DistRelationIndex`)
+    """One edge type on a rank: ``edge_index`` (a :class:`~pyg_dist.hetero_data.DistRelationIndex`)
     and every edge-level attribute, a row per local edge (in the order of
     ``edge_index.col``).
 
@@ -181,9 +181,9 @@ class EdgePart(_Store):
 
 class TypeDict(dict):
     """``{type: value}`` of one attribute over the types that have it
-    (:meth:`DistHeteroData.collect`); a missing type raises a
+    (``DistHeteroData.collect``); a missing type raises a
     :class:`KeyError` that says why and what to do, also through
-    :meth:`get` (which :func:`~torch_geometric.nn.to_hetero` models call for
+    ``get`` (which :func:`~torch_geometric.nn.to_hetero` models call for
     every type of their metadata: a missing type is an error there).
 
     Args:
@@ -215,11 +215,11 @@ class TypeDict(dict):
 
 class DistHeteroData:
     r"""One rank's part of a partitioned heterogeneous graph, loaded by
-    :meth:`load`; read it as a :class:`~torch_geometric.data.HeteroData`:
+    :meth:`pyg_dist.DistHeteroData.load`; read it as a :class:`~torch_geometric.data.HeteroData`:
     ``data["paper"].x`` (owned ``paper`` rows), ``data["paper"].global_id``
     (their ids within ``paper`` in the partitioned graph),
     ``data["author", "writes", "paper"].edge_index`` (a
-    :class:`DistRelationIndex`), :meth:`metadata`, :attr:`x_dict`,
+    :class:`~pyg_dist.hetero_data.DistRelationIndex`), ``metadata()``, ``x_dict``,
     :attr:`edge_index_dict`.
 
     Every node type has one halo plan: the union over the edge types that
@@ -269,8 +269,8 @@ class DistHeteroData:
 
     def to_homogeneous(self) -> DistData:
         """This part as one homogeneous :class:`~pyg_dist.DistData`, as
-        :meth:`HeteroData.to_homogeneous` makes the whole graph (see
-        :func:`~pyg_dist.hetero_view.homogeneous_view`): for models over all
+        :meth:`torch_geometric.data.HeteroData.to_homogeneous` makes the whole graph (see
+        ``pyg_dist.hetero_view.homogeneous_view``): for models over all
         types at once, such as :class:`~torch_geometric.nn.RGCNConv`."""
         return homogeneous_view(self)
 
@@ -283,7 +283,8 @@ class DistHeteroData:
         return list(self._edges)
 
     def metadata(self) -> tuple[list[str], list[EdgeType]]:
-        """``(node_types, edge_types)``, as :meth:`HeteroData.metadata` gives them."""
+        """``(node_types, edge_types)``, as
+        :meth:`torch_geometric.data.HeteroData.metadata` gives them."""
         return self.node_types, self.edge_types
 
     def __getitem__(self, key: str | tuple) -> NodePart | EdgePart:

@@ -109,7 +109,7 @@ class FetchContext:
         """Every halo row of ``x`` (of ``x.detach()`` with ``detach``),
         exchanged exactly and differentiably; on a channel whose node type
         several relations read, once per input for all of them
-        (:class:`~pyg_dist.halo.shared.SharedExchange`, keyed by ``x``).
+        (``pyg_dist.halo.shared.SharedExchange``, keyed by ``x``).
 
         Args:
             x (torch.Tensor): ``[num_owned, F]`` rows.

@@ -5,7 +5,7 @@ Under :func:`torch_geometric.nn.to_hetero` (or a
 :class:`~torch_geometric.nn.HeteroConv`) a layer runs one convolution per
 edge type; every edge type with source type ``s`` reads the same
 ``x_dict[s]`` and, on a :class:`~pyg_dist.DistHeteroData`, the same halo of
-``s`` (the union over those edge types). :class:`SharedExchange` makes the
+``s`` (the union over those edge types). ``SharedExchange`` makes the
 first relation's exchange serve the others: keyed by the input tensor (its
 identity and version), it hands a relation the rows fetched for the same
 input unless that relation already took them (then a new forward has

@@ -169,7 +169,7 @@ class DistMessagePassing(DistLayer, MessagePassing):
     the owned nodes. Exact for ``GATConv``, ``GATv2Conv``, ``GINConv``,
     ``GINEConv``, ``GraphConv``, ``TransformerConv``, ``ResGatedGraphConv``,
     ``SAGEConv``, ``EdgeConv``, ``LEConv``, ``RGCNConv``, ``FastRGCNConv``
-    (on :meth:`~pyg_dist.DistHeteroData.to_homogeneous`) and any declared with
+    (on ``DistHeteroData.to_homogeneous()``) and any declared with
     :func:`register_exact`; others are refused, naming the alternatives.
 
     What crosses the network is the layer's input: the specialised twins

@@ -45,7 +45,7 @@ def partition(
     ``benchmarks/partition.py`` measures time and memory.
 
     A :class:`~torch_geometric.data.HeteroData` is cut by
-    :func:`~pyg_dist.partitioning.hetero.partition_hetero` into a folder that
+    ``pyg_dist.partitioning.hetero.partition_hetero`` into a folder that
     :meth:`pyg_dist.DistHeteroData.load` reads.
 
     Args:
