@@ -4,7 +4,7 @@ graph: node types one after the other, ``node_type`` and ``edge_type``
 vectors, one halo plan (every type's halo, regrouped by peer)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -15,14 +15,12 @@ from pyg_dist.halo.layer import HaloRegistry
 from pyg_dist.halo.plan import HaloPlan
 from pyg_dist.ops.csr import ptr_from_sorted
 
-if TYPE_CHECKING:
-    from pyg_dist.hetero_data import DistHeteroData
-
 __all__ = ["homogeneous_view"]
 
 
-def homogeneous_view(data: DistHeteroData) -> DistData:
-    r"""``data`` as one homogeneous :class:`~pyg_dist.DistData`: the owned
+def homogeneous_view(data: Any) -> DistData:
+    r"""``data`` (a :class:`~pyg_dist.DistHeteroData`) as one homogeneous
+    :class:`~pyg_dist.DistData`: the owned
     nodes of every type (types in ``data.node_types`` order, ascending id
     within a type), ``global_id`` the node's id in
     ``HeteroData.to_homogeneous()`` of the partitioned graph, the attributes
@@ -73,7 +71,7 @@ def _offsets(counts: list[int]) -> list[int]:
     return torch.tensor([0, *counts]).cumsum(0)[:-1].tolist()
 
 
-def _merged_plan(data: DistHeteroData, plans: dict[str, HaloPlan], local_offset: dict[str, int],
+def _merged_plan(data: Any, plans: dict[str, HaloPlan], local_offset: dict[str, int],
                  global_offset: dict[str, int]) -> tuple[HaloPlan, dict[str, Tensor]]:
     """One plan of every type's halo, peer after peer and type after type
     within a peer, and where each type's halo rows land in it."""
