@@ -51,7 +51,7 @@ class SAGE(torch.nn.Module):
 class HGT(torch.nn.Module):
     def __init__(self, hidden: int, out: int, metadata) -> None:
         super().__init__()
-        self.conv1 = HGTConv(-1, hidden, metadata, heads=2)
+        self.conv1 = HGTConv(128, hidden, metadata, heads=2)
         self.conv2 = HGTConv(hidden, hidden, metadata, heads=2)
         self.head = torch.nn.Linear(hidden, out)
 
