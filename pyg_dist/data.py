@@ -344,6 +344,9 @@ class DistData:
                 exchange rows. (default: :obj:`False`)
         """
         meta, rank, content = _read(out_dir, rank, group)
+        if meta.types is not None:
+            raise ValueError(f"'{out_dir}' holds a heterogeneous graph; load it with "
+                             f"pyg_dist.DistHeteroData.load('{out_dir}')")
         _check_same_partitioning(meta, group)
         graph = content["graph"]
         plan = HaloPlan.from_pointers(

@@ -5,13 +5,14 @@ import os
 from typing import Any
 
 from pyg_dist.datasets.community import PRESETS, community_graph, preset
+from pyg_dist.datasets.hetero import synthetic_mag
 from pyg_dist.datasets.ogb import OGB, ogbn
 from pyg_dist.datasets.planetoid import PLANETOID, planetoid
 from pyg_dist.datasets.sbm import synthetic
 
 __all__ = ["load_dataset", "DATASETS"]
 
-DATASETS = ("synthetic", *PRESETS, *PLANETOID, *OGB)
+DATASETS = ("synthetic", *PRESETS, "synthetic-mag", *PLANETOID, *OGB)
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0,
@@ -38,6 +39,8 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     if name == "synthetic":
         return synthetic(seed=seed, **kwargs)
+    if name == "synthetic-mag":
+        return synthetic_mag(seed=seed, **kwargs)
     if name in PRESETS:
         return community_graph(preset(name, **kwargs), seed=seed)
     if name in PLANETOID:

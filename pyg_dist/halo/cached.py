@@ -41,6 +41,6 @@ class Cached(HaloPolicy):
         if cache.matches(x):
             ctx.skip(staleness=cache.age(ctx.step))
             return HaloRows(cache.pull())
-        rows = ctx.exchange(x.detach(), self.codec)
+        rows = ctx.exchange(x, self.codec, detach=True)
         cache.push(rows, ctx.step)
         return HaloRows(rows)

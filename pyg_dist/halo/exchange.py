@@ -130,6 +130,9 @@ class HaloChannel:
             :obj:`None` for ``PYG_DIST_TRANSPORT`` if set, else
             :obj:`"all_to_all"` on NCCL and :obj:`"p2p"` otherwise.
             (default: :obj:`None`)
+        shared (SharedExchange, optional): Shares one exchange of an input
+            among the relations of a heterogeneous layer that read this
+            channel's node type; :obj:`None` for none. (default: :obj:`None`)
     """
 
     plan: HaloPlan
@@ -137,6 +140,7 @@ class HaloChannel:
     group: Any = None
     transport: str | None = None
     _tags: dict[str, int] = field(default_factory=dict, repr=False)
+    shared: Any = field(default=None, repr=False)
 
     def tag(self, name: str, direction: str) -> int:
         """The message tag of exchange ``name`` (a layer, ``<layer>/flags``, ...)

@@ -17,6 +17,7 @@ from torch import Tensor
 from pyg_dist.halo.cache import HaloCache
 from pyg_dist.halo.compress import Codec, get_codec
 from pyg_dist.halo.exchange import HaloChannel, exchange_halo
+from pyg_dist.halo.shared import shared_key
 
 __all__ = ["HaloPolicy", "HaloRows", "FetchContext", "PolicyState", "transient", "POLICIES"]
 
@@ -104,9 +105,29 @@ class FetchContext:
     graph: Any = None
     planned_steps: int | None = None
 
-    def exchange(self, x: Tensor, codec: Codec | None) -> Tensor:
-        """Every halo row of ``x``, exchanged exactly and differentiably."""
-        return exchange_halo(x, self.channel, self.layer, codec, self.direction)
+    def exchange(self, x: Tensor, codec: Codec | None, detach: bool = False) -> Tensor:
+        """Every halo row of ``x`` (of ``x.detach()`` with ``detach``),
+        exchanged exactly and differentiably; on a channel whose node type
+        several relations read, once per input for all of them
+        (``pyg_dist.halo.shared.SharedExchange``, keyed by ``x``).
+
+        Args:
+            x (torch.Tensor): ``[num_owned, F]`` rows.
+            codec (Codec, optional): Compression on the wire.
+            detach (bool, optional): Exchange ``x.detach()`` (a static
+                input's halo, cached by the caller). (default: :obj:`False`)
+        """
+        source = x.detach() if detach else x
+        shared = self.channel.shared
+        if shared is None:
+            return exchange_halo(source, self.channel, self.layer, codec, self.direction)
+        key = shared_key(self.direction, codec) + ("|detached" if detach else "")
+        rows = shared.lookup(x, self.layer, key)
+        if rows is None:
+            rows = exchange_halo(source, self.channel, shared.ledger_name(self.layer), codec,
+                                 self.direction)
+            shared.remember(x, self.layer, key, rows)
+        return rows
 
     def skip(self, staleness: int = 0) -> None:
         """Books an exchange the policy did not do."""
@@ -178,7 +199,7 @@ class HaloPolicy:
         if ctx.static.matches(x):
             ctx.skip()
             return HaloRows(ctx.static.pull())
-        rows = ctx.exchange(x.detach(), self.codec)
+        rows = ctx.exchange(x, self.codec, detach=True)
         ctx.static.push(rows, ctx.step)
         return HaloRows(rows)
 

@@ -9,6 +9,7 @@ from pyg_dist.nn.gat_conv import DistGATConv
 from pyg_dist.nn.gcn2_conv import DistGCN2Conv
 from pyg_dist.nn.gcn_conv import DistGCNConv
 from pyg_dist.nn.generic import DistMessagePassing, register_exact
+from pyg_dist.nn.hgt_conv import DistHGTConv
 from pyg_dist.nn.norm import DistBatchNorm, DistGraphNorm, DistLayerNorm
 from pyg_dist.nn.sage_conv import DistSAGEConv
 from pyg_dist.nn.twin import DistLayer
@@ -18,6 +19,7 @@ __all__ = [
     "DistSAGEConv",
     "DistGATConv",
     "DistGCN2Conv",
+    "DistHGTConv",
     "DistMessagePassing",
     "DistLayer",
     "DistBatchNorm",

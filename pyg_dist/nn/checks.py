@@ -17,10 +17,13 @@ def check_distributed(layer: Any, x: Any, reductions: tuple[str, ...] | None = N
     distributed path cannot honour; ``reductions``: the aggregations it runs
     (:obj:`None`: any)."""
     name = type(layer).__name__
+    if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], Tensor) \
+            and (x[1] is None or isinstance(x[1], Tensor)):
+        x = x[0]  # bipartite (x_src, x_dst): sources are what the halo holds
     if not isinstance(x, Tensor):
         raise ValueError(
-            f"'{name}' takes one feature tensor on a DistEdgeIndex (got {type(x).__name__}); "
-            f"bipartite message passing is not distributed"
+            f"'{name}' takes a feature tensor or a pair (x_src, x_dst) on a DistEdgeIndex "
+            f"(got {type(x).__name__})"
         )
     if layer.flow != "source_to_target":
         raise ValueError(

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from torch import nn
-from torch_geometric.nn import GATConv, GCN2Conv, GCNConv, MessagePassing, SAGEConv
+from torch_geometric.nn import GATConv, GCN2Conv, GCNConv, HGTConv, MessagePassing, SAGEConv
 
 from pyg_dist.halo import HaloPolicy
 from pyg_dist.nn.gat_conv import DistGATConv
 from pyg_dist.nn.gcn2_conv import DistGCN2Conv
 from pyg_dist.nn.gcn_conv import DistGCNConv
 from pyg_dist.nn.generic import DistMessagePassing, exactness
+from pyg_dist.nn.hgt_conv import DistHGTConv
 from pyg_dist.nn.norm import NORMS
 from pyg_dist.nn.sage_conv import DistSAGEConv
 from pyg_dist.nn.twin import DistLayer
@@ -17,13 +18,14 @@ __all__ = ["to_distributed"]
 
 #: PyG layers with a specialised Dist twin (a subclass with a faster exact path).
 _TWINS: dict[type, type] = {GCNConv: DistGCNConv, SAGEConv: DistSAGEConv, GATConv: DistGATConv,
-                            GCN2Conv: DistGCN2Conv}
+                            GCN2Conv: DistGCN2Conv, HGTConv: DistHGTConv}
 
 
 def to_distributed(model: nn.Module, halo: HaloPolicy | None = None) -> nn.Module:
     """Returns ``model`` with every layer made distributed, in place: each
     message-passing layer becomes its specialised twin (:class:`DistGCNConv`,
-    :class:`DistSAGEConv`, :class:`DistGATConv`, :class:`DistGCN2Conv`) or runs
+    :class:`DistSAGEConv`, :class:`DistGATConv`, :class:`DistGCN2Conv`,
+    :class:`DistHGTConv`) or runs
     through the generic path (:class:`DistMessagePassing`), each norm of
     ``pyg_dist.nn.norm.NORMS`` takes its statistics over all ranks.
     Layers keep their parameters, buffers, state-dict keys and training mode

@@ -14,6 +14,7 @@ from pyg_dist.data import Adj, DistEdgeIndex
 from pyg_dist.dropout import shared_scale
 from pyg_dist.halo import HaloPolicy, LayerHalo
 from pyg_dist.nn.checks import check_distributed
+from pyg_dist.nn.generic import propagate_with_halo
 from pyg_dist.nn.preaggregate import pre_aggregates
 from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import gat, gat_attention
@@ -121,6 +122,9 @@ class DistGATConv(DistLayer, GATConv):
         if size is not None:
             raise ValueError("'DistGATConv' takes its size from the DistEdgeIndex; leave "
                              "size=None")
+        if isinstance(x, tuple):  # bipartite (x_src, x_dst): the generic path
+            return propagate_with_halo(self, super().forward, x, edge_index, edge_attr,
+                                       return_attention_weights=return_attention_weights)
         return self.dist_forward(x, edge_index, edge_attr, return_attention_weights)
 
     def dist_forward(self, x: Tensor, edge_index: DistEdgeIndex, edge_attr: Tensor | None = None,

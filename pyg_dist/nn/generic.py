@@ -29,6 +29,7 @@ from torch_geometric.nn import (
     ClusterGCNConv,
     EdgeConv,
     FAConv,
+    FastRGCNConv,
     GATConv,
     GATv2Conv,
     GCN2Conv,
@@ -40,6 +41,7 @@ from torch_geometric.nn import (
     LGConv,
     MessagePassing,
     ResGatedGraphConv,
+    RGCNConv,
     SAGEConv,
     SGConv,
     SSGConv,
@@ -83,6 +85,8 @@ _EXACT_LAYERS: dict[type, ExactLayer] = {
     SAGEConv: ExactLayer(),
     EdgeConv: ExactLayer(),
     LEConv: ExactLayer(("edge_weight",)),
+    RGCNConv: ExactLayer(("edge_type",)),
+    FastRGCNConv: ExactLayer(("edge_type",)),
 }
 
 #: Layers it cannot run exactly, and what to use instead.
@@ -164,7 +168,8 @@ class DistMessagePassing(DistLayer, MessagePassing):
     ``conv`` on the local bipartite graph: sources ``[owned ; halo]``, targets
     the owned nodes. Exact for ``GATConv``, ``GATv2Conv``, ``GINConv``,
     ``GINEConv``, ``GraphConv``, ``TransformerConv``, ``ResGatedGraphConv``,
-    ``SAGEConv``, ``EdgeConv``, ``LEConv`` and any declared with
+    ``SAGEConv``, ``EdgeConv``, ``LEConv``, ``RGCNConv``, ``FastRGCNConv``
+    (on ``DistHeteroData.to_homogeneous()``) and any declared with
     :func:`register_exact`; others are refused, naming the alternatives.
 
     What crosses the network is the layer's input: the specialised twins
@@ -251,7 +256,8 @@ def _gin_pre_aggregated(layer: Any, x: Tensor, edge_index: DistEdgeIndex) -> Ten
 def propagate_with_halo(layer: Any, forward: Callable[..., Any], x: Any,
                         edge_index: DistEdgeIndex, *args: Any, **kwargs: Any) -> Any:
     """Calls ``forward`` (the PyG layer's, bound) on ``([x ; halo rows of x],
-    x)`` and the local bipartite graph: the owned rows of the layer's output.
+    x)`` (for a pair ``(x_src, x_dst)``: ``([x_src ; halo rows of x_src],
+    x_dst)``) and the local bipartite graph: the owned rows of the layer's output.
     Per-edge arguments follow the edges when the policy leaves halo rows out."""
     local_args, local_kwargs = _local_arguments(layer, forward, x, edge_index, args, kwargs)
     with _padded_as_whole_graph(layer, edge_index):
@@ -317,8 +323,9 @@ def _local_arguments(layer: Any, forward: Callable[..., Any], x: Any, edge_index
     if bound.arguments.get("size") is not None:
         raise ValueError(f"'{type(layer).__name__}' takes its size from the DistEdgeIndex; "
                          f"leave size=None")
-    halo, static = LayerHalo.open(layer, edge_index, x)
-    fetched = halo.fetch(x, static)
+    x_src, x_dst = (x, x) if isinstance(x, Tensor) else x  # bipartite: (x_src, x_dst)
+    halo, static = LayerHalo.open(layer, edge_index, x_src)
+    fetched = halo.fetch(x_src, static)
     graph, keep = edge_index, None
     if fetched.mask is not None:
         graph, keep = edge_index.restrict(fetched.mask)
@@ -326,6 +333,6 @@ def _local_arguments(layer: Any, forward: Callable[..., Any], x: Any, edge_index
             if isinstance(bound.arguments.get(name), Tensor):
                 bound.arguments[name] = bound.arguments[name][keep]
     x_name, edge_name = list(signature.parameters)[:2]
-    bound.arguments[x_name] = (torch.cat([x, fetched.rows]), x)
+    bound.arguments[x_name] = (torch.cat([x_src, fetched.rows]), x_dst)
     bound.arguments[edge_name] = torch.stack([graph.col, graph.row()])
     return bound.args, bound.kwargs

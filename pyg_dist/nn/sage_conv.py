@@ -120,13 +120,15 @@ class DistSAGEConv(DistLayer, SAGEConv):
         pre_aggregates(self, edge_index, f"aggr={self.aggr!r} is not a sum or a mean")
         return propagate_with_halo(self, super().forward, x, edge_index, size=size)
 
-    def dist_forward(self, x: Tensor, edge_index: DistEdgeIndex,
+    def dist_forward(self, x: Any, edge_index: DistEdgeIndex,
                      edge_weight: Tensor | None = None) -> Tensor:
         """The owned rows of the layer on a partitioned graph, for the
         aggregations of one spmm (``FAST_AGGRS``); with ``edge_weight``
-        the weighted mean or sum."""
+        the weighted mean or sum. ``x`` is a tensor or a bipartite pair
+        ``(x_src, x_dst)`` (a relation of a heterogeneous graph)."""
         check_distributed(self, x, FAST_AGGRS)
-        x_src = self.lin(x).relu() if self.project else x
+        x_src, x_dst = (x, x) if isinstance(x, Tensor) else x  # bipartite: (x_src, x_dst)
+        x_src = self.lin(x_src).relu() if self.project else x_src
         reduce = "sum" if self.aggr == "add" else str(self.aggr)
         reason = ("aggr='max' is not a sum or a mean" if reduce == "max"
                   else weights_reason(edge_weight))
@@ -136,7 +138,9 @@ class DistSAGEConv(DistLayer, SAGEConv):
         # mean/sum commute with the transform: the narrower side travels, unless
         # the input is static (its halo is cached).
         weight = self.lin_l.weight
-        if (reduce != "max" and not static and not isinstance(weight, UninitializedParameter)
+        shared = edge_index.channel.shared is not None  # relations share the raw rows
+        if (reduce != "max" and not static and not shared
+                and not isinstance(weight, UninitializedParameter)
                 and x_src.size(-1) > self.out_channels):
             out = _aggregate(F.linear(x_src, weight), edge_index, halo, reduce, False,
                              edge_weight)
@@ -144,8 +148,8 @@ class DistSAGEConv(DistLayer, SAGEConv):
                 out = out + self.lin_l.bias
         else:
             out = self.lin_l(_aggregate(x_src, edge_index, halo, reduce, static, edge_weight))
-        if self.root_weight:
-            out = out + self.lin_r(x)
+        if self.root_weight and x_dst is not None:
+            out = out + self.lin_r(x_dst)
         if self.normalize:
             out = F.normalize(out, p=2.0, dim=-1)
         return out

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from pyg_dist.distributed import Group
-from pyg_dist.partitioning.plan import LocalPart, _ptr
+from pyg_dist.partitioning.plan import LocalPart, ptr
 from pyg_dist.partitioning.shuffle import exchange, fetch
 
 __all__ = ["build_local_part"]
@@ -66,13 +66,13 @@ def build_local_part(p: int, owned: np.ndarray, in_edges: list[np.ndarray], num_
                     num_parts, group)
     lp = LocalPart(
         global_id=torch.from_numpy(owned),
-        rowptr=_ptr(in_degree),
+        rowptr=ptr(in_degree),
         col=torch.from_numpy(col),
         edge_id=torch.from_numpy(np.ascontiguousarray(edge_id, dtype=np.int64)),
         halo_global_id=torch.from_numpy(np.ascontiguousarray(halo)),
-        halo_ptr=_ptr(np.bincount(halo_owner, minlength=num_parts)),
+        halo_ptr=ptr(np.bincount(halo_owner, minlength=num_parts)),
         send_idx=torch.from_numpy(np.searchsorted(owned, asked).astype(np.int64)),
-        send_ptr=_ptr(from_peer),
+        send_ptr=ptr(from_peer),
         halo_in_degree=torch.from_numpy(np.ascontiguousarray(degrees[:, 0])),
         halo_self_loops=torch.from_numpy(np.ascontiguousarray(degrees[:, 1])),
     )

@@ -24,14 +24,45 @@ from typing import Any
 
 import torch
 
-__all__ = ["PartitionMeta", "write_folder", "read_meta", "read_part", "FORMAT_VERSION",
-           "CLUSTERS_DIR", "META_FILE", "part_file", "file_sha256", "replace_folder"]
+__all__ = ["PartitionMeta", "HeteroTypes", "write_folder", "read_meta", "read_part",
+           "FORMAT_VERSION", "CLUSTERS_DIR", "META_FILE", "part_file", "file_sha256",
+           "replace_folder"]
 
 FORMAT_VERSION = 2
 META_FILE = "meta.json"
 #: The subfolder of a partition folder cut with ``clusters_per_part > 1``: a
 #: folder of the same format with one part per cluster.
 CLUSTERS_DIR = "clusters"
+
+
+@dataclass
+class HeteroTypes:
+    """The types of a heterogeneous partition folder (``PartitionMeta.types``).
+
+    Attributes:
+        node_types: Node types, in the input ``HeteroData``'s order.
+        edge_types: Edge types ``[src, rel, dst]``, in the input's order.
+        num_nodes: Nodes of each type in the whole graph.
+        num_edges: Edges of each edge type (keyed ``"src__rel__dst"``).
+        part_sizes: Owned nodes of each type per part.
+        halo_sizes: Halo nodes of each (source) type per part: the union over
+            the edge types that read the type.
+        edge_cut: Edges of each edge type whose ends lie in different parts.
+        node_attrs: Node-level attributes stored per node type.
+        edge_attrs: Edge-level attributes stored per edge type.
+        train_sizes: Training nodes of each type with a ``train_mask`` per part.
+    """
+
+    node_types: list[str]
+    edge_types: list[list[str]]
+    num_nodes: dict[str, int]
+    num_edges: dict[str, int]
+    part_sizes: dict[str, list[int]]
+    halo_sizes: dict[str, list[int]]
+    edge_cut: dict[str, int]
+    node_attrs: dict[str, list[str]]
+    edge_attrs: dict[str, list[str]]
+    train_sizes: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,6 +91,8 @@ class PartitionMeta:
         clusters_per_part: Clusters each part is the union of (1: none);
             above 1, ``CLUSTERS_DIR`` holds one part per cluster
             (cluster :math:`c` lies in part :math:`\\lfloor c / m \\rfloor`).
+        types: The node and edge types of a heterogeneous graph and their
+            sizes per part; :obj:`None` for a homogeneous one.
     """
 
     num_parts: int
@@ -79,6 +112,12 @@ class PartitionMeta:
     part_sha256: list[str] = field(default_factory=list)
     format_version: int = FORMAT_VERSION
     clusters_per_part: int = 1
+    types: HeteroTypes | None = None
+
+    @property
+    def is_hetero(self) -> bool:
+        """Whether the folder holds a heterogeneous graph (:class:`HeteroTypes`)."""
+        return self.types is not None
 
     @property
     def halo_fraction(self) -> float:
@@ -157,7 +196,8 @@ def read_meta(out_dir: str | os.PathLike) -> PartitionMeta:
         )
     try:
         raw = json.loads(path.read_text())
-        meta = PartitionMeta(**raw)
+        types = raw.pop("types", None)
+        meta = PartitionMeta(**raw, types=None if types is None else HeteroTypes(**types))
     except (json.JSONDecodeError, TypeError) as exc:
         raise ValueError(
             f"'{path}' is corrupted ({exc}); re-create the folder with pyg_dist.partition"

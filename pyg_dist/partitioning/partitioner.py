@@ -12,6 +12,7 @@ from torch import Tensor
 
 from pyg_dist.partitioning.arrays import CHUNK, chunks
 from pyg_dist.partitioning.cut import METHODS, coarse_metis_cut, metis_cut, random_cut
+from pyg_dist.partitioning.hetero import is_hetero, partition_hetero
 from pyg_dist.partitioning.io import CLUSTERS_DIR, FORMAT_VERSION, PartitionMeta, write_folder
 from pyg_dist.partitioning.plan import LocalPart, PartPlan
 
@@ -43,8 +44,12 @@ def partition(
     METIS) memory grows by the largest part, not by the whole graph again;
     ``benchmarks/partition.py`` measures time and memory.
 
+    A :class:`~torch_geometric.data.HeteroData` is cut by
+    ``pyg_dist.partitioning.hetero.partition_hetero`` into a folder that
+    :meth:`pyg_dist.DistHeteroData.load` reads.
+
     Args:
-        data (torch_geometric.data.Data): The graph. Needs ``edge_index``; may be
+        data (torch_geometric.data.Data or HeteroData): The graph. Needs ``edge_index``; may be
             directed and have self-loops, duplicate edges, isolated nodes, and no
             ``x`` (then parts have no ``x`` either).
         num_parts (int): Number of parts, :math:`1 \le` ``num_parts`` :math:`\le`
@@ -72,6 +77,11 @@ def partition(
     Returns:
         :class:`PartitionMeta`, also written to ``out_dir/meta.json``.
     """
+    if is_hetero(data):
+        if clusters_per_part != 1:
+            raise ValueError("'partition' cuts a HeteroData into parts without clusters; pass "
+                             "clusters_per_part=1 (gradient-only training is homogeneous)")
+        return partition_hetero(data, num_parts, out_dir, method, seed, overwrite)
     edge_index, num_nodes = _check_graph(data)
     num_parts = _check_num_parts(num_parts, num_nodes)
     clusters = _check_clusters(clusters_per_part, num_parts, num_nodes)

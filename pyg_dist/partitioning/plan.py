@@ -27,7 +27,7 @@ from torch import Tensor
 
 from pyg_dist.partitioning.arrays import bincount_chunked, chunks, small_int_dtype
 
-__all__ = ["LocalPart", "PartPlan"]
+__all__ = ["LocalPart", "PartPlan", "halo_of", "send_list", "ptr"]
 
 
 @dataclass
@@ -119,7 +119,7 @@ class PartPlan:
             local[owned] = np.arange(owned.size)
         halos, edge_cut = [], 0
         for p in range(num_parts):
-            halo, cut = _halo(p, src, edge_owner, owner)
+            halo, cut = halo_of(p, src, edge_owner, owner)
             halos.append(halo)
             edge_cut += cut
         return PartPlan(src, dst, owner, local, edge_owner, in_degree, self_loops, halos,
@@ -146,7 +146,7 @@ class PartPlan:
             col=torch.from_numpy(col),
             edge_id=torch.from_numpy(edge_id),
             halo_global_id=torch.from_numpy(halo),
-            halo_ptr=_ptr(np.bincount(self.part[halo], minlength=num_parts)),
+            halo_ptr=ptr(np.bincount(self.part[halo], minlength=num_parts)),
             send_idx=torch.from_numpy(self.local[send_node]),
             send_ptr=send_ptr,
             halo_in_degree=torch.from_numpy(self.in_degree[halo]),
@@ -161,31 +161,37 @@ class PartPlan:
         if num_owned * num_edges >= 2**63:  # keys would overflow: sort indirectly
             rows = self.local[self.dst[edges]]
             order = np.argsort(rows, kind="stable")
-            return edges[order], _ptr(np.bincount(rows, minlength=num_owned)).numpy()
+            return edges[order], ptr(np.bincount(rows, minlength=num_owned)).numpy()
         key = np.empty(edges.size, dtype=np.int64)
         for sl in chunks(edges.size):
             key[sl] = self.local[self.dst[edges[sl]]] * num_edges + edges[sl]
         del edges
         key.sort()
-        rowptr = _ptr(bincount_chunked(key, num_owned, divisor=num_edges)).numpy()
+        rowptr = ptr(bincount_chunked(key, num_owned, divisor=num_edges)).numpy()
         for sl in chunks(key.size):
             np.remainder(key[sl], num_edges, out=key[sl])
         return key, rowptr
 
     def _send_list(self, q: int) -> tuple[np.ndarray, Tensor]:
-        """The nodes part ``q`` sends, peer after peer (each peer's halo block
-        from ``q``), and the pointers per peer."""
-        blocks, counts = [], []
-        for halo in self.halos:
-            owners = self.part[halo]
-            lo, hi = np.searchsorted(owners, [q, q + 1])  # halos are sorted by owner
-            blocks.append(halo[lo:hi])
-            counts.append(hi - lo)
-        nodes = np.concatenate(blocks) if blocks else np.empty(0, dtype=np.int64)
-        return nodes, _ptr(np.asarray(counts, dtype=np.int64))
+        """The nodes part ``q`` sends, peer after peer, and the pointers per peer."""
+        return send_list(self.halos, self.part, q)
 
 
-def _halo(p: int, src: np.ndarray, edge_owner: np.ndarray,
+def send_list(halos: list[np.ndarray], owner: np.ndarray, q: int) -> tuple[np.ndarray, Tensor]:
+    """The nodes part ``q`` sends, peer after peer (each peer's halo block
+    from ``q``, ``halos`` sorted by (owner, id) as :func:`halo_of` makes
+    them), and the ``[P + 1]`` pointers per peer."""
+    blocks, counts = [], []
+    for halo in halos:
+        owners = owner[halo]
+        lo, hi = np.searchsorted(owners, [q, q + 1])
+        blocks.append(halo[lo:hi])
+        counts.append(hi - lo)
+    nodes = np.concatenate(blocks) if blocks else np.empty(0, dtype=np.int64)
+    return nodes, ptr(np.asarray(counts, dtype=np.int64))
+
+
+def halo_of(p: int, src: np.ndarray, edge_owner: np.ndarray,
           owner: np.ndarray) -> tuple[np.ndarray, int]:
     """Part ``p``'s halo ids sorted by (owner, id), and how many of its
     in-edges come from other parts."""
@@ -201,7 +207,7 @@ def _halo(p: int, src: np.ndarray, edge_owner: np.ndarray,
     return halo[order], cut
 
 
-def _ptr(counts: np.ndarray) -> Tensor:
+def ptr(counts: np.ndarray) -> Tensor:
     """``[len(counts) + 1]`` int64 pointers from counts."""
     ptr = torch.zeros(len(counts) + 1, dtype=torch.long)
     torch.cumsum(torch.from_numpy(np.asarray(counts, dtype=np.int64)), 0, out=ptr[1:])
