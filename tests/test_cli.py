@@ -319,3 +319,14 @@ def test_plan_prints_every_strategy_fastest_first_then_the_choice():
     assert [r["strategy"] for r in rows if r["chosen"]] == [choice["choice"]]
     assert choice["risk"] in ("exact", "compressed") and choice["epochs"] == 50
     assert choice["train"]["strategy"]["name"] == "graph-parallel"
+
+
+@pytest.mark.parametrize("command", ["train", "plan", "layouts", "convert"])
+def test_commands_that_take_homogeneous_graphs_refuse_a_heterogeneous_one(tmp_path, command):
+    from pyg_dist.cli import main
+
+    argv = [command, "--dataset", "synthetic-mag"] + (
+        ["--out", str(tmp_path / "g")] if command == "convert" else [])
+    with pytest.raises(SystemExit, match="heterogeneous graph.*DistHeteroData"):
+        main(argv)
+    assert not (tmp_path / "g").exists()

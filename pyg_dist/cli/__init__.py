@@ -52,6 +52,7 @@ from pyg_dist.config import (
     LayerPipeline,
     Planned,
 )
+from pyg_dist.datasets.load import HETERO_DATASETS
 from pyg_dist.halo import parse_policy
 from pyg_dist.models import DEEP_MODELS
 from pyg_dist.pipeline.pipeline import INITIAL_ROWS
@@ -225,10 +226,22 @@ def _translate_deprecated(options: dict[str, dict[str, Any]]) -> None:
         del options["strategy"]
 
 
+def _refuse_hetero(args: argparse.Namespace) -> None:
+    """Only ``partition`` takes a heterogeneous dataset from the command line."""
+    dataset = given(args).get("graph", {}).get("dataset")
+    if dataset in HETERO_DATASETS:
+        raise SystemExit(
+            f"pyg-dist {args.command}: '{dataset}' is a heterogeneous graph, which this command "
+            f"does not take; cut it with 'pyg-dist partition --dataset {dataset} --out DIR' and "
+            f"train it from Python with pyg_dist.DistHeteroData (docs/hetero.md)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "partition":
         return partition_command(args)
+    if args.command in ("convert", "train", "plan", "layouts"):
+        _refuse_hetero(args)
     if args.command == "convert":
         return convert_command(args)
     if args.command == "check":

@@ -10,9 +10,11 @@ from pyg_dist.datasets.ogb import OGB, ogbn
 from pyg_dist.datasets.planetoid import PLANETOID, planetoid
 from pyg_dist.datasets.sbm import synthetic
 
-__all__ = ["load_dataset", "DATASETS"]
+__all__ = ["load_dataset", "DATASETS", "HETERO_DATASETS"]
 
 DATASETS = ("synthetic", *PRESETS, "synthetic-mag", *PLANETOID, *OGB)
+#: The datasets that are a ``HeteroData``.
+HETERO_DATASETS = ("synthetic-mag",)
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0,
