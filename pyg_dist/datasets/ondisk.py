@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+
+from pyg_dist.datasets.graph import attributes, check_finite, check_graph, num_classes
 
 __all__ = ["GraphFolder", "GraphFolderWriter", "write_graph_folder", "GRAPH_FILE",
            "FORMAT", "VERSION"]
@@ -312,18 +315,9 @@ def write_graph_folder(data: Any, out_dir: str | os.PathLike, overwrite: bool = 
             (default: :obj:`False`)
         name (str, optional): The graph's name. (default: the folder's name)
     """
-    import torch
-
-    from pyg_dist.partitioning.partitioner import (
-        _attributes,
-        _check_finite,
-        _check_graph,
-        _num_classes,
-    )
-
-    edge_index, num_nodes = _check_graph(data)
-    node_attrs, _ = _attributes(data, num_nodes, edge_index.size(1))
-    _check_finite(node_attrs, {})
+    edge_index, num_nodes = check_graph(data, "write_graph_folder")
+    node_attrs, _ = attributes(data, num_nodes, edge_index.size(1))
+    check_finite(node_attrs, {}, "write_graph_folder")
     with GraphFolderWriter(out_dir, overwrite) as writer:
         edges = writer.edges(edge_index.size(1), edge_index.numpy().dtype)
         for lo, hi in _spans(edge_index.size(1)):
@@ -338,7 +332,7 @@ def write_graph_folder(data: Any, out_dir: str | os.PathLike, overwrite: bool = 
                 array[lo:hi] = value[lo:hi].numpy()
             array.flush()
         return writer.commit(num_nodes, edge_index.size(1),
-                             name or Path(out_dir).name, _num_classes(node_attrs.get("y")))
+                             name or Path(out_dir).name, num_classes(node_attrs.get("y")))
 
 
 def _spans(length: int) -> Iterator[tuple[int, int]]:

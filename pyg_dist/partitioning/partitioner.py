@@ -10,7 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.partitioning.arrays import CHUNK, chunks
+from pyg_dist.datasets.graph import attributes, check_finite, check_graph, num_classes
+from pyg_dist.partitioning.arrays import chunks
 from pyg_dist.partitioning.cut import METHODS, coarse_metis_cut, metis_cut, random_cut
 from pyg_dist.partitioning.hetero import is_hetero, partition_hetero
 from pyg_dist.partitioning.io import CLUSTERS_DIR, FORMAT_VERSION, PartitionMeta, write_folder
@@ -82,13 +83,13 @@ def partition(
             raise ValueError("'partition' cuts a HeteroData into parts without clusters; pass "
                              "clusters_per_part=1 (gradient-only training is homogeneous)")
         return partition_hetero(data, num_parts, out_dir, method, seed, overwrite)
-    edge_index, num_nodes = _check_graph(data)
+    edge_index, num_nodes = check_graph(data)
     num_parts = _check_num_parts(num_parts, num_nodes)
     clusters = _check_clusters(clusters_per_part, num_parts, num_nodes)
     if method not in METHODS:
         raise ValueError(f"'partition' got method='{method}'; use one of {', '.join(METHODS)}")
-    node_attrs, edge_attrs = _attributes(data, num_nodes, edge_index.size(1))
-    _check_finite(node_attrs, edge_attrs)
+    node_attrs, edge_attrs = attributes(data, num_nodes, edge_index.size(1))
+    check_finite(node_attrs, edge_attrs)
 
     train = node_attrs.get("train_mask")
     balance = train.bool() if train is not None and train.dtype == torch.bool else None
@@ -113,7 +114,7 @@ def partition(
             method=method,
             seed=seed,
             fingerprint=fingerprint,
-            num_classes=_num_classes(node_attrs.get("y")),
+            num_classes=num_classes(node_attrs.get("y")),
             node_attrs=sorted(node_attrs),
             edge_attrs=sorted(edge_attrs),
             clusters_per_part=per_part,
@@ -150,37 +151,6 @@ def _train_sizes(balance: Tensor, part: Tensor, num_parts: int) -> list[int]:
     return torch.bincount(part[balance], minlength=num_parts).tolist()
 
 
-def _num_classes(y: Tensor | None) -> int | None:
-    """``max(y) + 1`` for integer labels of one class per node, else :obj:`None`."""
-    if y is None or y.dim() != 1 or y.is_floating_point() or y.dtype == torch.bool:
-        return None
-    return int(y.max()) + 1 if y.numel() else 0
-
-
-def _check_graph(data: Any) -> tuple[Tensor, int]:
-    edge_index = getattr(data, "edge_index", None)
-    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(
-            "'partition' needs 'data.edge_index' as a LongTensor of shape [2, num_edges] "
-            f"(got {type(edge_index).__name__}"
-            f"{'' if not isinstance(edge_index, Tensor) else tuple(edge_index.shape)}); "
-            "convert a SparseTensor with torch_geometric.utils.to_edge_index"
-        )
-    if edge_index.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"'partition' needs an integer 'edge_index' (got {edge_index.dtype})")
-    edge_index = edge_index.detach().to("cpu", torch.long).contiguous()
-    num_nodes = getattr(data, "num_nodes", None)
-    if num_nodes is None:
-        num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
-    num_nodes = int(num_nodes)
-    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
-        raise ValueError(
-            f"'partition' found node ids outside [0, {num_nodes}) in 'edge_index'; set "
-            f"'data.num_nodes' to the true number of nodes or fix the edge list"
-        )
-    return edge_index, num_nodes
-
-
 def _check_clusters(clusters_per_part: Any, num_parts: int, num_nodes: int) -> int:
     """The number of clusters, :math:`m` times ``num_parts``."""
     if isinstance(clusters_per_part, bool) or not isinstance(clusters_per_part, int) \
@@ -206,51 +176,6 @@ def _check_num_parts(num_parts: Any, num_nodes: int) -> int:
             f"choose 1 <= num_parts <= {num_nodes}"
         )
     return num_parts
-
-
-def _attributes(
-    data: Any, num_nodes: int, num_edges: int
-) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """Node- and edge-level tensors of ``data`` (PyG's own classification when
-    available, else by leading dimension)."""
-    node, edge = {}, {}
-    keys = data.keys() if callable(getattr(data, "keys", None)) else list(vars(data))
-    for key in keys:
-        value = getattr(data, key, None)
-        if key in ("edge_index", "num_nodes") or not isinstance(value, Tensor) or value.dim() == 0:
-            continue
-        value = value.detach().cpu()
-        is_node = data.is_node_attr(key) if hasattr(data, "is_node_attr") else None
-        is_edge = data.is_edge_attr(key) if hasattr(data, "is_edge_attr") else None
-        if is_node is None:
-            is_node, is_edge = value.size(0) == num_nodes, value.size(0) == num_edges
-        if is_node and value.size(0) == num_nodes:
-            node[key] = value
-        elif is_edge and value.size(0) == num_edges:
-            edge[key] = value
-    return node, edge
-
-
-def _check_finite(node_attrs: dict[str, Tensor], edge_attrs: dict[str, Tensor]) -> None:
-    for kind, attrs in (("node", node_attrs), ("edge", edge_attrs)):
-        for key, value in attrs.items():
-            if value.is_floating_point() and not _all_finite(value):
-                bad = (~torch.isfinite(value)).reshape(value.size(0), -1).any(dim=1)
-                rows = bad.nonzero().view(-1)
-                raise ValueError(
-                    f"'partition' found NaN or infinite values in {kind} attribute '{key}' "
-                    f"({rows.numel()} rows, first {rows[:5].tolist()}); clean or impute them "
-                    f"(e.g. torch.nan_to_num) before partitioning"
-                )
-
-
-def _all_finite(value: Tensor) -> bool:
-    """Whether every entry is finite: a float64 sum is finite exactly then (no
-    float32 or narrower sum overflows it); otherwise checked a block at a time."""
-    if bool(torch.isfinite(value.sum(dtype=torch.float64))):
-        return True
-    rows = max(1, CHUNK // max(value[0].numel(), 1)) if value.size(0) else 1
-    return all(bool(torch.isfinite(block).all()) for block in value.split(rows))
 
 
 def _fingerprint(
