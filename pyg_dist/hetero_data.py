@@ -220,7 +220,7 @@ class DistHeteroData:
     (their ids within ``paper`` in the partitioned graph),
     ``data["author", "writes", "paper"].edge_index`` (a
     :class:`~pyg_dist.hetero_data.DistRelationIndex`), ``metadata()``, ``x_dict``,
-    :attr:`edge_index_dict`.
+    ``edge_index_dict``.
 
     Every node type has one halo plan: the union over the edge types that
     read the type of their remote sources, so that the relations of one layer

@@ -130,7 +130,8 @@ class HaloChannel:
             :obj:`None` for ``PYG_DIST_TRANSPORT`` if set, else
             :obj:`"all_to_all"` on NCCL and :obj:`"p2p"` otherwise.
             (default: :obj:`None`)
-        shared (SharedExchange, optional): Shares one exchange of an input
+        shared (object, optional): A ``SharedExchange``
+            (``pyg_dist.halo.shared``) that shares one exchange of an input
             among the relations of a heterogeneous layer that read this
             channel's node type; :obj:`None` for none. (default: :obj:`None`)
     """

@@ -52,7 +52,7 @@ __all__ = ["partition_distributed", "DIST_METHODS", "distributed_fingerprint"]
 
 #: The cutters of the distributed path.
 DIST_METHODS = ("metis-coarse", "random")
-#: Edges per block of :func:`distributed_fingerprint`.
+#: Edges per block of ``distributed_fingerprint``.
 FINGERPRINT_EDGES = CHUNK
 _NAME = "'partition_distributed'"
 
@@ -96,8 +96,9 @@ def partition_distributed(
             per rank. (default: :obj:`None`, the default group)
 
     Returns:
-        :class:`PartitionMeta`, also written to ``out_dir/meta.json``, on every
-        rank. Its ``fingerprint`` is :func:`distributed_fingerprint`'s.
+        :class:`~pyg_dist.PartitionMeta`, also written to
+        ``out_dir/meta.json``, on every
+        rank. Its ``fingerprint`` is ``distributed_fingerprint``'s.
     """
     rank, num_parts = distributed.rank(group), distributed.world_size(group)
     out_dir = Path(out_dir).resolve()

@@ -116,7 +116,8 @@ class PartitionMeta:
 
     @property
     def is_hetero(self) -> bool:
-        """Whether the folder holds a heterogeneous graph (:class:`HeteroTypes`)."""
+        """Whether the folder holds a heterogeneous graph
+        (:class:`~pyg_dist.partitioning.HeteroTypes`)."""
         return self.types is not None
 
     @property

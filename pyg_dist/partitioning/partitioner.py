@@ -50,9 +50,10 @@ def partition(
     :meth:`pyg_dist.DistHeteroData.load` reads.
 
     Args:
-        data (torch_geometric.data.Data or HeteroData): The graph. Needs ``edge_index``; may be
-            directed and have self-loops, duplicate edges, isolated nodes, and no
-            ``x`` (then parts have no ``x`` either).
+        data (torch_geometric.data.Data or torch_geometric.data.HeteroData):
+            The graph. Needs ``edge_index``; may be directed and have
+            self-loops, duplicate edges, isolated nodes, and no ``x`` (then
+            parts have no ``x`` either).
         num_parts (int): Number of parts, :math:`1 \le` ``num_parts`` :math:`\le`
             number of nodes.
         out_dir (str or os.PathLike): Folder to create.
