@@ -120,17 +120,24 @@ class GraphFolder:
         return (f"GraphFolder('{self.path}', num_nodes={self.num_nodes}, "
                 f"num_edges={self.num_edges}, node_attrs={self.node_attrs})")
 
-    def edges(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
-        """Edge columns ``lo:hi`` as a ``[2, hi - lo]`` int64 array (a copy)."""
+    def edges(self, lo: int = 0, hi: int | None = None, dtype: Any = np.int64) -> np.ndarray:
+        """Edge columns ``lo:hi`` as a ``[2, hi - lo]`` array of ``dtype``
+        (a copy, read from the file: the pages read do not stay resident in
+        this process)."""
         hi = self.num_edges if hi is None else hi
-        return np.array(self._edges[:, lo:hi], dtype=np.int64)
+        out = np.empty((2, hi - lo), dtype=dtype)
+        for row in range(2):
+            out[row] = _read(self._edges, row * self.num_edges + lo, hi - lo)
+        return out
 
     def node(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """Rows ``lo:hi`` of node attribute ``name`` (a copy); a split comes
         out as a bool mask."""
         hi = self.num_nodes if hi is None else hi
         if name in self._arrays:
-            return np.array(self._arrays[name][lo:hi])
+            array = self._arrays[name]
+            width = int(np.prod(array.shape[1:], dtype=np.int64))
+            return _read(array, lo * width, (hi - lo) * width).reshape(hi - lo, *array.shape[1:])
         if name in self._splits:
             ids = self._ids(name)
             mask = np.zeros(hi - lo, dtype=bool)
@@ -144,7 +151,7 @@ class GraphFolder:
         outside :math:`[0, N)`."""
         hi = self.num_edges if hi is None else hi
         for start in range(lo, hi, CHUNK):
-            block = self._edges[:, start:min(start + CHUNK, hi)]
+            block = self.edges(start, min(start + CHUNK, hi), self._edges.dtype)
             if block.size and (int(block.min()) < 0 or int(block.max()) >= self.num_nodes):
                 bad = np.flatnonzero(((block < 0) | (block >= self.num_nodes)).any(axis=0))
                 raise ValueError(
@@ -162,7 +169,7 @@ class GraphFolder:
             if not np.issubdtype(array.dtype, np.floating):
                 continue
             for start in range(lo, hi, CHUNK):
-                block = np.asarray(array[start:min(start + CHUNK, hi)])
+                block = self.node(key, start, min(start + CHUNK, hi))
                 if not np.isfinite(block).all():
                     rows = np.flatnonzero(~np.isfinite(block.reshape(block.shape[0], -1))
                                           .all(axis=1)) + start
@@ -338,6 +345,21 @@ def write_graph_folder(data: Any, out_dir: str | os.PathLike, overwrite: bool = 
 def _spans(length: int) -> Iterator[tuple[int, int]]:
     for lo in range(0, length, CHUNK):
         yield lo, min(lo + CHUNK, length)
+
+
+def _read(array: np.ndarray, start: int, count: int) -> np.ndarray:
+    """Entries ``start:start + count`` of the flattened C-ordered array
+    ``array`` (memory-mapped from a ``.npy`` file), read from the file rather
+    than through the mapping, so that no page of the mapping becomes resident."""
+    if not isinstance(array, np.memmap) or not array.flags.c_contiguous:
+        return np.array(array.reshape(-1)[start:start + count])
+    with open(array.filename, "rb") as f:
+        f.seek(array.offset + start * array.itemsize)
+        out = np.fromfile(f, dtype=array.dtype, count=count)
+    if out.size != count:
+        raise ValueError(f"'{array.filename}' ends before entry {start + count}; convert the "
+                         f"graph again")
+    return out
 
 
 def _load(folder: Path, file: str) -> np.ndarray:
