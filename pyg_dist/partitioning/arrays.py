@@ -3,11 +3,13 @@ in chunks of :data:`CHUNK` entries, sorts run in place, so that a pass adds
 at most one array of the edges' length plus a few chunk-sized temporaries."""
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["CHUNK", "chunks", "small_int_dtype", "unique_sorted_inplace", "bincount_chunked"]
+__all__ = ["CHUNK", "chunks", "small_int_dtype", "id_dtype", "unique_sorted_inplace",
+           "bincount_chunked", "map_large_allocations"]
 
 #: Entries per chunk of an edge pass: 1M entries keep each temporary at 8 MB
 #: (int64); a chunk's numpy work (milliseconds) dwarfs its Python overhead.
@@ -26,6 +28,32 @@ def small_int_dtype(max_value: int) -> np.dtype:
         if max_value <= np.iinfo(dtype).max:
             return np.dtype(dtype)
     return np.dtype(np.int64)
+
+
+def id_dtype(num_nodes: int) -> np.dtype:
+    """int32 for the node ids of a graph of fewer than :math:`2^{31}` nodes,
+    int64 otherwise."""
+    return np.dtype(np.int32 if num_nodes < 2**31 else np.int64)
+
+
+#: glibc's ``mallopt`` parameter of the size from which an allocation gets a
+#: mapping of its own.
+_M_MMAP_THRESHOLD = -3
+
+
+def map_large_allocations(threshold: int = CHUNK) -> bool:
+    """Has glibc's allocator give every block of ``threshold`` bytes or more
+    a mapping of its own, returned to the system when freed. By default
+    glibc raises that threshold each time such a block is freed (up to 32
+    MiB), after which the arrays of a pass over the edges come from the heap
+    and freeing them leaves the heap's pages resident: a pipeline of passes
+    then holds what its largest pass needed. Returns whether the allocator
+    took the setting (:obj:`False` off glibc)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, int(threshold)))
 
 
 def unique_sorted_inplace(values: np.ndarray) -> int:

@@ -32,8 +32,10 @@ from pyg_dist.partitioning.shuffle import (
     Blocks,
     exchange,
     exchange_counted,
+    exchange_rounds,
     fetch,
     gather_to_root,
+    rounds,
 )
 
 __all__ = ["permutation_cut", "block_adjacency", "coarse_metis_assign", "lookup", "Ghosts",
@@ -84,30 +86,46 @@ def permutation_cut(ids: np.ndarray, num_nodes: int, num_parts: int, seed: int) 
     return _permute(ids, num_nodes, seed) % num_parts
 
 
-def block_adjacency(src: np.ndarray, dst: np.ndarray, blocks: Blocks, rank: int,
-                    num_nodes: int, group: Group = None) -> tuple[np.ndarray, np.ndarray]:
+def block_adjacency(edges: list[np.ndarray], blocks: Blocks, rank: int, num_nodes: int,
+                    group: Group = None) -> tuple[np.ndarray, np.ndarray]:
     """The symmetric simple adjacency (directions merged, self-loops and
     duplicates dropped) of this rank's block, as a CSR ``(xadj, adjncy)`` over
     the block's rows with global column ids, from this rank's edge slice
-    ``(src, dst)``: every edge goes, both ways, as one int64 key
-    ``u * N + v`` to the owner of ``u``.
+    ``edges = [src, dst]`` (emptied here, so that the slice is freed once
+    sent): every edge goes, both ways, as one int64 key ``u * N + v`` to the
+    owner of ``u``, a chunk of edges per round.
 
     Shapes:
         - **output:** :obj:`[n_block + 1]`, :obj:`[nnz]` (int64)
     """
-    keep = src != dst
-    keys = np.concatenate([src[keep] * num_nodes + dst[keep], dst[keep] * num_nodes + src[keep]])
-    keys.sort()  # the owner of u grows with the key: sorted is grouped by destination
-    counts = np.diff(np.searchsorted(keys, blocks.bounds * num_nodes))
-    (keys,), _ = exchange_counted([keys], counts, group)
-    keys.sort()
-    keys = keys[: unique_sorted_inplace(keys)]
+    num_ranks = len(blocks.bounds) - 1
+    slices = rounds(edges[0].size, group)
+
+    def ends(sl: slice) -> tuple[np.ndarray, np.ndarray]:
+        s, d = edges[0][sl], edges[1][sl]
+        keep = s != d
+        s, d = s[keep].astype(np.int64), d[keep].astype(np.int64)
+        return np.concatenate([s, d]), np.concatenate([d, s])
+
+    def keys(r: int) -> list[np.ndarray]:
+        u, v = ends(slices[r])
+        u *= num_nodes
+        u += v
+        u.sort()  # the owner of u grows with the key: sorted is grouped by destination
+        return [u]
+
+    counts = np.stack([np.bincount(blocks.owner(ends(sl)[0]), minlength=num_ranks)
+                       for sl in slices])
+    (received,), _ = exchange_rounds(counts, keys, [np.int64], group)
+    edges.clear()
+    received.sort()
+    received = received[: unique_sorted_inplace(received)]
     lo, hi = blocks.span(rank)
-    keys -= lo * num_nodes
+    received -= lo * num_nodes
     xadj = np.zeros(hi - lo + 1, dtype=np.int64)
-    np.cumsum(bincount_chunked(keys, hi - lo, divisor=num_nodes), out=xadj[1:])
-    np.remainder(keys, num_nodes, out=keys)
-    return xadj, keys
+    np.cumsum(bincount_chunked(received, hi - lo, divisor=num_nodes), out=xadj[1:])
+    np.remainder(received, num_nodes, out=received)
+    return xadj, received
 
 
 def lookup(ids: np.ndarray, values: np.ndarray, blocks: Blocks, rank: int,
@@ -334,11 +352,11 @@ class CoarseGraph:
     num_entries: int
 
 
-def coarse_metis_assign(src: np.ndarray, dst: np.ndarray, blocks: Blocks, rank: int,
+def coarse_metis_assign(edges: list[np.ndarray], blocks: Blocks, rank: int,
                         num_parts: int, seed: int,
                         group: Group = None) -> tuple[np.ndarray, CoarseGraph]:
     """The part of each node of this rank's block under ``metis-coarse``,
-    from this rank's edge slice ``(src, dst)``.
+    from this rank's edge slice ``edges = [src, dst]`` (emptied here).
 
     Clusters hold at most ``N / (COARSEN_FACTOR * num_parts)`` nodes, as in
     the single-process cut. When too few clusters or no edge between clusters
@@ -348,7 +366,7 @@ def coarse_metis_assign(src: np.ndarray, dst: np.ndarray, blocks: Blocks, rank: 
     num_ranks = len(blocks.bounds) - 1
     lo, hi = blocks.span(rank)
     max_size = max(1, num_nodes // (COARSEN_FACTOR * num_parts))
-    xadj, adjncy = block_adjacency(src, dst, blocks, rank, num_nodes, group)
+    xadj, adjncy = block_adjacency(edges, blocks, rank, num_nodes, group)
     ghosts = Ghosts.create(adjncy, blocks, rank)
     del adjncy
     labels, sizes = label_propagation(xadj, ghosts, blocks, rank, max_size, COARSEN_ROUNDS,

@@ -17,7 +17,6 @@ A pipeline of collective steps, each rank holding one slice of the input:
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import shutil
@@ -31,7 +30,12 @@ import torch
 from pyg_dist import distributed
 from pyg_dist.datasets.ondisk import GraphFolder
 from pyg_dist.distributed import Group
-from pyg_dist.partitioning.arrays import CHUNK, small_int_dtype
+from pyg_dist.partitioning.arrays import (
+    CHUNK,
+    id_dtype,
+    map_large_allocations,
+    small_int_dtype,
+)
 from pyg_dist.partitioning.dist_cut import (
     coarse_metis_assign,
     lookup,
@@ -42,11 +46,13 @@ from pyg_dist.partitioning.io import (
     FORMAT_VERSION,
     META_FILE,
     PartitionMeta,
+    disk_error,
     file_sha256,
     part_file,
     replace_folder,
+    save_part,
 )
-from pyg_dist.partitioning.shuffle import Blocks, exchange
+from pyg_dist.partitioning.shuffle import Blocks, exchange, exchange_rounds, rounds
 
 __all__ = ["partition_distributed", "DIST_METHODS", "distributed_fingerprint"]
 
@@ -103,6 +109,7 @@ def partition_distributed(
     rank, num_parts = distributed.rank(group), distributed.world_size(group)
     out_dir = Path(out_dir).resolve()
     _check_method(method)
+    map_large_allocations()  # each pass's arrays go back to the system once freed
     graph = _open(input_dir, out_dir, overwrite, num_parts, group)
     nodes = Blocks.even(graph.num_nodes, num_parts)
     edges = Blocks.even(graph.num_edges, num_parts)
@@ -173,20 +180,30 @@ def _assign(method: str, graph: GraphFolder, edge_span: tuple[int, int], nodes: 
     if method == "random" or num_parts == 1:
         part = permutation_cut(np.arange(lo, hi), num_nodes, num_parts, seed)
     else:
-        src, dst = graph.edges(*edge_span)
-        part, _ = coarse_metis_assign(src, dst, nodes, rank, num_parts, seed, group)
+        edges = list(graph.edges(*edge_span, dtype=id_dtype(num_nodes)))
+        part, _ = coarse_metis_assign(edges, nodes, rank, num_parts, seed, group)
     return part.astype(small_int_dtype(num_parts))
 
 
 def _shuffle_edges(graph: GraphFolder, edge_span: tuple[int, int], part: np.ndarray,
                    nodes: Blocks, rank: int, num_parts: int, group: Group) -> list[np.ndarray]:
-    """This rank's slice of the edges sent to the parts of their targets:
-    the in-edges of this rank's part as ``[src, dst, edge_id, src_part]``."""
-    src, dst = graph.edges(*edge_span)
+    """This rank's slice of the edges sent to the parts of their targets, a
+    chunk per round: the in-edges of this rank's part as ``[src, dst,
+    edge_id, src_part]`` (ids int32 where the graph allows)."""
+    src, dst = graph.edges(*edge_span, dtype=id_dtype(graph.num_nodes))
     src_part = lookup(src, part, nodes, rank, group)
     dst_part = lookup(dst, part, nodes, rank, group)
-    edge_id = np.arange(edge_span[0], edge_span[1], dtype=np.int64)
-    received, _ = exchange([src, dst, edge_id, src_part], dst_part, num_parts, group)
+    slices = rounds(src.size, group)
+    counts = np.stack([np.bincount(dst_part[sl], minlength=num_parts) for sl in slices])
+
+    def grouped(r: int) -> list[np.ndarray]:
+        sl = slices[r]
+        order = np.argsort(dst_part[sl], kind="stable")
+        return [src[sl][order], dst[sl][order], order + np.int64(edge_span[0] + sl.start),
+                src_part[sl][order]]
+
+    received, _ = exchange_rounds(counts, grouped,
+                                  [src.dtype, dst.dtype, np.int64, src_part.dtype], group)
     return received
 
 
@@ -319,10 +336,10 @@ def _write(out_dir: Path, content: dict[str, Any], meta: PartitionMeta, overwrit
         digest = None
         try:
             path = tmp / part_file(rank)
-            torch.save(content, path)
+            save_part(content, path, f"rank {rank} wrote its part")
             digest = file_sha256(path)
         except OSError as exc:
-            error = _disk_error(exc, rank, tmp)
+            error = exc
         distributed.raise_together(error, f"{_NAME} writing the parts", group)
         meta.part_sha256 = distributed.all_gather_objects(digest, group)
         try:
@@ -330,21 +347,9 @@ def _write(out_dir: Path, content: dict[str, Any], meta: PartitionMeta, overwrit
                 (tmp / META_FILE).write_text(meta.to_json())
                 replace_folder(tmp, out_dir, overwrite)
         except OSError as exc:
-            error = _disk_error(exc, rank, tmp)
+            error = disk_error(exc, tmp, f"rank {rank} finished the folder")
         distributed.raise_together(error, f"{_NAME} finishing '{out_dir}'", group)
     except BaseException:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def _disk_error(exc: OSError, rank: int, tmp: Path) -> OSError:
-    """``exc``, or for a full disk an error that says so and what to do."""
-    if exc.errno != errno.ENOSPC:
-        return exc
-    return OSError(
-        errno.ENOSPC,
-        f"no space left on the device of '{tmp.parent}' while rank {rank} wrote its part; "
-        f"nothing was written; free space there or choose an out_dir on a filesystem with "
-        f"room for every part",
-    )

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -160,10 +161,39 @@ def _write_parts(folder: Path, meta: PartitionMeta, parts: Iterable[dict[str, An
     meta.part_sha256 = []
     for content in parts:  # no enumerate: its reused tuple would keep the last part alive
         path = folder / part_file(len(meta.part_sha256))
-        torch.save(content, path)
+        save_part(content, path, f"writing {path.name}")
         del content  # before the next part is made
         meta.part_sha256.append(file_sha256(path))
     (folder / META_FILE).write_text(meta.to_json())
+
+
+def save_part(content: dict[str, Any], path: Path, doing: str) -> None:
+    """``torch.save(content, path)``, raising the :class:`OSError` of a
+    failed write (torch reports it as a :class:`RuntimeError` of its own),
+    and for a full disk one that says so and what to do; ``doing`` names the
+    step in that message (e.g. ``"writing part_3.pt"``)."""
+    try:
+        with open(path, "wb") as f:
+            torch.save(content, f)
+    except RuntimeError as exc:
+        cause = exc.__context__
+        if isinstance(cause, OSError):
+            raise disk_error(cause, path.parent, doing) from exc
+        raise
+    except OSError as exc:
+        raise disk_error(exc, path.parent, doing) from exc
+
+
+def disk_error(exc: OSError, folder: Path, doing: str) -> OSError:
+    """``exc``, or for a full disk an error that says so and what to do."""
+    if exc.errno != errno.ENOSPC:
+        return exc
+    return OSError(
+        errno.ENOSPC,
+        f"no space left on the device of '{folder.parent}' while {doing}; nothing was "
+        f"written; free space there or choose an out_dir on a filesystem with room for "
+        f"every part",
+    )
 
 
 def replace_folder(tmp: Path, out_dir: Path, overwrite: bool) -> None:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from pyg_dist import distributed
 from pyg_dist.distributed import Group
+from pyg_dist.partitioning.arrays import CHUNK
 
-__all__ = ["Blocks", "exchange", "exchange_counted", "fetch", "gather_to_root", "all_counts"]
+__all__ = ["Blocks", "exchange", "exchange_counted", "exchange_rounds", "rounds", "fetch",
+           "gather_to_root", "all_counts"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,80 @@ def exchange_counted(arrays: Sequence[np.ndarray], send_counts: np.ndarray,
     send_counts = np.asarray(send_counts, dtype=np.int64)
     recv_counts = all_counts(send_counts, group)
     return [_move(a, send_counts, recv_counts, group) for a in arrays], recv_counts
+
+
+def rounds(length: int, group: Group = None) -> list[slice]:
+    """Slices of ``range(length)`` of :data:`~pyg_dist.partitioning.arrays.CHUNK`
+    entries, as many on every rank (the most any rank needs; trailing ones
+    empty): the rounds of an :func:`exchange_rounds`."""
+    mine = max(1, -(-length // CHUNK))
+    count = int(distributed.all_reduce_values([float(mine)], "max", group)[0]) \
+        if distributed.is_distributed(group) else mine
+    return [slice(min(c * CHUNK, length), min((c + 1) * CHUNK, length)) for c in range(count)]
+
+
+def exchange_rounds(counts: np.ndarray, produce: Callable[[int], Sequence[np.ndarray]],
+                    dtypes: Sequence[Any], group: Group = None) -> tuple[list[np.ndarray],
+                                                                        np.ndarray]:
+    """:func:`exchange_counted` in rounds, one chunk of rows each: only one
+    round's send buffers exist at a time, and the rows received land in
+    arrays allocated once, so a shuffle of :math:`k` rows holds the :math:`k`
+    rows received and a chunk, not the rows sent besides.
+
+    Args:
+        counts (numpy.ndarray): ``[R, P]`` rows this rank sends to each rank
+            in each round (``R`` the same on every rank: :func:`rounds`).
+        produce (Callable): ``produce(r)`` returns round ``r``'s 1-D arrays,
+            rows grouped by destination as ``counts[r]`` says.
+        dtypes (Sequence): The dtype of each array ``produce`` returns.
+        group (torch.distributed.ProcessGroup, optional): The process group.
+            (default: :obj:`None`)
+
+    Returns:
+        The rows received (round after round, from rank 0 first within a
+        round) and ``[R, P]`` how many came from each rank in each round.
+    """
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1, counts.shape[-1])
+    recv_counts = _all_counts_rounds(counts, group)
+    out = [np.empty(int(recv_counts.sum()), dtype=dtype) for dtype in dtypes]
+    at = 0
+    for r in range(counts.shape[0]):
+        arrays = produce(r)
+        size = int(recv_counts[r].sum())
+        for buffer, rows in zip(out, arrays):
+            _move_into(buffer[at:at + size], rows, counts[r], recv_counts[r], group)
+        del arrays
+        at += size
+    return out, recv_counts
+
+
+def _all_counts_rounds(counts: np.ndarray, group: Group) -> np.ndarray:
+    """:func:`all_counts` of every round at once: entry ``[r, q]`` is what
+    rank ``q`` sends this one in round ``r``."""
+    if not distributed.is_distributed(group):
+        return counts.copy()
+    num_rounds, num_ranks = counts.shape
+    send = torch.from_numpy(np.ascontiguousarray(counts.T)).reshape(-1)
+    recv = torch.empty_like(send)
+    split = [num_rounds] * num_ranks
+    works = distributed.all_to_all_single(recv, send, split, split, group, "partition shuffle")
+    distributed.wait_all(works, "partition shuffle")
+    return recv.numpy().reshape(num_ranks, num_rounds).T.copy()
+
+
+def _move_into(out: np.ndarray, rows: np.ndarray, send_counts: np.ndarray,
+               recv_counts: np.ndarray, group: Group) -> None:
+    """:func:`_move` into the given contiguous ``out``."""
+    if not distributed.is_distributed(group):
+        out[:] = rows
+        return
+    if rows.dtype == np.bool_:
+        out, rows = out.view(np.uint8), rows.view(np.uint8)
+    works = distributed.all_to_all_single(torch.from_numpy(out),
+                                          torch.from_numpy(np.ascontiguousarray(rows)),
+                                          recv_counts.tolist(), send_counts.tolist(), group,
+                                          "partition shuffle")
+    distributed.wait_all(works, "partition shuffle")
 
 
 def fetch(ids: np.ndarray, owner: np.ndarray, answer: Callable[[np.ndarray], np.ndarray],

@@ -6,6 +6,7 @@ complete-looking folder.
 One launch of 4 ranks runs every multi-rank case (see :func:`battery`); the
 test functions check its results."""
 import errno
+import subprocess
 import time
 from pathlib import Path
 
@@ -32,6 +33,21 @@ SEED = 5
 WAIT = 8.0
 TRAIN_EPOCHS, LR, WEIGHT_DECAY = 3, 0.01, 5e-4
 BAD_INPUTS = ("missing-file", "short-x", "negative-id", "id-too-large", "nan-x")
+#: Size of the tmpfs the parts cannot all fit in (each part of the test
+#: graph takes 12-14 KB; the four parts need more than this).
+TMPFS_BYTES = 24 * 1024
+
+
+def mount_small_tmpfs(path):
+    """Mounts a tmpfs of :data:`TMPFS_BYTES` at ``path``; returns why it
+    could not (it needs root) or :obj:`None`."""
+    path.mkdir()
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs",
+                               str(path)], capture_output=True, text=True, timeout=30)
+    except OSError as exc:
+        return f"mount: {exc}"
+    return (done.stderr.strip() or f"mount exited {done.returncode}") if done.returncode else None
 
 
 def bad_folders(data, root):
@@ -107,6 +123,8 @@ def battery(dirs, state, classes):
         dist_partitioner.torch.save = full_disk
     out["enospc"] = error_of(lambda: partition_distributed(graph, outs["enospc"]))
     dist_partitioner.torch.save = save
+    if dirs["tmpfs"] is not None:  # a real disk that fills up while the parts are written
+        out["tmpfs"] = error_of(lambda: partition_distributed(graph, dirs["tmpfs"] + "/parts"))
 
     # Rank 1 is lost (as if killed) while the parts are written.
     done = [Path(dirs["done"]) / f"{r}" for r in range(WORLD) if r != 1]
@@ -137,19 +155,28 @@ def setup(tmp_path_factory):
     write_graph_folder(data, root / "graph")
     write_graph_folder(community, root / "community")
     (root / "done").mkdir()
+    tmpfs = root / "tmpfs"
+    no_tmpfs = mount_small_tmpfs(tmpfs)
     names = ["random", "coarse", "one", "quality", "metis", "enospc", "lost", *BAD_INPUTS]
     dirs = {"graph": str(root / "graph"), "community": str(root / "community"),
             "bad": bad_folders(data, root / "bad"), "done": str(root / "done"),
-            "out": {name: str(root / "out" / name) for name in names}}
+            "out": {name: str(root / "out" / name) for name in names},
+            "tmpfs": None if no_tmpfs else str(tmpfs)}
     torch.manual_seed(0)
     classes = int(data.y.max()) + 1
     state = GNN("gcn", data.num_features, 8, classes, dropout=0.0).state_dict()
     start = time.perf_counter()
-    results = pyg_dist.launch(battery, WORLD, args=(dirs, state, classes), timeout=300,
-                              comm_timeout=WAIT)
-    print(f"battery of {WORLD} ranks: {time.perf_counter() - start:.1f} s")
-    return {"root": root, "data": data, "community": community, "dirs": dirs,
-            "results": results, "state": state, "classes": classes}
+    try:
+        results = pyg_dist.launch(battery, WORLD, args=(dirs, state, classes), timeout=300,
+                                  comm_timeout=WAIT)
+        print(f"battery of {WORLD} ranks: {time.perf_counter() - start:.1f} s")
+        left_on_tmpfs = None if no_tmpfs else sorted(p.name for p in tmpfs.iterdir())
+    finally:
+        if not no_tmpfs:
+            subprocess.run(["umount", str(tmpfs)], check=True, timeout=30)
+    yield {"root": root, "data": data, "community": community, "dirs": dirs,
+           "results": results, "state": state, "classes": classes,
+           "no_tmpfs": no_tmpfs, "left_on_tmpfs": left_on_tmpfs}
 
 
 def owners(folder, meta):
@@ -317,6 +344,19 @@ def test_a_full_disk_fails_every_rank_and_leaves_nothing(setup):
     assert kind == "OSError", message
     assert "no space left" in message and "rank 2" in message, message
     assert nothing_written(setup["root"] / "out", "enospc")
+
+
+def test_a_small_tmpfs_that_fills_up_fails_every_rank_and_leaves_it_empty(setup):
+    if setup["no_tmpfs"]:
+        pytest.skip(f"cannot mount a tmpfs here ({setup['no_tmpfs']}); the simulated full "
+                    f"disk is tested above")
+    errors = [r["tmpfs"] for r in setup["results"]]
+    assert all(e == errors[0] for e in errors), errors
+    kind, message = errors[0]
+    assert kind == "OSError", message
+    assert "no space left on the device of" in message and "nothing was written" in message
+    assert "free space there or choose an out_dir" in message, message
+    assert setup["left_on_tmpfs"] == [], setup["left_on_tmpfs"]
 
 
 def test_a_lost_rank_fails_the_others_and_leaves_no_complete_folder(setup):
