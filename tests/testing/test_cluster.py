@@ -15,6 +15,8 @@ from pyg_dist.testing.cluster import (
     PREFIX,
     Cluster,
     cleanup_stale,
+    memory_cap_reason,
+    parse_bytes,
     parse_rate,
 )
 
@@ -62,6 +64,41 @@ def test_parse_rate():
     assert parse_rate("1gbit") == 1e9 and parse_rate("100mbit") == 1e8
     with pytest.raises(ValueError, match="spell it like tc"):
         parse_rate("1 Gbps")
+
+
+#: Holds N megabytes of touched memory for a moment, then prints "held" (stdlib only).
+HOLD = """
+import sys, time
+block = bytearray(int(sys.argv[1]) << 20)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+time.sleep(0.2)
+print("held")
+"""
+
+
+def test_parse_bytes():
+    assert parse_bytes("512M") == 512 * 2**20 and parse_bytes("2G") == 2 * 2**30
+    assert parse_bytes("1.5GiB") == 3 * 2**29 and parse_bytes(4096) == 4096
+    with pytest.raises(ValueError, match="'512M' or '2G'"):
+        parse_bytes("lots")
+
+
+@withNamespaces
+def test_a_capped_host_kills_what_goes_over_its_memory():
+    if memory_cap_reason():
+        pytest.skip(memory_cap_reason())
+    with Cluster(hosts=2, memory="160M") as cluster:
+        caps = [cap.path for cap in cluster._caps.values()]
+        assert len(caps) == 2 and all(path.is_dir() for path in caps)
+        under, over = cluster.run(lambda h: [sys.executable, "-c", HOLD,
+                                             "300" if h.index else "40"], timeout=60)
+        assert under.ok and under.stdout.strip() == "held", under.describe()
+        assert under.oom_kills == 0 and 40 << 20 < under.memory_peak <= 160 << 20
+        assert over.returncode == -signal.SIGKILL or over.returncode == 128 + signal.SIGKILL
+        assert over.oom_kills >= 1 and "held" not in over.stdout
+        assert "killed for going over the memory cap" in over.describe()
+    assert not any(path.exists() for path in caps)
 
 
 @withNamespaces

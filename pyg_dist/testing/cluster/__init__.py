@@ -18,7 +18,9 @@ killed process is removed by the next :class:`Cluster` (or ``--cleanup``).
 Needs root and iproute2 (``ip``, ``tc``); :func:`unavailable_reason` says why a
 machine cannot make one. Each link is rate-limited in both directions with
 ``tbf``; delay and loss (``netem``) are applied only where the kernel has netem
-(:func:`netem_reason`).
+(:func:`netem_reason`). ``memory=`` caps each host's memory in a cgroup of
+its own (:mod:`~.memory`), where the machine has a memory controller
+(:func:`memory_cap_reason`).
 
 From Python::
 
@@ -39,11 +41,12 @@ commands' processes), :mod:`~.testbed` (:class:`Cluster`) and :mod:`~.cli`.
 """
 from pyg_dist.testing.cluster.cli import main
 from pyg_dist.testing.cluster.hosts import Host, HostResult
+from pyg_dist.testing.cluster.memory import MemoryCap, memory_cap_reason, parse_bytes
 from pyg_dist.testing.cluster.netns import PREFIX, SUBNET, cleanup_stale, unavailable_reason
 from pyg_dist.testing.cluster.shaping import netem_reason, parse_rate
 from pyg_dist.testing.cluster.testbed import Cluster
 
 __all__ = [
     "Cluster", "Host", "HostResult", "unavailable_reason", "netem_reason", "cleanup_stale",
-    "parse_rate", "PREFIX", "SUBNET", "main",
+    "parse_rate", "MemoryCap", "memory_cap_reason", "parse_bytes", "PREFIX", "SUBNET", "main",
 ]

@@ -22,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", default=None, help="link rate, e.g. 1gbit (default: unshaped)")
     parser.add_argument("--delay", default=None, help="one-way delay per link, e.g. 1ms (netem)")
     parser.add_argument("--loss", default=None, help="loss per link direction, e.g. 1%% (netem)")
+    parser.add_argument("--memory", default=None,
+                        help="memory cap of each host, e.g. 2G (default: uncapped)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds after which every host's command is stopped")
     parser.add_argument("--workdir", default=None,
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         raise SystemExit("give the command to run after --")
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    with Cluster(args.hosts, args.rate, args.delay, args.loss, args.workdir) as cluster:
+    with Cluster(args.hosts, args.rate, args.delay, args.loss, args.workdir,
+                 args.memory) as cluster:
         if args.distribute:
             cluster.distribute(args.distribute, max(args.torchrun, 1))
         if args.torchrun:
@@ -59,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         results = cluster.run(command, timeout=args.timeout)
     for result in results:
         status = "timed out" if result.timed_out else f"exit {result.returncode}"
+        if result.memory_peak is not None:
+            status += f", peak memory {result.memory_peak / 2**20:.0f} MiB"
+        if result.oom_kills:
+            status += f", {result.oom_kills} killed for going over the memory cap"
         print(f"== {result.host.name} ({result.host.address}): {status} after "
               f"{result.seconds:.1f} s ==", flush=True)
         sys.stdout.write(result.stdout)

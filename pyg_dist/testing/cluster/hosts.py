@@ -61,6 +61,11 @@ class HostResult:
     stderr: str
     seconds: float
     timed_out: bool = False
+    #: The host's peak memory in the run (bytes, page cache included) where
+    #: the host is capped (``Cluster(memory=...)``).
+    memory_peak: int | None = None
+    #: Processes the kernel killed on the host for going over its cap.
+    oom_kills: int = 0
 
     @property
     def ok(self) -> bool:
@@ -68,6 +73,8 @@ class HostResult:
 
     def describe(self) -> str:
         status = "timed out" if self.timed_out else f"exit {self.returncode}"
+        if self.oom_kills:
+            status += f", {self.oom_kills} process(es) killed for going over the memory cap"
         return (f"{self.host.name} ({self.host.address}): {status} after {self.seconds:.1f} s"
                 f"\n--- stdout ---\n{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-3000:]}")
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pyg_dist.testing.cluster.hosts import INTERFACE, Host, HostResult, fill
+from pyg_dist.testing.cluster.memory import MemoryCap, memory_cap_reason, parse_bytes
 from pyg_dist.testing.cluster.netns import (
     address,
     cleanup_stale,
@@ -52,14 +53,23 @@ class Cluster:
         workdir (str, optional): Folder for the hosts' working folders
             (``<workdir>/host<i>``); a temporary folder, removed at
             :meth:`down`, when :obj:`None`. (default: :obj:`None`)
+        memory (str or int, optional): Memory of each host (``"2G"``, or
+            bytes): all its processes together, page cache included, in a
+            cgroup of its own (:mod:`~.memory`); a process that would go over
+            it is killed by the kernel, and :meth:`run` reports each host's
+            peak and kills. :obj:`None` leaves hosts uncapped.
+            (default: :obj:`None`)
     """
 
     def __init__(self, hosts: int = 2, rate: str | None = None, delay: str | None = None,
-                 loss: str | None = None, workdir: str | os.PathLike | None = None) -> None:
+                 loss: str | None = None, workdir: str | os.PathLike | None = None,
+                 memory: str | int | None = None) -> None:
         if isinstance(hosts, bool) or not isinstance(hosts, int) or not 1 <= hosts <= 250:
             raise ValueError(f"'Cluster' needs 1 <= hosts <= 250 (got {hosts!r})")
         if rate is not None:
             parse_rate(rate)
+        self.memory = None if memory is None else parse_bytes(memory)
+        self._caps: dict[int, MemoryCap] = {}
         self.num_hosts = hosts
         self.rate, self.delay, self.loss = rate, delay, loss
         self._own_workdir = workdir is None
@@ -86,6 +96,9 @@ class Cluster:
         reason = unavailable_reason()
         if reason:
             raise RuntimeError(f"'Cluster' cannot make network namespaces here: {reason}")
+        if self.memory is not None and memory_cap_reason():
+            raise RuntimeError(f"'Cluster' got memory={self.memory} but cannot cap a host's "
+                               f"memory here: {memory_cap_reason()}; leave memory unset")
         if (self.delay or self.loss) and netem_reason():
             raise RuntimeError(f"'Cluster' got delay={self.delay!r}, loss={self.loss!r} but "
                                f"{netem_reason()}; leave delay and loss unset")
@@ -120,6 +133,9 @@ class Cluster:
         for name in list_netns():  # also those of a set-up that was interrupted
             if name.startswith(f"{self._tag}-"):
                 delete_netns(name)
+        for cap in self._caps.values():
+            cap.remove()
+        self._caps = {}
         if self._own_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -153,6 +169,8 @@ class Cluster:
         ip("-n", netns, "link", "set", INTERFACE, "up")
         shape(netns, INTERFACE, self.rate, self.delay, self.loss)
         shape(self.switch, port, self.rate, self.delay, self.loss)
+        if self.memory is not None:
+            self._caps[i] = MemoryCap.create(netns, self.memory)
         return host
 
     # -- links --------------------------------------------------------------------------------
@@ -192,9 +210,11 @@ class Cluster:
         # cluster's hosts file and an empty resolver configuration go there.
         wrapped = ["ip", "netns", "exec", host.netns, "unshare", "--uts", "--",
                    "sh", "-c", _ENTER, host.name, str(self._etc), *argv]
+        cap = self._caps.get(host.index)
         proc = subprocess.Popen(
             wrapped, cwd=cwd or host.workdir, env=self.environment(host, env),
             stdout=stdout, stderr=stderr, start_new_session=True,
+            preexec_fn=cap.enter if cap is not None else None,  # before the command starts
         )
         self._procs.append(proc)
         return proc
@@ -210,6 +230,9 @@ class Cluster:
         if given, runs while the commands do (to cut a link, kill a process, ...).
         Returns each host's :class:`HostResult`, in host order."""
         chosen = [self.hosts[i] for i in (hosts if hosts is not None else range(len(self.hosts)))]
+        for host in chosen:
+            if host.index in self._caps:
+                self._caps[host.index].reset_peak()
         logs = []
         procs = []
         start = time.monotonic()
@@ -234,8 +257,11 @@ class Cluster:
                 f.seek(0)
                 texts.append(f.read())
                 f.close()
+            cap = self._caps.get(host.index)
             results.append(HostResult(host, proc.returncode, texts[0], texts[1],
-                                      (seconds or timeout), timed_out=seconds is None))
+                                      (seconds or timeout), timed_out=seconds is None,
+                                      memory_peak=cap.peak() if cap else None,
+                                      oom_kills=cap.oom_kills() if cap else 0))
         return results
 
     def torchrun(self, args: Sequence[str], nproc_per_node: int = 1, master_port: int = 29500,
