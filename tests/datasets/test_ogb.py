@@ -12,6 +12,7 @@ import torch
 from pyg_dist.cli import main
 from pyg_dist.datasets import GraphFolder, load_dataset
 from pyg_dist.datasets import ogb as ogb_module
+from pyg_dist.datasets import ogb_csv
 from pyg_dist.datasets.ogb import OGB, Evaluator, convert_ogbn, ogbn
 
 N, E, F = 57, 240, 5
@@ -64,7 +65,7 @@ def write_ogb(root: Path, name: str, g: dict) -> None:
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
     """Chunks of a few rows, so that every stream crosses many chunk borders."""
-    monkeypatch.setattr(ogb_module, "TEXT_CHUNK", 97)
+    monkeypatch.setattr(ogb_csv, "TEXT_CHUNK", 97)
     monkeypatch.setattr(ogb_module, "ROW_CHUNK", 13)
 
 
