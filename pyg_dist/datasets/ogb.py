@@ -53,9 +53,10 @@ from pyg_dist.datasets.ogb_csv import (
     labels,
     not_downloaded,
 )
+from pyg_dist.datasets.ogb_mag import MAG_NAME
 from pyg_dist.datasets.ondisk import GraphFolder, GraphFolderWriter
 
-__all__ = ["OGB", "OgbSpec", "ogbn", "convert_ogbn", "Evaluator"]
+__all__ = ["OGB", "OgbSpec", "ogbn", "convert_ogbn", "Evaluator", "EVALUATED"]
 
 #: Rows of a binary array copied at a time.
 ROW_CHUNK = 1 << 20
@@ -88,6 +89,8 @@ OGB = {
     "ogbn-papers100M": OgbSpec("ogbn_papers100M", "time", 172, False, True, ("node_year",)),
 }
 _SPLITS = {"train": "train_mask", "valid": "val_mask", "test": "test_mask"}
+#: The datasets :class:`Evaluator` knows: accuracy is OGB's metric for each.
+EVALUATED = (*OGB, MAG_NAME)
 
 
 def ogbn(name: str, root: str | os.PathLike) -> Any:
@@ -138,27 +141,36 @@ def convert_ogbn(name: str, root: str | os.PathLike, out_dir: str | os.PathLike,
 class Evaluator:
     """OGB's evaluator of a node-property dataset: the same input and output
     as ``ogb.nodeproppred.Evaluator`` (whose metric for these datasets is
-    accuracy), without the ``ogb`` package.
+    accuracy), without the ``ogb`` package. For ogbn-mag, as in OGB, it takes
+    the papers' rows only.
 
     Args:
-        name (str): An OGB node-property dataset (:data:`OGB`).
+        name (str): An OGB node-property dataset (:data:`EVALUATED`).
 
     Example::
 
         evaluator = Evaluator("ogbn-arxiv")
         evaluator.eval({"y_true": y[test_idx], "y_pred": pred[test_idx]})  # {"acc": ...}
+        paper = mag["paper"]
+        Evaluator("ogbn-mag").eval({"y_true": paper.y[paper.test_mask],
+                                    "y_pred": pred[paper.test_mask]})
     """
 
     eval_metric = "acc"
 
     def __init__(self, name: str) -> None:
-        if name not in OGB:
-            raise ValueError(f"no OGB evaluator for '{name}'; use one of {', '.join(OGB)}")
+        if name not in EVALUATED:
+            raise ValueError(f"no OGB evaluator for '{name}'; use one of "
+                             f"{', '.join(EVALUATED)}")
         self.name = name
 
     def eval(self, input_dict: dict[str, Any]) -> dict[str, float]:
         """``{"acc": ...}`` of ``input_dict["y_pred"]`` against ``input_dict["y_true"]``
         (arrays or tensors of class ids, shape ``[n]`` or ``[n, 1]``)."""
+        for key in ("y_true", "y_pred"):
+            if isinstance(input_dict[key], dict):
+                raise ValueError(f"'Evaluator' got {key} as a dict of node types; pass the "
+                                 f"labelled type's rows, e.g. {key}['paper']")
         y_true, y_pred = (np.asarray(_numpy(input_dict[k])).reshape(-1)
                           for k in ("y_true", "y_pred"))
         if y_true.shape != y_pred.shape:

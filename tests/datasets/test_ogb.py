@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from pyg_dist.cli import main
-from pyg_dist.datasets import GraphFolder, load_dataset
+from pyg_dist.datasets import GraphFolder, load_dataset, ogb_csv
 from pyg_dist.datasets import ogb as ogb_module
-from pyg_dist.datasets import ogb_csv
 from pyg_dist.datasets.ogb import OGB, Evaluator, convert_ogbn, ogbn
 
 N, E, F = 57, 240, 5
@@ -176,4 +175,4 @@ def test_the_evaluator_is_ogbs_accuracy():
     with pytest.raises(ValueError, match="one prediction per labelled node"):
         evaluator.eval({"y_true": y_true, "y_pred": y_pred[:5]})
     with pytest.raises(ValueError, match="use one of"):
-        Evaluator("ogbn-mag")
+        Evaluator("ogbn-proteins")

@@ -14,6 +14,7 @@ import pyg_dist
 from pyg_dist.cli import main
 from pyg_dist.datasets import load_dataset, ogb_csv
 from pyg_dist.datasets.load import HETERO_DATASETS
+from pyg_dist.datasets.ogb import Evaluator
 from pyg_dist.datasets.ogb_mag import ogbn_mag
 
 SIZES = {"paper": 41, "author": 33, "institution": 7, "field_of_study": 11}
@@ -174,6 +175,24 @@ def test_ogbn_mag_partitions_and_loads_per_rank(mag, tmp_path):
                            data["author", "writes", "paper"].edge_index[:, rel.edge_id])
     for t, n in SIZES.items():
         assert torch.equal(torch.cat(seen[t]).sort().values, torch.arange(n))
+
+
+def test_the_evaluator_takes_ogbs_format_for_ogbn_mag():
+    rng = np.random.default_rng(1)
+    y_true = rng.integers(0, 349, (120, 1))
+    y_pred = np.where(rng.random((120, 1)) < 0.4, y_true, rng.integers(0, 349, (120, 1)))
+    evaluator = Evaluator("ogbn-mag")
+    acc = evaluator.eval({"y_true": torch.from_numpy(y_true), "y_pred": y_pred})
+    assert acc == {"acc": pytest.approx(float(np.sum(y_true == y_pred)) / 120)}
+    try:  # OGB's own evaluator, where it is installed
+        from ogb.nodeproppred import Evaluator as OgbEvaluator
+    except ImportError:
+        pass
+    else:
+        assert acc["acc"] == pytest.approx(
+            OgbEvaluator("ogbn-mag").eval({"y_true": y_true, "y_pred": y_pred})["acc"])
+    with pytest.raises(ValueError, match=r"dict of node types.*y_true\['paper'\]"):
+        evaluator.eval({"y_true": {"paper": y_true}, "y_pred": y_pred})
 
 
 def test_a_missing_ogbn_mag_says_that_nothing_downloads_and_how_to(tmp_path, capsys):
