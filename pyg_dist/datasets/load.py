@@ -21,7 +21,7 @@ HETERO_DATASETS = ("synthetic-mag", MAG_NAME)
 def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0,
                  **kwargs: Any) -> Any:
     """The graph called ``name``, as a :class:`torch_geometric.data.Data`, or a
-    :class:`torch_geometric.data.HeteroData` for those in :data:`HETERO_DATASETS`.
+    :class:`torch_geometric.data.HeteroData` for those in ``HETERO_DATASETS``.
 
     Args:
         name (str): :obj:`"synthetic"` (the small embedded stochastic block

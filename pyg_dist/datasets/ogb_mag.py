@@ -4,7 +4,7 @@ out as PyG's :class:`~torch_geometric.datasets.OGB_MAG` lays it out.
 
 Nothing is downloaded here: the folder ``root/ogbn_mag/`` (as OGB's
 ``NodePropPredDataset("ogbn-mag")`` leaves it) must be there. Its CSV files
-are streamed a chunk of text at a time (:mod:`pyg_dist.datasets.ogb_csv`):
+are streamed a chunk of text at a time (``pyg_dist.datasets.ogb_csv``):
 
 ::
 
