@@ -7,19 +7,21 @@ from typing import Any
 from pyg_dist.datasets.community import PRESETS, community_graph, preset
 from pyg_dist.datasets.hetero import synthetic_mag
 from pyg_dist.datasets.ogb import OGB, ogbn
+from pyg_dist.datasets.ogb_mag import MAG_FOLDER, MAG_NAME, ogbn_mag
 from pyg_dist.datasets.planetoid import PLANETOID, planetoid
 from pyg_dist.datasets.sbm import synthetic
 
 __all__ = ["load_dataset", "DATASETS", "HETERO_DATASETS"]
 
-DATASETS = ("synthetic", *PRESETS, "synthetic-mag", *PLANETOID, *OGB)
+DATASETS = ("synthetic", *PRESETS, "synthetic-mag", *PLANETOID, *OGB, MAG_NAME)
 #: The datasets that are a ``HeteroData``.
-HETERO_DATASETS = ("synthetic-mag",)
+HETERO_DATASETS = ("synthetic-mag", MAG_NAME)
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0,
                  **kwargs: Any) -> Any:
-    """The graph called ``name``, as a :class:`torch_geometric.data.Data`.
+    """The graph called ``name``, as a :class:`torch_geometric.data.Data`, or a
+    :class:`torch_geometric.data.HeteroData` for those in ``HETERO_DATASETS``.
 
     Args:
         name (str): :obj:`"synthetic"` (the small embedded stochastic block
@@ -30,13 +32,17 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
             or an OGB node-property dataset (:obj:`"ogbn-arxiv"`,
             :obj:`"ogbn-products"`, :obj:`"ogbn-papers100M"`) read from the
             folder OGB downloaded into, with its official split
-            (:func:`~pyg_dist.datasets.ogb.ogbn`; nothing is downloaded).
+            (:func:`~pyg_dist.datasets.ogb.ogbn`; nothing is downloaded), or
+            :obj:`"synthetic-mag"` (:func:`synthetic_mag`) and :obj:`"ogbn-mag"`
+            (:func:`~pyg_dist.datasets.ogb_mag.ogbn_mag`, from OGB's folder),
+            heterogeneous.
         root (str or os.PathLike, optional): Folder holding Planetoid data as
             ``root/Cora/raw/...`` or OGB data as ``root/ogbn_arxiv/raw/...``.
             (default: :obj:`None`)
         seed (int, optional): Seed of the synthetic graphs. (default: :obj:`0`)
         **kwargs (optional): Parameters of the synthetic graphs (e.g.
-            ``num_nodes``, ``avg_degree``); :obj:`None` values keep the default.
+            ``num_nodes``, ``avg_degree``) and of ogbn-mag (``to_undirected``,
+            ``features``); :obj:`None` values keep the default.
     """
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     if name == "synthetic":
@@ -56,4 +62,9 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
             raise ValueError(f"dataset '{name}' needs the folder OGB downloaded it into "
                              f"(holding {OGB[name].folder}/raw); pass root= (--root)")
         return ogbn(name, root)
+    if name == MAG_NAME:
+        if root is None:
+            raise ValueError(f"dataset '{name}' needs the folder OGB downloaded it into "
+                             f"(holding {MAG_FOLDER}/raw); pass root= (--root)")
+        return ogbn_mag(root, **kwargs)
     raise ValueError(f"unknown dataset '{name}'; use one of {', '.join(DATASETS)}")

@@ -33,8 +33,6 @@ reported metric (accuracy for these three), and equals the accuracies
 """
 from __future__ import annotations
 
-import gzip
-import io
 import os
 import zipfile
 from collections.abc import Iterator
@@ -44,12 +42,22 @@ from typing import Any
 
 import numpy as np
 
+from pyg_dist.datasets.ogb_csv import (
+    check_count,
+    check_finite,
+    check_ids,
+    csv_chunks,
+    csv_ids,
+    csv_total,
+    fill_rows,
+    labels,
+    not_downloaded,
+)
+from pyg_dist.datasets.ogb_mag import MAG_NAME
 from pyg_dist.datasets.ondisk import GraphFolder, GraphFolderWriter
 
-__all__ = ["OGB", "OgbSpec", "ogbn", "convert_ogbn", "Evaluator"]
+__all__ = ["OGB", "OgbSpec", "ogbn", "convert_ogbn", "Evaluator", "EVALUATED"]
 
-#: Bytes of decompressed text parsed at a time.
-TEXT_CHUNK = 1 << 24
 #: Rows of a binary array copied at a time.
 ROW_CHUNK = 1 << 20
 
@@ -81,6 +89,8 @@ OGB = {
     "ogbn-papers100M": OgbSpec("ogbn_papers100M", "time", 172, False, True, ("node_year",)),
 }
 _SPLITS = {"train": "train_mask", "valid": "val_mask", "test": "test_mask"}
+#: The datasets :class:`Evaluator` knows: accuracy is OGB's metric for each.
+EVALUATED = (*OGB, MAG_NAME)
 
 
 def ogbn(name: str, root: str | os.PathLike) -> Any:
@@ -131,27 +141,36 @@ def convert_ogbn(name: str, root: str | os.PathLike, out_dir: str | os.PathLike,
 class Evaluator:
     """OGB's evaluator of a node-property dataset: the same input and output
     as ``ogb.nodeproppred.Evaluator`` (whose metric for these datasets is
-    accuracy), without the ``ogb`` package.
+    accuracy), without the ``ogb`` package. For ogbn-mag, as in OGB, it takes
+    the papers' rows only.
 
     Args:
-        name (str): An OGB node-property dataset (:data:`OGB`).
+        name (str): An OGB node-property dataset (:data:`EVALUATED`).
 
     Example::
 
         evaluator = Evaluator("ogbn-arxiv")
         evaluator.eval({"y_true": y[test_idx], "y_pred": pred[test_idx]})  # {"acc": ...}
+        paper = mag["paper"]
+        Evaluator("ogbn-mag").eval({"y_true": paper.y[paper.test_mask],
+                                    "y_pred": pred[paper.test_mask]})
     """
 
     eval_metric = "acc"
 
     def __init__(self, name: str) -> None:
-        if name not in OGB:
-            raise ValueError(f"no OGB evaluator for '{name}'; use one of {', '.join(OGB)}")
+        if name not in EVALUATED:
+            raise ValueError(f"no OGB evaluator for '{name}'; use one of "
+                             f"{', '.join(EVALUATED)}")
         self.name = name
 
     def eval(self, input_dict: dict[str, Any]) -> dict[str, float]:
         """``{"acc": ...}`` of ``input_dict["y_pred"]`` against ``input_dict["y_true"]``
         (arrays or tensors of class ids, shape ``[n]`` or ``[n, 1]``)."""
+        for key in ("y_true", "y_pred"):
+            if isinstance(input_dict[key], dict):
+                raise ValueError(f"'Evaluator' got {key} as a dict of node types; pass the "
+                                 f"labelled type's rows, e.g. {key}['paper']")
         y_true, y_pred = (np.asarray(_numpy(input_dict[k])).reshape(-1)
                           for k in ("y_true", "y_pred"))
         if y_true.shape != y_pred.shape:
@@ -189,13 +208,7 @@ def _spec(name: str, root: Path) -> OgbSpec:
     spec = OGB[name]
     first = "data.npz" if spec.binary else "edge.csv.gz"
     if not (root / spec.folder / "raw" / first).is_file():
-        raise FileNotFoundError(
-            f"dataset '{name}' is not in '{root}' (no {spec.folder}/raw/{first}); pyg_dist "
-            f"does not download: on a machine with internet run `pip install ogb && python -c "
-            f"\"from ogb.nodeproppred import NodePropPredDataset; "
-            f"NodePropPredDataset('{name}', root='{root}')\"` and copy '{root / spec.folder}' "
-            f"here"
-        )
+        raise not_downloaded(name, root, spec.folder, first)
     return spec
 
 
@@ -213,31 +226,28 @@ def _read(name: str, root: Path, sink: Any) -> tuple[int, int]:
         if not path.is_file():
             raise FileNotFoundError(f"'{path}' is missing: the official split of '{name}' is "
                                     f"incomplete; copy OGB's 'split' folder again")
-        ids = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)] or
-                             [np.empty(0, np.int64)])
-        _check_ids(ids, num_nodes, path)
-        sink.split(mask, ids)
+        sink.split(mask, csv_ids(path, num_nodes))
     return num_nodes, num_edges
 
 
 def _read_csv(raw: Path, spec: OgbSpec, sink: Any) -> tuple[int, int]:
-    num_nodes = _total(raw / "num-node-list.csv.gz")
-    stored = _total(raw / "num-edge-list.csv.gz")
+    num_nodes = csv_total(raw / "num-node-list.csv.gz")
+    stored = csv_total(raw / "num-edge-list.csv.gz")
     factor = 2 if spec.add_inverse_edge else 1
     edges = sink.edges(factor * stored, _id_dtype(num_nodes))
     path, filled = raw / "edge.csv.gz", 0
-    for block in _csv_chunks(path, np.int64, columns=2):
-        _check_ids(block, num_nodes, path)
+    for block in csv_chunks(path, np.int64, columns=2):
+        check_ids(block, num_nodes, path)
         end = filled + block.shape[0]
         if end > stored:
-            _check_count(end, stored, path, "edges", raw / "num-edge-list.csv.gz", more=True)
+            check_count(end, stored, path, "edges", raw / "num-edge-list.csv.gz", more=True)
         if factor == 1:
             edges[:, filled:end] = block.T
         else:  # OGB's order: each edge, then its reverse
             edges[:, 2 * filled : 2 * end : 2] = block.T
             edges[:, 2 * filled + 1 : 2 * end : 2] = block.T[::-1]
         filled = end
-    _check_count(filled, stored, path, "edges", raw / "num-edge-list.csv.gz")
+    check_count(filled, stored, path, "edges", raw / "num-edge-list.csv.gz")
     feat = raw / "node-feat.csv.gz"
     if feat.is_file():
         _fill_rows(sink, "x", feat, num_nodes, np.float32)
@@ -251,23 +261,7 @@ def _fill_rows(sink: Any, name: str, path: Path, num_nodes: int, dtype: Any,
                label: bool = False) -> None:
     """Node attribute ``name`` from the CSV ``path`` of one row per node;
     ``label``: one column, kept as ``[N]``."""
-    if not path.is_file():
-        raise FileNotFoundError(f"'{path}' is missing; copy OGB's 'raw' folder again")
-    target, filled = None, 0
-    for block in _csv_chunks(path, np.float64 if label else dtype):
-        if target is None:
-            shape = (num_nodes,) if label else (num_nodes, block.shape[1])
-            target = sink.node_array(name, shape, dtype)
-        end = filled + block.shape[0]
-        if end > num_nodes:
-            _check_count(end, num_nodes, path, "rows", None, more=True)
-        if label:
-            target[filled:end] = _labels(block[:, 0])
-        else:
-            _check_finite(block, path, filled)
-            target[filled:end] = block
-        filled = end
-    _check_count(filled, num_nodes, path, "rows", None)
+    fill_rows(path, num_nodes, dtype, lambda shape: sink.node_array(name, shape, dtype), label)
 
 
 def _read_binary(raw: Path, spec: OgbSpec, sink: Any) -> tuple[int, int]:
@@ -281,7 +275,7 @@ def _read_binary(raw: Path, spec: OgbSpec, sink: Any) -> tuple[int, int]:
                              f"num_edges_list says [2, {num_edges}]; download it again")
         edges = sink.edges(num_edges, _id_dtype(num_nodes))
         for offset, block in _npz_rows(archive, "edge_index", flat=True):
-            _check_ids(block, num_nodes, npz)
+            check_ids(block, num_nodes, npz)
             row, col = divmod(offset, num_edges)  # chunks never straddle a row (see below)
             edges[row, col : col + block.size] = block
         shape, _ = _npz_header(archive, "node_feat")
@@ -290,68 +284,22 @@ def _read_binary(raw: Path, spec: OgbSpec, sink: Any) -> tuple[int, int]:
                              f"nodes; download it again")
         x = sink.node_array("x", tuple(shape), np.float32)
         for offset, block in _npz_rows(archive, "node_feat"):
-            _check_finite(block, npz, offset)
+            check_finite(block, npz, offset)
             x[offset : offset + block.shape[0]] = block
         for extra in spec.extra:
             target = sink.node_array(extra, (num_nodes,), np.int64)
             for offset, block in _npz_rows(archive, extra):
-                target[offset : offset + block.shape[0]] = _labels(block.reshape(-1))
+                target[offset : offset + block.shape[0]] = labels(block.reshape(-1))
     with zipfile.ZipFile(raw / "node-label.npz") as archive:
         y = sink.node_array("y", (num_nodes,), np.int64)
         for offset, block in _npz_rows(archive, "node_label"):
-            y[offset : offset + block.shape[0]] = _labels(block.reshape(-1))
+            y[offset : offset + block.shape[0]] = labels(block.reshape(-1))
     return num_nodes, num_edges
 
 
 def _id_dtype(num_nodes: int) -> Any:
     """int32 node ids on disk where they fit: half the bytes of int64."""
     return np.int32 if num_nodes < 2**31 else np.int64
-
-
-def _labels(values: np.ndarray) -> np.ndarray:
-    """Class ids as int64, ``-1`` where the label is NaN (no label)."""
-    values = np.asarray(values)
-    if np.issubdtype(values.dtype, np.floating):
-        return np.where(np.isnan(values), -1, values).astype(np.int64)
-    return values.astype(np.int64)
-
-
-def _csv_chunks(path: Path, dtype: Any, columns: int | None = None) -> Iterator[np.ndarray]:
-    """The rows of the gzipped CSV ``path`` (no header) as ``[rows, columns]``
-    arrays, about :data:`TEXT_CHUNK` bytes of text at a time."""
-    tail = b""
-    with gzip.open(path, "rb") as f:
-        while True:
-            text = f.read(TEXT_CHUNK)
-            if not text:
-                break
-            text = tail + text
-            cut = text.rfind(b"\n") + 1
-            if cut == 0:
-                tail = text
-                continue
-            text, tail = text[:cut], text[cut:]
-            yield _parse(text, dtype, columns, path)
-    if tail.strip():
-        yield _parse(tail, dtype, columns, path)
-
-
-def _parse(text: bytes, dtype: Any, columns: int | None, path: Path) -> np.ndarray:
-    try:
-        block = np.loadtxt(io.BytesIO(text), delimiter=",", dtype=dtype, ndmin=2)
-    except ValueError as exc:
-        raise ValueError(f"'{path}' is not a CSV of numbers ({exc}); download it again") \
-            from exc
-    if columns is not None and block.shape[1] != columns:
-        raise ValueError(f"'{path}' has {block.shape[1]} columns, expected {columns}; "
-                         f"download it again")
-    return block
-
-
-def _total(path: Path) -> int:
-    if not path.is_file():
-        raise FileNotFoundError(f"'{path}' is missing; copy OGB's 'raw' folder again")
-    return int(sum(int(c.sum()) for c in _csv_chunks(path, np.int64)))
 
 
 def _npz_header(archive: zipfile.ZipFile, key: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -407,26 +355,3 @@ def _npz_rows(archive: zipfile.ZipFile, key: str,
             block = np.frombuffer(raw, dtype=dtype)
             yield offset, block if flat else block.reshape((count, *shape[1:]))
             offset += count
-
-
-def _check_ids(ids: np.ndarray, num_nodes: int, path: Path) -> None:
-    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
-        raise ValueError(f"'{path}' names nodes outside [0, {num_nodes}); the dataset is "
-                         f"damaged: download it again")
-
-
-def _check_finite(block: np.ndarray, path: Path, first_row: int) -> None:
-    if not np.isfinite(block).all():
-        rows = np.flatnonzero(~np.isfinite(block.reshape(block.shape[0], -1)).all(axis=1))
-        raise ValueError(f"'{path}' has NaN or infinite features in rows "
-                         f"{(rows[:5] + first_row).tolist()}; clean them (numpy.nan_to_num) "
-                         f"or download the dataset again")
-
-
-def _check_count(count: int, expected: int, path: Path, what: str, source: Path | None,
-                 more: bool = False) -> None:
-    if more or count != expected:
-        says = f"{source.name} says" if source is not None else "the dataset has"
-        raise ValueError(f"'{path}' holds {'more than ' if more else ''}{count} {what}, "
-                         f"{says} {expected}; the files are from different downloads: "
-                         f"download the dataset again")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pyg_dist.cli import main
-from pyg_dist.datasets import GraphFolder, load_dataset
+from pyg_dist.datasets import GraphFolder, load_dataset, ogb_csv
 from pyg_dist.datasets import ogb as ogb_module
 from pyg_dist.datasets.ogb import OGB, Evaluator, convert_ogbn, ogbn
 
@@ -64,7 +64,7 @@ def write_ogb(root: Path, name: str, g: dict) -> None:
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
     """Chunks of a few rows, so that every stream crosses many chunk borders."""
-    monkeypatch.setattr(ogb_module, "TEXT_CHUNK", 97)
+    monkeypatch.setattr(ogb_csv, "TEXT_CHUNK", 97)
     monkeypatch.setattr(ogb_module, "ROW_CHUNK", 13)
 
 
@@ -175,4 +175,4 @@ def test_the_evaluator_is_ogbs_accuracy():
     with pytest.raises(ValueError, match="one prediction per labelled node"):
         evaluator.eval({"y_true": y_true, "y_pred": y_pred[:5]})
     with pytest.raises(ValueError, match="use one of"):
-        Evaluator("ogbn-mag")
+        Evaluator("ogbn-proteins")
