@@ -3,10 +3,12 @@ graph folder: time, CPU, peak memory per process, edge cut.
 
     python benchmarks/partition_distributed.py [--num-nodes 2000000] [--avg-degree 16]
         [--num-features 16] [--parts 4] [--methods metis-coarse metis]
-        [--graph-dir DIR] [--keep-graph] [--out DIR]
+        [--graph-dir DIR] [--stream] [--out DIR]
 
 Writes a seeded community graph (``pyg_dist.datasets.community_graph``) as a
-graph folder (or reuses ``--graph-dir``), then, each in fresh processes:
+graph folder (or reuses ``--graph-dir``; ``--stream`` writes a simpler
+community graph chunk by chunk instead, for graphs no process could build
+whole: see :func:`stream_graph`), then, each in fresh processes:
 
 * ``distributed``: ``partition_distributed(method="metis-coarse")`` on
   ``--parts`` local ranks (``pyg_dist.launch``);
@@ -28,10 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import rss
 
 import pyg_dist
-from pyg_dist.datasets import GraphFolder, community_graph, write_graph_folder
+from pyg_dist.datasets import GraphFolder, GraphFolderWriter, community_graph, write_graph_folder
 from pyg_dist.partitioning import partition_distributed
 
 
@@ -84,6 +87,50 @@ def write_graph(args, folder):
           flush=True)
 
 
+def stream_graph(args, folder, chunk=1 << 22, communities_of=1000, mixing=0.2, classes=40):
+    """A community graph written chunk by chunk (the process holds a chunk
+    and two id permutations): nodes fall into communities of
+    ``communities_of`` (under a random relabelling, so that communities are
+    not id ranges); each undirected edge joins a uniform node to a uniform
+    member of its community (to any node with probability ``mixing``) and is
+    stored both ways. Features: the class (community mod ``classes``) one-hot
+    folded into ``num_features`` columns plus noise; 60/20/20 split."""
+    start = time.perf_counter()
+    n, rng = args.num_nodes, np.random.default_rng(args.seed)
+    num_edges = int(n * args.avg_degree) // 2 * 2
+    dtype = np.int32 if n < 2**31 else np.int64
+    perm = rng.permutation(n).astype(dtype)  # position of each node among the communities
+    members = np.empty_like(perm)
+    members[perm] = np.arange(n, dtype=dtype)  # node at each position
+    with GraphFolderWriter(folder, overwrite=True) as writer:
+        edges = writer.edges(num_edges, dtype)
+        half = num_edges // 2
+        for lo in range(0, half, chunk):
+            k = min(chunk, half - lo)
+            src = rng.integers(0, n, k, dtype=dtype)
+            at = perm[src] // communities_of * communities_of + rng.integers(0, communities_of, k)
+            at = np.where(rng.random(k) < mixing, rng.integers(0, n, k), np.minimum(at, n - 1))
+            dst = members[at]
+            edges[0, lo:lo + k], edges[1, lo:lo + k] = src, dst
+            edges[0, half + lo:half + lo + k], edges[1, half + lo:half + lo + k] = dst, src
+        y_file = writer.node_array("y", (n,), np.int64)
+        x_file = writer.node_array("x", (n, args.num_features), np.float32)
+        for lo in range(0, n, chunk):
+            hi = min(lo + chunk, n)
+            y = (perm[lo:hi] // communities_of) % classes
+            x = rng.normal(size=(hi - lo, args.num_features)).astype(np.float32)
+            x[np.arange(hi - lo), y % args.num_features] += 2.0
+            y_file[lo:hi], x_file[lo:hi] = y, x
+        order = rng.permutation(n)
+        for name, (a, b) in {"train_mask": (0, 0.6), "val_mask": (0.6, 0.8),
+                             "test_mask": (0.8, 1.0)}.items():
+            writer.split(name, np.sort(order[int(a * n):int(b * n)]))
+        del edges, y_file, x_file
+        writer.commit(n, num_edges, "streamed-community", num_classes=classes)
+    print(f"graph (streamed): {n} nodes, {num_edges} directed edges, {args.num_features} "
+          f"features; written in {time.perf_counter() - start:.0f} s", flush=True)
+
+
 def row_text(name, row, base):
     if "error" in row:
         return f"{name:>24}  failed: {row['error']}"
@@ -109,6 +156,8 @@ def main():
     parser.add_argument("--methods", nargs="*", default=["metis-coarse", "metis"],
                         help="single-process baselines (metis-coarse first: the ratios' base)")
     parser.add_argument("--graph-dir", default=None, help="reuse this graph folder")
+    parser.add_argument("--stream", action="store_true",
+                        help="write the graph chunk by chunk (stream_graph)")
     parser.add_argument("--out", default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--single", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -118,7 +167,7 @@ def main():
     with tempfile.TemporaryDirectory(dir=args.out) as tmp:
         graph_dir = Path(args.graph_dir or Path(tmp) / "graph")
         if not (graph_dir / "graph.json").exists():
-            write_graph(args, graph_dir)
+            (stream_graph if args.stream else write_graph)(args, graph_dir)
         g = GraphFolder.open(graph_dir)
         print(f"{g.num_nodes} nodes, {g.num_edges} edges, {args.parts} parts", flush=True)
         rows = {}
