@@ -88,6 +88,36 @@ def test_two_hosts_equal_one_host(two_by_two):
         assert_close(weights[name], value, what=name)
 
 
+def test_partitioning_across_hosts_equals_the_same_ranks_on_one_host(cluster, tmp_path):
+    """``pyg-dist partition --distributed`` under torchrun on 2 hosts x 2
+    ranks, reading one graph folder, writes the parts that 4 ranks spawned on
+    one host write (up to the folder's id)."""
+    shutil.copytree(CORA_RAW, tmp_path / "Cora" / "raw")
+    graph = tmp_path / "graph"
+    pyg_dist.datasets.write_graph_folder(planetoid("cora", tmp_path), graph)
+    args = ["-m", "pyg_dist.cli", "partition", "--distributed", "--input", str(graph),
+            "--parts", "4", "--seed", "3"]
+    results = cluster.run(cluster.torchrun([*args, "--out", str(tmp_path / "hosts")],
+                                           nproc_per_node=2), env=ENV, timeout=300)
+    for r in results:
+        assert r.ok, r.describe()
+    one_host = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "local")],
+                              capture_output=True, text=True, env={**os.environ, **ENV},
+                              timeout=300)
+    assert one_host.returncode == 0, one_host.stderr[-3000:]
+    hosts, local = (pyg_dist.partitioning.read_meta(tmp_path / n) for n in ("hosts", "local"))
+    assert hosts.method == "metis-coarse" and hosts.num_parts == 4
+    assert (hosts.edge_cut, hosts.part_sizes, hosts.fingerprint) == \
+        (local.edge_cut, local.part_sizes, local.fingerprint)
+    for p in range(4):
+        a, b = (pyg_dist.partitioning.read_part(tmp_path / n, p, m)
+                for n, m in (("hosts", hosts), ("local", local)))
+        for name, value in b["graph"].items():
+            assert torch.equal(a["graph"][name], value), f"part {p}: {name}"
+        for name, value in b["node"].items():
+            assert torch.equal(a["node"][name], value), f"part {p}: {name}"
+
+
 def test_link_cut_names_the_lost_peer(cluster, cora_parts):
     """Host 1's link goes down mid-epoch: every rank exits within the
     timeout with an error naming the peer it lost."""
