@@ -21,7 +21,11 @@ __all__ = ["HeteroTask", "is_hetero", "labelled_type", "check_hetero_strategy"]
 
 def is_hetero(data: Any) -> bool:
     """Whether ``data`` is heterogeneous (a ``HeteroData`` or a
-    :class:`~pyg_dist.DistHeteroData`): it has ``metadata()``."""
+    :class:`~pyg_dist.DistHeteroData`): it has ``metadata()``.
+
+    Args:
+        data: The graph.
+    """
     return callable(getattr(data, "metadata", None))
 
 
@@ -102,9 +106,10 @@ class HeteroTask:
     Attributes:
         node_type (str): The labelled node type.
         inputs (tuple): The model's arguments.
-        ledger (Ledger, optional): The graph's ledger (:obj:`None` in one process).
-        registry (HaloRegistry, optional): Its halo policies and state
+        ledger (pyg_dist.halo.Ledger, optional): The graph's ledger
             (:obj:`None` in one process).
+        registry (pyg_dist.halo.HaloRegistry, optional): Its halo policies
+            and state (:obj:`None` in one process).
     """
 
     def __init__(self, data: Any, model: nn.Module) -> None:
