@@ -52,17 +52,15 @@ def labelled_type(data: Any) -> str:
     return labelled[0]
 
 
-def check_hetero_strategy(strategy: Any, grad_sync: Any = None, checkpoint: Any = None) -> None:
+def check_hetero_strategy(strategy: Any, grad_sync: Any = None) -> None:
     """Raises, naming what to use instead, on options that cannot train a
     heterogeneous graph: gradient-only regrouping, a layer pipeline, the
-    planner's ``strategy="auto"``, pre-aggregation and checkpoints.
+    planner's ``strategy="auto"``, pre-aggregation and gradient compression.
 
     Args:
         strategy (GraphParallel or GradientOnly or LayerPipeline or Planned):
             The strategy.
         grad_sync (GradSync, optional): How gradients are summed.
-            (default: :obj:`None`)
-        checkpoint (Checkpoint, optional): Checkpoints asked for.
             (default: :obj:`None`)
     """
     instead = ("train it with strategy=GraphParallel(halo=...) (CLI: --strategy "
@@ -84,9 +82,6 @@ def check_hetero_strategy(strategy: Any, grad_sync: Any = None, checkpoint: Any 
         raise ValueError(f"'train' on a heterogeneous graph sums plain gradients (got "
                          f"grad_sync={grad_sync}); leave grad_sync out (CLI: drop "
                          f"--grad-compress)")
-    if checkpoint is not None:
-        raise ValueError("'train' does not checkpoint a heterogeneous graph yet; leave "
-                         "checkpoint out (CLI: drop --checkpoint)")
 
 
 class HeteroTask:

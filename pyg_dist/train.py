@@ -31,6 +31,7 @@ from pyg_dist.config import (
 )
 from pyg_dist.grads import GradientSync
 from pyg_dist.halo import Exact
+from pyg_dist.halo.layer import registry_of
 from pyg_dist.hetero_task import HeteroTask, check_hetero_strategy, is_hetero
 from pyg_dist.metrics import accuracies, data_keys, evaluate, global_loss
 from pyg_dist.pipeline import Pipeline
@@ -356,7 +357,7 @@ def train(
     release, with a :class:`DeprecationWarning` naming the new spelling.
     """
     if is_hetero(data):
-        check_hetero_strategy(strategy, grad_sync, checkpoint)
+        check_hetero_strategy(strategy, grad_sync)
         data = HeteroTask(data, model)
     else:
         _check_data(data)
@@ -453,7 +454,7 @@ def train(
         bar.close()
     if pipe is not None:
         pipe.gather_parameters()
-    registry = _registry(data)
+    registry = registry_of(data)
     if registry is not None:
         registry.flush()
     if ledger is not None:
@@ -533,7 +534,7 @@ class _Phases:
     every rank)."""
 
     def __init__(self, data: Any, strategy: Any, first: int) -> None:
-        registry = _registry(data)
+        registry = registry_of(data)
         phases = getattr(strategy, "phases", ())
         self.registry = registry if phases else None
         self.switches = {start: as_policy(policy) for start, policy in phases}
@@ -662,7 +663,7 @@ def halo_choices(ledger: Any, history: list[EpochStats]) -> dict[str, dict[str, 
 def _set_halo_plan(data: Any, strategy: Any, evaluation: Evaluation, epochs: int) -> None:
     """Tells the graph's halo registry the training and evaluation policies
     and the planned steps, and the graph whether to pre-aggregate."""
-    registry = _registry(data)
+    registry = registry_of(data)
     if registry is None:
         return
     if getattr(strategy, "pre_aggregate", False):
@@ -753,7 +754,7 @@ def _reusable(evaluation: Evaluation, strategy: Any) -> bool:
 def _check_exact_halos(data: Any) -> None:
     """Every layer trained under exact, uncompressed halos (the rows an
     evaluation would read), else an error naming the fix."""
-    registry = _registry(data)
+    registry = registry_of(data)
     layers = registry.layers.items() if registry is not None else ()
     inexact = sorted(f"{name} ({state.policy.spec()})" for (name, mode), state in layers
                      if mode == "train" and (not isinstance(state.policy, Exact)
@@ -780,14 +781,6 @@ def all_reduce_gradients(model: nn.Module) -> None:
         model (torch.nn.Module): The model, after backward.
     """
     distributed.all_reduce_gradients(model.parameters())
-
-
-def _registry(data: Any) -> Any:
-    """The graph's halo registry (:obj:`None` in one process): a
-    heterogeneous graph's own (every relation's), else its ``edge_index``'s."""
-    if isinstance(data, HeteroTask):
-        return data.registry
-    return getattr(getattr(data, "edge_index", None), "registry", None)
 
 
 def _inputs(data: Any) -> tuple[Any, ...]:

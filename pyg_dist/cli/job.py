@@ -206,7 +206,7 @@ def resolve(base: dict[str, Any], given: dict[str, dict[str, Any]]) -> Job:
         raise ValueError("--resume and --checkpoint-every need --checkpoint DIR")
     job = Job.from_dict(values)
     if graph.hetero or model.name in HETERO_MODELS:
-        check_hetero_strategy(job.strategy, job.grad_sync, job.checkpoint)
+        check_hetero_strategy(job.strategy, job.grad_sync)
     return job
 
 

@@ -6,11 +6,11 @@ refused up front, naming what to use instead."""
 import pytest
 import torch
 import torch.nn.functional as F
-from tolerances import assert_close
+from tolerances import SAME, assert_close
 from torch_geometric.data import HeteroData
 
 import pyg_dist
-from pyg_dist.config import GradientOnly, GradSync, GraphParallel, LayerPipeline
+from pyg_dist.config import Checkpoint, GradientOnly, GradSync, GraphParallel, LayerPipeline
 from pyg_dist.datasets import synthetic_mag
 from pyg_dist.hetero_models import HETERO_MODELS, hetero_model
 from pyg_dist.nn import to_distributed
@@ -53,14 +53,31 @@ def trained(model, data, **kwargs):
     return train(model, data, EPOCHS, optimizer=optimizer, progress=False, **kwargs)
 
 
-def rank_main(folder):
-    out = {}
+def weights(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def resumed(folder, ckpt):
+    """Four epochs under a stale policy straight, and two then two more from
+    the checkpoint of the second (halo state, ledger, optimizer restored)."""
+    runs = []
+    for epochs, checkpoint in ((4, None), (2, Checkpoint(ckpt, every=1)),
+                               (4, Checkpoint(ckpt, every=1, resume=True))):
+        data = pyg_dist.DistHeteroData.load(folder)
+        model = to_distributed(build("hetero-sage", data))
+        result = train(model, data, epochs, strategy=GraphParallel(halo="stale:2"),
+                       checkpoint=checkpoint, progress=False)
+        runs.append((weights(model), result.halo_bytes))
+    return runs[0], runs[2]
+
+
+def rank_main(folder, ckpt):
+    out = {"resume": resumed(folder, ckpt)}
     for kind in HETERO_MODELS:
         data = pyg_dist.DistHeteroData.load(folder)
         model = to_distributed(build(kind, data))
         result = trained(model, data)
-        out[kind] = ({n: p.detach().clone() for n, p in model.named_parameters()},
-                     result.history[-1], result.summary())
+        out[kind] = (weights(model), result.history[-1], result.summary())
     data = pyg_dist.DistHeteroData.load(folder)
     stale = trained(to_distributed(build("hetero-sage", data)), data,
                     strategy=GraphParallel(halo="stale:3"))
@@ -76,7 +93,8 @@ def rank_main(folder):
 def test_train_on_two_ranks_equals_single_process_pyg(tmp_path):
     graph = synthetic_mag(num_nodes=NUM_NODES, seed=1)
     pyg_dist.partition(graph, 2, tmp_path / "parts", method="metis", seed=0)
-    results = pyg_dist.launch(rank_main, 2, args=(str(tmp_path / "parts"),), timeout=240)
+    results = pyg_dist.launch(rank_main, 2, args=(str(tmp_path / "parts"), str(tmp_path / "ckpt")),
+                              timeout=240)
     for kind in HETERO_MODELS:
         weights, accs = reference(kind, graph)
         for rank, res in enumerate(results):
@@ -91,6 +109,11 @@ def test_train_on_two_ranks_equals_single_process_pyg(tmp_path):
     exact = results[0]["hetero-sage"][2]
     assert 0 < results[0]["stale"]["halo_bytes_fwd"] < exact["halo_bytes_fwd"]
     assert "to_distributed(model)" in results[0]["plain"]
+    for rank, ((straight, straight_bytes), (again, again_bytes)) in enumerate(
+            r["resume"] for r in results):
+        for n, w in straight.items():
+            assert_close(again[n], w, what=f"resumed rank {rank} {n}", tol=SAME)
+        assert again_bytes == straight_bytes
 
 
 def test_train_in_one_process_on_a_heterodata_equals_pyg():
