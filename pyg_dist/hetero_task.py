@@ -35,7 +35,7 @@ def labelled_type(data: Any) -> str:
     labelled type has no ``train_mask``.
 
     Args:
-        data (HeteroData or DistHeteroData): The graph.
+        data (torch_geometric.data.HeteroData or DistHeteroData): The graph.
     """
     types = list(data.node_types)
     labelled = [t for t in types if "y" in data[t]]
@@ -94,8 +94,9 @@ class HeteroTask:
     returns the labelled type's logits, or a dictionary holding them.
 
     Args:
-        data (HeteroData or DistHeteroData): The graph (a ``HeteroData`` in
-            one process, a :class:`~pyg_dist.DistHeteroData` on the ranks).
+        data (torch_geometric.data.HeteroData or DistHeteroData): The graph
+            (a ``HeteroData`` in one process, a :class:`~pyg_dist.DistHeteroData`
+            on the ranks).
         model (torch.nn.Module): The model.
 
     Attributes:
