@@ -1,8 +1,9 @@
 """Heterogeneous training, distributed vs single-process PyG, on synthetic-mag.
 
-Trains the same model (``hetero-sage``: ``to_hetero`` of a two-layer
-GraphSAGE; ``hgt``: two ``HGTConv`` layers and a linear head; ``rgcn``: two
-``RGCNConv`` layers with basis decomposition on the homogeneous view) full-batch
+Trains the same model of ``pyg_dist.hetero_models`` (``hetero-sage``:
+``to_hetero`` of a two-layer GraphSAGE; ``hgt``: two ``HGTConv`` layers and a
+linear head; ``rgcn``: two ``RGCNConv`` layers with basis decomposition on the
+homogeneous view) full-batch
 with Adam on the papers' training loss, once in one process on the whole
 ``HeteroData`` (PyG) and once on ``--ranks`` ranks of a METIS cut per halo
 policy, and prints per run: test accuracy, mean epoch time (first epoch left
@@ -26,74 +27,33 @@ from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
-from torch_geometric.nn import HGTConv, RGCNConv, SAGEConv, to_hetero
 
 import pyg_dist
 from pyg_dist.datasets import synthetic_mag
 from pyg_dist.datasets.hetero import MAG_NODES
 from pyg_dist.distributed import all_reduce_gradients, all_reduce_values
 from pyg_dist.halo import parse_policy
+from pyg_dist.hetero_models import HETERO_MODELS, hetero_model
 from pyg_dist.nn import to_distributed
-
-MODELS = ("hetero-sage", "hgt", "rgcn")
-
-
-class SAGE(torch.nn.Module):
-    def __init__(self, hidden: int, out: int) -> None:
-        super().__init__()
-        self.conv1 = SAGEConv((-1, -1), hidden)
-        self.conv2 = SAGEConv((-1, -1), out)
-
-    def forward(self, x, edge_index):
-        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
-
-
-class HGT(torch.nn.Module):
-    def __init__(self, hidden: int, out: int, metadata) -> None:
-        super().__init__()
-        self.conv1 = HGTConv(128, hidden, metadata, heads=2)
-        self.conv2 = HGTConv(hidden, hidden, metadata, heads=2)
-        self.head = torch.nn.Linear(hidden, out)
-
-    def forward(self, x_dict, edge_index_dict):
-        x_dict = {t: v.relu() for t, v in self.conv1(x_dict, edge_index_dict).items()}
-        return {"paper": self.head(self.conv2(x_dict, edge_index_dict)["paper"])}
-
-
-class RGCN(torch.nn.Module):
-    def __init__(self, width: int, hidden: int, out: int, num_relations: int) -> None:
-        super().__init__()
-        self.conv1 = RGCNConv(width, hidden, num_relations, num_bases=8)
-        self.conv2 = RGCNConv(hidden, out, num_relations, num_bases=8)
-
-    def forward(self, x, edge_index, edge_type):
-        return self.conv2(self.conv1(x, edge_index, edge_type).relu(), edge_index, edge_type)
 
 
 def build(kind: str, metadata, hidden: int, out: int, width: int):
-    torch.manual_seed(0)
-    if kind == "hetero-sage":
-        return to_hetero(SAGE(hidden, out), metadata, aggr="sum")
-    if kind == "hgt":
-        return HGT(hidden, out, metadata)
-    return RGCN(width, hidden, out, len(metadata[1]))
+    return hetero_model(kind, metadata, width, hidden, out, "paper", seed=0)
 
 
 def paper_logits(kind: str, model, data, homogeneous):
-    """The model's paper rows: through the homogeneous view for RGCN (papers
-    are its first rows), through the dicts otherwise."""
+    """The model's paper rows: it reads the homogeneous view (RGCN) or the
+    dicts."""
     if kind != "rgcn":
-        return model(data.x_dict, data.edge_index_dict)["paper"]
+        return model(data.x_dict, data.edge_index_dict)
     h = homogeneous
-    return model(h.x, h.edge_index, h.edge_type)[: data["paper"].num_nodes]
+    return model(h.x, h.edge_index, h.edge_type, h.node_type)
 
 
 def fit(kind, model, data, homogeneous, epochs, lr, reduce):
     """Trains full-batch; returns test accuracy and epoch times. ``reduce``
     sums a list of floats over ranks (identity in one process)."""
     paper = data["paper"]
-    with torch.no_grad():
-        paper_logits(kind, model, data, homogeneous)  # materialise lazy parameters
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     num_train = reduce([float(paper.train_mask.sum())])[0]
     times = []
@@ -154,7 +114,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--model", choices=MODELS, default="hetero-sage")
+    parser.add_argument("--model", choices=HETERO_MODELS, default="hetero-sage")
     parser.add_argument("--halo", default="exact;auto",
                         help="halo policy specs, separated by ';'")
     parser.add_argument("--seed", type=int, default=0)

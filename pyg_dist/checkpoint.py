@@ -31,6 +31,7 @@ from torch import nn
 from pyg_dist.distributed import all_gather_objects, barrier
 from pyg_dist.distributed import rank as get_rank
 from pyg_dist.distributed import world_size as get_world_size
+from pyg_dist.halo.layer import registry_of
 from pyg_dist.peers import name
 
 __all__ = ["save_checkpoint", "load_checkpoint", "find_checkpoint"]
@@ -49,21 +50,21 @@ def save_checkpoint(folder: str | os.PathLike, epoch: int, model: nn.Module,
         epoch (int): The epoch just finished.
         model (torch.nn.Module): The model whose ``state_dict`` is saved.
         optimizer (torch.optim.Optimizer): The optimizer whose ``state_dict`` is saved.
-        data (DistData): The rank's graph: its halo policies' state
-            (``data.edge_index.registry``) and ledger are saved when it has them.
+        data (DistData or DistHeteroData): The rank's graph: its halo
+            policies' state (its registry) and ledger are saved when it has them.
         extra (dict, optional): Anything else to restore with the checkpoint
             (returned by :func:`load_checkpoint`). (default: :obj:`None`)
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rank = get_rank()
-    edge_index: Any = getattr(data, "edge_index", None)
+    registry = registry_of(data)
     state = {
         "epoch": epoch,
         "world_size": get_world_size(),
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
-        "halo": edge_index.registry.state_dict() if hasattr(edge_index, "registry") else None,
+        "halo": registry.state_dict() if registry is not None else None,
         "ledger": data.ledger.state_dict() if hasattr(data, "ledger") else None,
         "rng": _rng_state(),
         "extra": extra or {},
@@ -122,8 +123,9 @@ def load_checkpoint(folder: str | os.PathLike, model: nn.Module,
         model (torch.nn.Module): The model to load the saved ``state_dict`` into.
         optimizer (torch.optim.Optimizer): The optimizer to load the saved
             ``state_dict`` into.
-        data (DistData): The rank's graph: its halo policies' state and ledger
-            are restored when both it and the checkpoint have them.
+        data (DistData or DistHeteroData): The rank's graph: its halo
+            policies' state and ledger are restored when both it and the
+            checkpoint have them.
     """
     folder = Path(folder)
     epoch = find_checkpoint(folder)
@@ -135,9 +137,9 @@ def load_checkpoint(folder: str | os.PathLike, model: nn.Module,
     state = _load(folder, get_rank(), epoch)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
-    edge_index: Any = getattr(data, "edge_index", None)
-    if state["halo"] is not None and hasattr(edge_index, "registry"):
-        edge_index.registry.load_state_dict(state["halo"])
+    registry = registry_of(data)
+    if state["halo"] is not None and registry is not None:
+        registry.load_state_dict(state["halo"])
     if state["ledger"] is not None and hasattr(data, "ledger"):
         data.ledger.load_state_dict(state["ledger"])
     _set_rng_state(state["rng"])

@@ -41,8 +41,8 @@ def homogeneous_view(data: Any) -> DistData:
         rel = data[e].edge_index
         src, dst = e[0], e[2]
         remote = rel.col >= rel.num_src
-        col = torch.where(remote, num_owned + halo_pos[src][(rel.col - rel.num_src).clamp(min=0)],
-                          local_offset[src] + rel.col)
+        col = local_offset[src] + rel.col
+        col[remote] = num_owned + halo_pos[src][rel.col[remote] - rel.num_src]
         rows.append(local_offset[dst] + rel.row())
         cols.append(col)
         edge_ids.append(rel.edge_id)

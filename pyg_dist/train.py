@@ -31,6 +31,8 @@ from pyg_dist.config import (
 )
 from pyg_dist.grads import GradientSync
 from pyg_dist.halo import Exact
+from pyg_dist.halo.layer import registry_of
+from pyg_dist.hetero_task import HeteroTask, check_hetero_strategy, is_hetero
 from pyg_dist.metrics import accuracies, data_keys, evaluate, global_loss
 from pyg_dist.pipeline import Pipeline
 from pyg_dist.regroup import GroupRunner
@@ -294,8 +296,9 @@ def train(
     callback: Callable[[EpochStats], None] | None = None,
     progress: bool = True,
 ) -> TrainResult:
-    r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` (or a
-    plain PyG ``Data`` in one process).
+    r"""Full-graph training of ``model`` on a :class:`~pyg_dist.DistData` or a
+    :class:`~pyg_dist.DistHeteroData` (or a plain PyG ``Data`` or
+    ``HeteroData`` in one process).
 
     Each step computes the loss averaged over the training nodes of *all* ranks
     (each rank sums over its own and divides by the global count) and sums
@@ -308,11 +311,21 @@ def train(
     returned ``test_acc`` is taken at the epoch of best validation accuracy.
     Rank 0 shows a tqdm bar.
 
+    On a heterogeneous graph, loss and accuracies are those of the one node
+    type with labels ``y`` and a ``train_mask``; the model is called as
+    ``model(data.x_dict, data.edge_index_dict)``, or, when its ``reads``
+    attribute is :obj:`"homogeneous"` (:class:`~pyg_dist.hetero_models.RGCN`),
+    on ``data.to_homogeneous()`` as ``model(x, edge_index, edge_type,
+    node_type)``, and returns the labelled type's logits (or a dictionary
+    holding them; see :class:`~pyg_dist.hetero_task.HeteroTask`). It trains
+    graph parallel only, under any halo policy the model's layers take.
+
     Args:
         model (torch.nn.Module): Called as ``model(data.x, data.edge_index)``;
             returns class logits for the owned nodes.
         data: Needs ``x``, ``y``, ``edge_index`` and ``train_mask`` (``val_mask``
-            and ``test_mask`` if present).
+            and ``test_mask`` if present); a heterogeneous graph, ``x`` on
+            every node type and ``y`` and ``train_mask`` on one.
         epochs (int, optional): Optimisation steps at most. (default: :obj:`200`)
         strategy (GraphParallel or GradientOnly or LayerPipeline or Planned, optional):
             How the ranks share the work (see :mod:`pyg_dist.config`);
@@ -343,7 +356,11 @@ def train(
     ``eval_every``, ``grad_compress``, ``stages``, ...) still work for this
     release, with a :class:`DeprecationWarning` naming the new spelling.
     """
-    _check_data(data)
+    if is_hetero(data):
+        check_hetero_strategy(strategy, grad_sync)
+        data = HeteroTask(data, model)
+    else:
+        _check_data(data)
     strategy = GraphParallel() if strategy is None else strategy
     strategy = Planned() if strategy == "auto" else strategy
     grad_sync = GradSync() if grad_sync is None else grad_sync
@@ -400,8 +417,11 @@ def train(
         if evaluated:
             if reuse:
                 accs = accuracies(out.detach().argmax(dim=-1), data)
+            elif pipe is not None:
+                accs = pipe.evaluate()
             else:
-                accs = evaluate(model, data) if pipe is None else pipe.evaluate()
+                accs = (data.evaluate(model) if isinstance(data, HeteroTask)
+                        else evaluate(model, data))
             if plateau:
                 scheduler.step(accs[1])
         times = (trained - epoch_start, forward, _clock() - trained)
@@ -434,8 +454,9 @@ def train(
         bar.close()
     if pipe is not None:
         pipe.gather_parameters()
-    if hasattr(getattr(data, "edge_index", None), "flush"):
-        data.edge_index.flush()
+    registry = registry_of(data)
+    if registry is not None:
+        registry.flush()
     if ledger is not None:
         result.halo_choices = halo_choices(ledger, result.history)
     if planned is not None:
@@ -513,7 +534,7 @@ class _Phases:
     every rank)."""
 
     def __init__(self, data: Any, strategy: Any, first: int) -> None:
-        registry = getattr(getattr(data, "edge_index", None), "registry", None)
+        registry = registry_of(data)
         phases = getattr(strategy, "phases", ())
         self.registry = registry if phases else None
         self.switches = {start: as_policy(policy) for start, policy in phases}
@@ -642,7 +663,7 @@ def halo_choices(ledger: Any, history: list[EpochStats]) -> dict[str, dict[str, 
 def _set_halo_plan(data: Any, strategy: Any, evaluation: Evaluation, epochs: int) -> None:
     """Tells the graph's halo registry the training and evaluation policies
     and the planned steps, and the graph whether to pre-aggregate."""
-    registry = getattr(getattr(data, "edge_index", None), "registry", None)
+    registry = registry_of(data)
     if registry is None:
         return
     if getattr(strategy, "pre_aggregate", False):
@@ -694,16 +715,16 @@ def _step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
     its seconds (to the global loss); ``compare`` first checks the logits
     equal the evaluation forward's (collective)."""
     sync = sync or GradientSync(model)
-    inputs = inputs or (data.x, data.edge_index)
+    inputs = inputs or _inputs(data)
     expected = None
     if compare:
         with torch.no_grad():
             model.eval()
-            expected = model(*inputs)
+            expected = _logits(data, model(*inputs))
     model.train()
     optimizer.zero_grad(set_to_none=True)
     start = _clock()
-    out = sync(*inputs)
+    out = _logits(data, sync(*inputs))
     if expected is not None:
         differs = not torch.allclose(out.detach(), expected, rtol=1e-4, atol=1e-5)
         if distributed.all_reduce_values([float(differs)], op="max")[0]:
@@ -733,7 +754,7 @@ def _reusable(evaluation: Evaluation, strategy: Any) -> bool:
 def _check_exact_halos(data: Any) -> None:
     """Every layer trained under exact, uncompressed halos (the rows an
     evaluation would read), else an error naming the fix."""
-    registry = getattr(getattr(data, "edge_index", None), "registry", None)
+    registry = registry_of(data)
     layers = registry.layers.items() if registry is not None else ()
     inexact = sorted(f"{name} ({state.policy.spec()})" for (name, mode), state in layers
                      if mode == "train" and (not isinstance(state.policy, Exact)
@@ -760,6 +781,18 @@ def all_reduce_gradients(model: nn.Module) -> None:
         model (torch.nn.Module): The model, after backward.
     """
     distributed.all_reduce_gradients(model.parameters())
+
+
+def _inputs(data: Any) -> tuple[Any, ...]:
+    """The model's arguments: ``data.x, data.edge_index``, or what a
+    heterogeneous model reads."""
+    return data.inputs if isinstance(data, HeteroTask) else (data.x, data.edge_index)
+
+
+def _logits(data: Any, out: Any) -> Any:
+    """The logits the loss reads of the model's output ``out``: all of it,
+    or a heterogeneous graph's labelled type."""
+    return data.logits(out) if isinstance(data, HeteroTask) else out
 
 
 def _check_data(data: Any) -> None:

@@ -321,12 +321,69 @@ def test_plan_prints_every_strategy_fastest_first_then_the_choice():
     assert choice["train"]["strategy"]["name"] == "graph-parallel"
 
 
-@pytest.mark.parametrize("command", ["train", "plan", "layouts", "convert"])
+@pytest.mark.parametrize("command", ["plan", "layouts", "convert"])
 def test_commands_that_take_homogeneous_graphs_refuse_a_heterogeneous_one(tmp_path, command):
     from pyg_dist.cli import main
 
     argv = [command, "--dataset", "synthetic-mag"] + (
         ["--out", str(tmp_path / "g")] if command == "convert" else [])
-    with pytest.raises(SystemExit, match="heterogeneous graph.*DistHeteroData"):
+    with pytest.raises(SystemExit, match="heterogeneous graph.*pyg-dist train --dataset "
+                                         "synthetic-mag --model hetero-sage.hgt.rgcn"):
         main(argv)
     assert not (tmp_path / "g").exists()
+
+
+def test_train_a_heterogeneous_graph(tmp_path):
+    from pyg_dist.datasets import synthetic_mag
+
+    out = run(CLI + ["train", "--dataset", "synthetic-mag", "--num-nodes", "300", "--parts",
+                     "2", "--epochs", "2", "--hidden", "8", "--no-progress"])
+    a = last_json(out.stdout)
+    assert KEYS <= a.keys() and a["epochs"] == 2 and a["parts"] == 2
+    assert a["model"] == "hetero-sage" and a["node_type"] == "paper"
+    assert a["halo_bytes_fwd"] > 0 and a["halo_bytes_bwd"] > 0 and a["grad_bytes"] > 0
+    pyg_dist.partition(synthetic_mag(num_nodes=300), 2, tmp_path / "p")
+    out = run(CLI + ["train", "--parts-dir", str(tmp_path / "p"), "--model", "rgcn",
+                     "--halo", "stale:2", "--epochs", "2", "--hidden", "8", "--no-progress"])
+    b = last_json(out.stdout)
+    assert b["model"] == "rgcn" and b["halo"] == "stale:2" and b["parts"] == 2
+    assert 0 < b["halo_bytes_fwd"]
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--dataset", "synthetic-mag", "--model", "gcn"],
+     "heterogeneous graph; use --model hetero-sage|hgt|rgcn"),
+    (["--dataset", "synthetic", "--model", "hgt"],
+     "--model hgt trains a heterogeneous graph; use --dataset synthetic-mag, or --model gcn|"),
+    (["--dataset", "synthetic-mag", "--strategy", "gradient-only"],
+     "gradient-only regrouping clusters a homogeneous graph.*--strategy graph-parallel"),
+    (["--dataset", "synthetic-mag", "--model", "rgcn", "--strategy", "layer-pipeline",
+      "--stages", "2"], "layer pipeline.*--strategy graph-parallel"),
+    (["--dataset", "synthetic-mag", "--strategy", "auto"], "--halo auto"),
+    (["--dataset", "synthetic-mag", "--pre-aggregate"], "leave pre_aggregate off"),
+    (["--dataset", "synthetic-mag", "--model", "hgt", "--edge-dropout", "0.1"],
+     "--edge-dropout applies to the models of pyg_dist.models.GNN, not to hgt"),
+    (["--dataset", "synthetic-mag", "--dropout", "0.5"], "hetero-sage has no dropout"),
+    (["--dataset", "synthetic-mag", "--avg-degree", "5"], "--avg-degree does not apply"),
+])
+def test_train_refuses_what_a_heterogeneous_graph_cannot_take(argv, match):
+    from pyg_dist.cli import main
+
+    with pytest.raises(SystemExit, match=match):
+        main(["train", *argv])
+
+
+def test_a_heterogeneous_folder_needs_a_heterogeneous_model(tmp_path):
+    from pyg_dist.cli import build_parser, parse_job
+    from pyg_dist.cli.run import load_part
+    from pyg_dist.datasets import synthetic_mag
+
+    pyg_dist.partition(synthetic_mag(num_nodes=300), 1, tmp_path / "mag")
+    pyg_dist.partition(synthetic(num_nodes=100), 1, tmp_path / "plain")
+    job = parse_job(build_parser().parse_args(["train", "--model", "gat"]))
+    with pytest.raises(SystemExit, match="heterogeneous graph; use --model hetero-sage|hgt"):
+        load_part(job, str(tmp_path / "mag"))
+    job = parse_job(build_parser().parse_args(["train", "--parts-dir", str(tmp_path / "plain"),
+                                               "--model", "hgt"]))
+    with pytest.raises(SystemExit, match="holds a homogeneous one; use --model gcn|"):
+        load_part(job, str(tmp_path / "plain"))

@@ -6,6 +6,7 @@
     pyg-dist partition --distributed --input graph/ --parts 4 --out parts/
     pyg-dist convert --dataset ogbn-products --root ogb --out products/
     pyg-dist train --dataset cora --root data --parts 4 --model gcn
+    pyg-dist train --dataset synthetic-mag --num-nodes 20000 --parts 4 --model rgcn
     pyg-dist train --dataset cora --root data --halo stale:4,compress=int8
     pyg-dist train --model gcn2 --layers 16 --strategy layer-pipeline --stages 2 --chunks 4
     pyg-dist train --config run.json          # a run's JSON line (or its "config") again
@@ -54,6 +55,7 @@ from pyg_dist.config import (
 )
 from pyg_dist.datasets.load import HETERO_DATASETS
 from pyg_dist.halo import parse_policy
+from pyg_dist.hetero_models import HETERO_MODELS
 from pyg_dist.models import DEEP_MODELS
 from pyg_dist.pipeline.pipeline import INITIAL_ROWS
 
@@ -227,20 +229,22 @@ def _translate_deprecated(options: dict[str, dict[str, Any]]) -> None:
 
 
 def _refuse_hetero(args: argparse.Namespace) -> None:
-    """Only ``partition`` takes a heterogeneous dataset from the command line."""
+    """``convert``, ``plan`` and ``layouts`` take homogeneous datasets only."""
     dataset = given(args).get("graph", {}).get("dataset")
     if dataset in HETERO_DATASETS:
         raise SystemExit(
             f"pyg-dist {args.command}: '{dataset}' is a heterogeneous graph, which this command "
-            f"does not take; cut it with 'pyg-dist partition --dataset {dataset} --out DIR' and "
-            f"train it from Python with pyg_dist.DistHeteroData (docs/hetero.md)")
+            f"does not take; cut it with 'pyg-dist partition --dataset {dataset} --out DIR', "
+            f"train it with 'pyg-dist train --dataset {dataset} --model "
+            f"{'|'.join(HETERO_MODELS)}' or from Python with pyg_dist.DistHeteroData "
+            f"(docs/hetero.md)")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "partition":
         return partition_command(args)
-    if args.command in ("convert", "train", "plan", "layouts"):
+    if args.command in ("convert", "plan", "layouts"):
         _refuse_hetero(args)
     if args.command == "convert":
         return convert_command(args)

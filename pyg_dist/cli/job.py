@@ -20,23 +20,29 @@ from pyg_dist.config import (
     option,
     strategy_from_dict,
 )
-from pyg_dist.datasets.load import DATASETS
+from pyg_dist.datasets.load import DATASETS, HETERO_DATASETS
+from pyg_dist.hetero_models import HETERO_MODELS
+from pyg_dist.hetero_task import check_hetero_strategy
 from pyg_dist.models import DEEP_MODELS
 from pyg_dist.partitioning.cut import METHODS
 
-__all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "DEFAULT_PARTS", "resolve"]
+__all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "HOMOGENEOUS_MODELS", "DEFAULT_PARTS",
+           "resolve"]
 
 #: Ranks (= parts) when neither the command line nor torchrun says.
 DEFAULT_PARTS = 4
 
 #: Defaults per model: the published recipes (GCN: Kipf & Welling; GAT:
 #: Velickovic et al.; GCNII: Chen et al., Cora), which SAGE and GIN share with
-#: GCN and the residual GCN / SAGE with GCNII here. ``lr`` and
+#: GCN and the residual GCN / SAGE with GCNII here; the heterogeneous models
+#: train as ``benchmarks/hetero.py`` measured them. ``lr`` and
 #: ``weight_decay`` are :class:`~pyg_dist.config.Adam`'s.
 _GCN_RECIPE = {"hidden": 16, "heads": 1, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4,
                "layers": 2}
 _DEEP_RECIPE = {"hidden": 64, "heads": 1, "dropout": 0.6, "lr": 0.01, "weight_decay": 5e-4,
                 "layers": 16}
+_HETERO_RECIPE = {"hidden": 64, "heads": 2, "dropout": 0.0, "lr": 0.01, "weight_decay": 0.0,
+                  "layers": 2}
 RECIPES: dict[str, dict[str, Any]] = {
     "gcn": _GCN_RECIPE,
     "sage": _GCN_RECIPE,
@@ -45,8 +51,11 @@ RECIPES: dict[str, dict[str, Any]] = {
     "gcn2": _DEEP_RECIPE,
     "resgcn": _DEEP_RECIPE,
     "ressage": _DEEP_RECIPE,
+    **{name: _HETERO_RECIPE for name in HETERO_MODELS},
 }
 MODELS = tuple(RECIPES)
+#: The models of homogeneous graphs.
+HOMOGENEOUS_MODELS = tuple(m for m in MODELS if m not in HETERO_MODELS)
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,14 @@ class Graph(Options):
             raise ValueError(f"Graph(method={self.method!r}): use one of {', '.join(METHODS)}")
         if self.parts is not None and (not isinstance(self.parts, int) or self.parts < 1):
             raise ValueError(f"Graph(parts={self.parts!r}): use a number of ranks >= 1")
+        if self.dataset in HETERO_DATASETS and self.avg_degree is not None:
+            raise ValueError(f"--avg-degree does not apply to {self.dataset} (its relations "
+                             f"keep ogbn-mag's edges per node); leave it out")
+
+    @property
+    def hetero(self) -> bool:
+        """Whether the dataset is heterogeneous."""
+        return self.dataset in HETERO_DATASETS
 
 
 @dataclass(frozen=True)
@@ -94,10 +111,13 @@ class Model(Options):
     def check(self) -> None:
         if self.name not in RECIPES:
             raise ValueError(f"Model(name={self.name!r}): use one of {', '.join(MODELS)}")
-        if self.edge_dropout and self.name in DEEP_MODELS:
+        if self.edge_dropout and self.name in DEEP_MODELS + HETERO_MODELS:
             raise ValueError(f"--edge-dropout applies to the models of pyg_dist.models.GNN, not "
-                             f"to the deep {self.name}; leave it out or use --model "
-                             f"{'|'.join(m for m in MODELS if m not in DEEP_MODELS)}")
+                             f"to {self.name}; leave it out or use --model "
+                             f"{'|'.join(m for m in HOMOGENEOUS_MODELS if m not in DEEP_MODELS)}")
+        if self.dropout and self.name in HETERO_MODELS:
+            raise ValueError(f"--model {self.name} has no dropout (got --dropout "
+                             f"{self.dropout}); leave it out")
 
     def sizes(self) -> tuple[int, int, int, float]:
         """``layers``, ``hidden``, ``heads`` and ``dropout`` of a resolved model."""
@@ -173,14 +193,35 @@ def resolve(base: dict[str, Any], given: dict[str, dict[str, Any]]) -> Job:
             values["strategy"] = _strategy(values.get("strategy") or {}, fields)
         else:
             values[section] = {**(values.get(section) or {}), **fields}
+    graph = Graph.from_dict(values.get("graph", {}))
+    if graph.hetero and graph.parts_dir is None:
+        values["model"] = {"name": HETERO_MODELS[0], **(values.get("model") or {})}
     model = Model.from_dict(values.get("model", {})).resolved()
+    _check_fits(graph, model.name)
     recipe = RECIPES[model.name]
     values["model"] = model.to_dict()
     values["optimizer"] = {"lr": recipe["lr"], "weight_decay": recipe["weight_decay"],
                            **(values.get("optimizer") or {})}
     if values.get("checkpoint") is not None and values["checkpoint"].get("dir") is None:
         raise ValueError("--resume and --checkpoint-every need --checkpoint DIR")
-    return Job.from_dict(values)
+    job = Job.from_dict(values)
+    if graph.hetero or model.name in HETERO_MODELS:
+        check_hetero_strategy(job.strategy, job.grad_sync)
+    return job
+
+
+def _check_fits(graph: Graph, model: str) -> None:
+    """A heterogeneous model for a heterogeneous dataset and a homogeneous
+    one otherwise (a partition folder is checked when loaded)."""
+    if graph.parts_dir is not None:
+        return
+    if graph.hetero and model not in HETERO_MODELS:
+        raise ValueError(f"--dataset {graph.dataset} is a heterogeneous graph; use --model "
+                         f"{'|'.join(HETERO_MODELS)} (got --model {model})")
+    if not graph.hetero and model in HETERO_MODELS:
+        raise ValueError(f"--model {model} trains a heterogeneous graph; use --dataset "
+                         f"{'|'.join(HETERO_DATASETS)}, or --model "
+                         f"{'|'.join(HOMOGENEOUS_MODELS)} for --dataset {graph.dataset}")
 
 
 def _strategy(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:

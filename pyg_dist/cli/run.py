@@ -19,10 +19,13 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler, 
 import pyg_dist
 from pyg_dist import distributed, env, pipeline, planner
 from pyg_dist.cli.commands import meta_summary, partition_graph
-from pyg_dist.cli.job import DEFAULT_PARTS, Job
+from pyg_dist.cli.job import DEFAULT_PARTS, HOMOGENEOUS_MODELS, Job
 from pyg_dist.config import GradientOnly, LayerPipeline, Planned, as_policy
 from pyg_dist.halo import Exact
+from pyg_dist.hetero_models import HETERO_MODELS, hetero_model
+from pyg_dist.hetero_task import labelled_type
 from pyg_dist.models import DEEP_MODELS, GNN, DeepGNN
+from pyg_dist.nn import to_distributed
 from pyg_dist.partitioning.io import read_meta
 from pyg_dist.peers import PeerLost
 from pyg_dist.train import EpochStats, train
@@ -148,6 +151,11 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
     """This rank's part of ``folder`` and the job's model for it (seeded as
     the job says; dropout differs per rank)."""
     strategy, spec = job.strategy, job.model
+    if read_meta(folder).types is not None:
+        return _load_hetero_part(job, folder)
+    if spec.name in HETERO_MODELS:
+        raise SystemExit(f"--model {spec.name} trains a heterogeneous graph, but '{folder}' "
+                         f"holds a homogeneous one; use --model {'|'.join(HOMOGENEOUS_MODELS)}")
     if isinstance(strategy, LayerPipeline):
         data = pipeline.load(folder, strategy.stages)
     else:
@@ -169,6 +177,25 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
     return data, model
 
 
+def _load_hetero_part(job: Job, folder: str) -> tuple[Any, Any]:
+    """This rank's part of the heterogeneous folder ``folder`` and the job's
+    model of :mod:`pyg_dist.hetero_models` for it, distributed."""
+    spec = job.model
+    if spec.name not in HETERO_MODELS:
+        raise SystemExit(f"'{folder}' holds a heterogeneous graph; use --model "
+                         f"{'|'.join(HETERO_MODELS)} (got --model {spec.name})")
+    data = pyg_dist.DistHeteroData.load(folder)
+    if data.meta.num_classes is None:
+        raise SystemExit(f"'{folder}' has no class labels (integer 'y'); partition a graph "
+                         f"with node labels to train on it")
+    node_type = labelled_type(data)
+    layers, hidden, heads, _ = spec.sizes()
+    model = hetero_model(spec.name, data.metadata(), data[node_type].x.size(1), hidden,
+                         data.meta.num_classes, node_type, layers=layers, heads=heads,
+                         seed=job.graph.seed)
+    return data, to_distributed(model)
+
+
 def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
     """What each rank runs: load its part, build the model, train. Rank 0
     returns the results (identical on every rank)."""
@@ -181,7 +208,9 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
                    progress=job.run.progress)
     if rank != 0:
         return None
-    policy = data.edge_index.registry.policy(None)
+    hetero = isinstance(data, pyg_dist.DistHeteroData)
+    registry = data.registry if hetero else data.edge_index.registry
+    policy = registry.policy(None)
     return {
         **result.summary(),
         "dataset": job.graph.dataset,
@@ -190,7 +219,8 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         "model": spec.name,
         "layers": spec.layers,
         "hidden": spec.hidden,
-        **({"heads": spec.heads} if spec.name == "gat" else {}),
+        **({"heads": spec.heads} if spec.name in ("gat", "hgt") else {}),
+        **({"node_type": labelled_type(data)} if hetero else {}),
         "strategy": strategy.name,
         **{k: v for k, v in strategy.to_dict().items() if k != "halo"},
         **({"chosen": result.plan["choice"]} if result.plan else {}),
@@ -212,6 +242,10 @@ def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
     if isinstance(job.strategy, LayerPipeline):
         raise SystemExit("'pyg-dist plan' ranks graph-parallel and gradient-only training; "
                          "for a layer pipeline's grid use 'pyg-dist layouts'")
+    if read_meta(folder).types is not None:
+        raise SystemExit(f"'pyg-dist plan' ranks homogeneous strategies; '{folder}' holds a "
+                         f"heterogeneous graph, which trains graph parallel: pyg-dist train "
+                         f"--parts-dir {folder} --halo exact|auto|...")
     data, model = load_part(job, folder)
     chosen = planner.plan(model, data, job.epochs, strategy.accept, strategy.probe_steps,
                           job.evaluation.every)

@@ -15,7 +15,8 @@ from pyg_dist.halo.cache import HaloCache
 from pyg_dist.halo.exact import Exact
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState
 
-__all__ = ["LayerHalo", "HaloRegistry", "LayerState", "InputTracker", "fingerprint"]
+__all__ = ["LayerHalo", "HaloRegistry", "LayerState", "InputTracker", "fingerprint",
+           "registry_of"]
 
 #: The module modes (``model.train()``, ``model.eval()``) a layer keeps its
 #: halo state apart for.
@@ -43,6 +44,20 @@ class LayerState:
         self.state.load_state_dict(state["policy"])
         self.static.load_state_dict(state["static"])
         self.fingerprint = state["fingerprint"]
+
+
+def registry_of(data: Any) -> Any:
+    """The halo registry of a rank's graph: its own ``registry`` (a
+    heterogeneous graph's, every relation's), else its ``edge_index``'s;
+    :obj:`None` for a graph without halos (one process).
+
+    Args:
+        data: The graph (:class:`~pyg_dist.DistData`, :class:`~pyg_dist.DistHeteroData`,
+            or a PyG graph).
+    """
+    own = getattr(data, "registry", None)
+    return own if own is not None else getattr(getattr(data, "edge_index", None), "registry",
+                                                None)
 
 
 class HaloRegistry:
