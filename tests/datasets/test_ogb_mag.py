@@ -2,6 +2,9 @@
 (a few dozen nodes per type), streamed in small chunks, against the arrays
 the fixture was written from."""
 import gzip
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -253,3 +256,15 @@ def test_damaged_ogbn_mag_folders_are_refused_naming_the_fix(mag, how, message):
     _break(root, how)
     with pytest.raises((ValueError, FileNotFoundError), match=message):
         load_dataset("ogbn-mag", root=root)
+
+
+def test_pyg_dist_train_trains_ogbn_mag_from_its_folder(mag):
+    root, _ = mag
+    done = subprocess.run([sys.executable, "-m", "pyg_dist.cli", "train", "--dataset",
+                           "ogbn-mag", "--root", str(root), "--parts", "2", "--epochs", "2",
+                           "--hidden", "8", "--no-progress"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    assert result["dataset"] == "ogbn-mag" and result["node_type"] == "paper"
+    assert result["parts"] == 2 and result["epochs"] == 2 and result["halo_bytes_fwd"] > 0
