@@ -58,11 +58,34 @@ MODELS = tuple(RECIPES)
 HOMOGENEOUS_MODELS = tuple(m for m in MODELS if m not in HETERO_MODELS)
 
 
+def _spelled(names: tuple[str, ...]) -> str:
+    """``names`` in few characters, those that share a stem before the first
+    ``-`` together: ``synthetic[-arxiv|-mag], cora|pubmed, ogbn-arxiv|mag``."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(name.split("-")[0], []).append(name)
+    spelled: list[str] = []
+    singles: list[str] = []
+    for stem, members in groups.items():
+        if members == [stem]:
+            singles.append(stem)
+            continue
+        if singles:
+            spelled.append("|".join(singles))
+            singles = []
+        rest = [m[len(stem) + 1:] for m in members if m != stem]
+        spelled.append(f"{stem}[-{'|-'.join(rest)}]" if stem in members
+                       else f"{stem}-{'|'.join(rest)}")
+    if singles:
+        spelled.append("|".join(singles))
+    return ", ".join(spelled)
+
+
 @dataclass(frozen=True)
 class Graph(Options):
     """The graph: a dataset cut into parts, or a partition folder."""
 
-    dataset: str = option("synthetic", ", ".join(DATASETS), choices=tuple(DATASETS),
+    dataset: str = option("synthetic", _spelled(DATASETS), choices=tuple(DATASETS),
                           metavar="NAME")
     root: str | None = option(None, "folder of <root>/Cora/raw or <root>/ogbn_arxiv/raw",
                                    type=str, metavar="DIR")
