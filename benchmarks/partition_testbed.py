@@ -23,26 +23,16 @@ Not a test: numbers depend on the machine.
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+from partition_distributed import write_graph
 
-from pyg_dist.datasets import GraphFolder, community_graph, write_graph_folder
+from pyg_dist.datasets import GraphFolder
 from pyg_dist.partitioning import read_meta, read_part
 from pyg_dist.testing.cluster import Cluster, memory_cap_reason, parse_bytes, unavailable_reason
 
 HERE = Path(__file__).resolve().parent
-
-
-def write_graph(args, folder):
-    start = time.perf_counter()
-    data = community_graph(num_nodes=args.num_nodes, avg_degree=args.avg_degree,
-                           num_features=args.num_features, seed=args.seed)
-    write_graph_folder(data, folder, overwrite=True)
-    print(f"graph: {data.num_nodes} nodes, {data.num_edges} directed edges, "
-          f"{args.num_features} features; written in {time.perf_counter() - start:.0f} s",
-          flush=True)
 
 
 def check_folder(folder, graph):
