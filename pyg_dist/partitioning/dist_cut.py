@@ -11,6 +11,17 @@ cluster graph (edge weights: node-level edges between two clusters; vertex
 weights: nodes per cluster) is gathered to rank 0, METIS cuts it and each
 cluster's part goes back to the cluster's owner.
 
+The cluster graph does not shrink much below the node-level edges that join
+unrelated clusters: a second level of label propagation merges the clusters
+of one community, but scattered edges between communities stay distinct
+pairs (on a community graph with 20% of its edges placed at random, merging
+every cluster into its community would keep about 0.85x of the entries). To
+bound what rank 0 holds, the cluster graph keeps its heaviest entries, those
+of weight at least :math:`2^b` for the smallest :math:`b` that leaves at most
+``max_entries`` (:func:`heaviest_entries`); the entries dropped are the
+lightest, single stray edges that cross a part boundary with probability
+:math:`(P - 1) / P` whatever METIS does with them.
+
 ``random``: part :math:`p(v) = \pi(v) \bmod P` for a seeded pseudo-random
 permutation :math:`\pi` of :math:`0 \dots N - 1` computed per id (a Feistel
 network with cycle walking): exactly balanced, and the same whichever ranks
@@ -39,7 +50,7 @@ from pyg_dist.partitioning.shuffle import (
 )
 
 __all__ = ["permutation_cut", "block_adjacency", "coarse_metis_assign", "lookup", "Ghosts",
-           "CoarseGraph"]
+           "CoarseGraph", "heaviest_entries"]
 
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -203,25 +214,40 @@ class Ghosts:
         return np.concatenate([values, got])
 
 
+#: An odd multiplier: ``k -> k * _SPREAD mod 2^b`` permutes ``0 ... 2^b - 1``.
+_SPREAD = 0x9E3779B97F4A7C15
+
+
 def _most_common(degree: np.ndarray, neighbour_keys: np.ndarray, num_nodes: int) -> np.ndarray:
     """For rows of the given degrees whose neighbours' keys are
     ``neighbour_keys`` (row after row, each in ``0 ... N - 1``), the most
-    common key (the highest on ties); ``-1`` for a row without neighbours.
-    One sort of ``row * N + key``, as the single-process
+    common key, ``-1`` for a row without neighbours. Ties go to the key
+    whose image under a fixed permutation of ``0 ... 2^b - 1`` (a
+    multiplication by an odd constant modulo :math:`2^b \geq N`) is highest,
+    not to the highest key: labels are cluster ids owned by the block holding
+    them, and favouring high ids would pile the surviving clusters, and the
+    work and memory of their owner, on the last rank. One sort of ``row *
+    2^b + image``, as the single-process
     :func:`~pyg_dist.partitioning.coarsen._most_common_label`."""
     best = np.full(degree.size, -1, dtype=np.int64)
     if neighbour_keys.size == 0:
         return best
-    key = np.repeat(np.arange(degree.size, dtype=np.int64), degree) * num_nodes
-    key += neighbour_keys
+    bits = max(1, (num_nodes - 1).bit_length())
+    mask = np.uint64((1 << bits) - 1)
+    image = ((neighbour_keys.astype(np.uint64) * np.uint64(_SPREAD)) & mask).astype(np.int64)
+    key = np.repeat(np.arange(degree.size, dtype=np.int64), degree) << bits
+    key += image
+    del image
     key.sort()
-    starts = np.flatnonzero(np.diff(key, prepend=-1))  # runs of one (row, key)
+    starts = np.flatnonzero(np.diff(key, prepend=-1))  # runs of one (row, image)
     counts = np.diff(np.append(starts, key.size))
     run = key[starts]
-    run_row = run // num_nodes
-    score = counts * num_nodes + (run - run_row * num_nodes)  # most common, then highest
+    run_row = run >> bits
+    score = (counts << bits) + (run & int(mask))  # most common, then highest image
     first = np.flatnonzero(np.diff(run_row, prepend=-1))
-    best[run_row[first]] = np.maximum.reduceat(score, first) % num_nodes
+    top = (np.maximum.reduceat(score, first) & int(mask)).astype(np.uint64)
+    inverse = np.uint64(pow(_SPREAD, -1, 1 << 64))
+    best[run_row[first]] = ((top * inverse) & mask).astype(np.int64)
     return best
 
 
@@ -291,7 +317,7 @@ def label_propagation(xadj: np.ndarray, ghosts: Ghosts, blocks: Blocks, rank: in
         rank (int): This rank.
         max_size (int): The cap on a cluster's nodes.
         rounds (int): Rounds at most.
-        seed (int): The seed of the random halves and of the labels' priority.
+        seed (int): The seed of the random halves and of the ties' priority.
         group (torch.distributed.ProcessGroup, optional): The process group.
             (default: :obj:`None`)
 
@@ -301,10 +327,9 @@ def label_propagation(xadj: np.ndarray, ghosts: Ghosts, blocks: Blocks, rank: in
     """
     num_nodes = int(blocks.bounds[-1])
     lo, hi = blocks.span(rank)
-    # Node v starts in cluster pi(v) for a seeded permutation pi of the ids:
-    # cluster ids cover 0 ... N - 1 (each owned by its block's rank), and
-    # ties going to the highest id go to a random cluster.
-    labels = _permute(np.arange(lo, hi), num_nodes, seed)
+    # Node v starts in cluster v: cluster ids cover 0 ... N - 1, each owned by
+    # its block's rank, and ties go to a seeded random cluster (_most_common).
+    labels = np.arange(lo, hi, dtype=np.int64)
     sizes = np.ones(hi - lo, dtype=np.int64)
     todo = np.ones(hi - lo, dtype=bool)
     rng = np.random.default_rng([seed, rank])
@@ -345,22 +370,56 @@ class CoarseGraph:
 
     Attributes:
         num_clusters: Clusters (METIS's vertices).
-        num_entries: Directed entries of its symmetric CSR.
+        num_entries: Directed entries of its symmetric CSR that METIS saw.
+        num_dropped: Entries left out as the lightest (see
+            :func:`heaviest_entries`).
+        min_weight: The lightest weight kept (1 when nothing was dropped).
     """
 
     num_clusters: int
     num_entries: int
+    num_dropped: int = 0
+    min_weight: int = 1
+
+
+def heaviest_entries(keys: np.ndarray, weights: np.ndarray, max_entries: int | None,
+                     group: Group = None) -> tuple[np.ndarray, np.ndarray, int]:
+    r"""The entries of a graph held in pieces over the ranks whose weight is at
+    least :math:`2^b`, for the smallest :math:`b` that leaves at most
+    ``max_entries`` of them on all ranks together (every entry when they fit,
+    or when ``max_entries`` is :obj:`None`). Weights are symmetric, so the
+    entries kept form a symmetric graph.
+
+    Returns:
+        This rank's kept ``keys`` and ``weights``, and the threshold
+        :math:`2^b` (1 when nothing was dropped).
+    """
+    total = int(distributed.all_reduce_values([keys.size], "sum", group)[0])
+    if max_entries is None or total <= max_entries:
+        return keys, weights, 1
+    if np.any(weights < 1):
+        raise ValueError("heaviest_entries needs positive integer weights")
+    octave = np.frexp(weights.astype(np.float64))[1] - 1  # floor(log2(w)), exact below 2^53
+    counts = np.bincount(octave, minlength=64)[:64]
+    counts = np.asarray(distributed.all_reduce_values(counts.tolist(), "sum", group))
+    kept = np.cumsum(counts[::-1])[::-1]  # entries of weight >= 2^b
+    b = int(np.argmax(kept <= max_entries))  # the first octave that fits (63 leaves none)
+    keep = octave >= b
+    return keys[keep], weights[keep], 1 << b
 
 
 def coarse_metis_assign(edges: list[np.ndarray], blocks: Blocks, rank: int,
-                        num_parts: int, seed: int,
-                        group: Group = None) -> tuple[np.ndarray, CoarseGraph]:
+                        num_parts: int, seed: int, group: Group = None,
+                        max_entries: int | None = None) -> tuple[np.ndarray, CoarseGraph]:
     """The part of each node of this rank's block under ``metis-coarse``,
     from this rank's edge slice ``edges = [src, dst]`` (emptied here).
 
     Clusters hold at most ``N / (COARSEN_FACTOR * num_parts)`` nodes, as in
-    the single-process cut. When too few clusters or no edge between clusters
-    remain, the nodes fall back to :func:`permutation_cut`.
+    the single-process cut. The cluster graph gathered to rank 0 keeps at
+    most ``max_entries`` directed entries, the heaviest
+    (:func:`heaviest_entries`; :obj:`None`: all). When too few clusters or no
+    edge between clusters remain, the nodes fall back to
+    :func:`permutation_cut`.
     """
     num_nodes = int(blocks.bounds[-1])
     num_ranks = len(blocks.bounds) - 1
@@ -384,8 +443,11 @@ def coarse_metis_assign(edges: list[np.ndarray], blocks: Blocks, rank: int,
     (keys, weights), _ = exchange_counted(
         [keys, weights], np.diff(np.searchsorted(keys, cblocks.bounds * num_clusters)), group)
     keys, weights = _merge_weighted(keys, weights)
-    num_entries = int(distributed.all_reduce_values([keys.size], "sum", group)[0])
-    coarse = CoarseGraph(num_clusters, num_entries)
+    before = keys.size
+    keys, weights, min_weight = heaviest_entries(keys, weights, max_entries, group)
+    num_entries, num_dropped = (int(v) for v in distributed.all_reduce_values(
+        [keys.size, before - keys.size], "sum", group))
+    coarse = CoarseGraph(num_clusters, num_entries, num_dropped, min_weight)
     if num_clusters < num_parts or num_entries == 0:  # nothing left to cut: cut nodes
         return permutation_cut(np.arange(lo, hi), num_nodes, num_parts, seed), coarse
     keys, weights = gather_to_root(keys, num_ranks, group), gather_to_root(weights, num_ranks,
@@ -423,8 +485,10 @@ def _cluster_edges(xadj: np.ndarray, ghosts: Ghosts, cluster: np.ndarray,
 
 def _cut_coarse(keys: np.ndarray, weights: np.ndarray, vweights: np.ndarray,
                 num_clusters: int, num_parts: int, seed: int) -> np.ndarray:
-    """METIS k-way on the cluster graph of sorted keys ``row * C + col``."""
+    """METIS k-way on the cluster graph of sorted keys ``row * C + col``
+    (turned into its columns in place)."""
     pymetis = pyg_dist_typing.require("pymetis", "partition_distributed(method='metis-coarse')")
     xadj = np.zeros(num_clusters + 1, dtype=np.int64)
-    np.cumsum(np.bincount(keys // num_clusters, minlength=num_clusters), out=xadj[1:])
-    return _part_graph(pymetis, num_parts, xadj, keys % num_clusters, vweights, weights, seed)
+    np.cumsum(bincount_chunked(keys, num_clusters, divisor=num_clusters), out=xadj[1:])
+    np.remainder(keys, num_clusters, out=keys)
+    return _part_graph(pymetis, num_parts, xadj, keys, vweights, weights, seed)

@@ -109,6 +109,8 @@ def battery(dirs, state, classes):
     start = time.perf_counter()
     out["quality"] = partition_distributed(dirs["community"], outs["quality"], seed=0)
     out["quality_seconds"] = time.perf_counter() - start
+    out["heaviest"] = heaviest_on_ranks(rank)
+    out["sparse"] = sparse_cut(dirs["community"], outs["sparse"])
 
     out["bad"] = {}
     for name, path in dirs["bad"].items():
@@ -147,6 +149,45 @@ def battery(dirs, state, classes):
     return out
 
 
+def weighted_entries(rank):
+    """This rank's piece of a weighted graph: keys and weights from 1 to 300."""
+    rng = np.random.default_rng(rank)
+    size = 200 + 50 * rank
+    return rng.integers(0, 10**6, size), (rng.pareto(1.2, size) + 1).astype(np.int64).clip(1, 300)
+
+
+def heaviest_on_ranks(rank):
+    from pyg_dist.partitioning.dist_cut import heaviest_entries
+
+    keys, weights = weighted_entries(rank)
+    return {budget: heaviest_entries(keys, weights, budget)
+            for budget in (None, 10**6, 300, 40, 0)}
+
+
+def sparse_cut(graph, out):
+    """metis-coarse with a cluster graph trimmed to 2% of a slice's edges."""
+    from pyg_dist.partitioning import dist_partitioner, partition_distributed
+
+    factor, floor = (dist_partitioner.COARSE_ENTRIES_PER_SLICE_EDGE,
+                     dist_partitioner.COARSE_ENTRIES_FLOOR)
+    assign, coarse = dist_partitioner.coarse_metis_assign, {}
+
+    def recorded(*args, **kwargs):
+        part, coarse["graph"] = assign(*args, **kwargs)
+        coarse["max_entries"] = kwargs["max_entries"]
+        return part, coarse["graph"]
+
+    dist_partitioner.COARSE_ENTRIES_PER_SLICE_EDGE, dist_partitioner.COARSE_ENTRIES_FLOOR = 0.02, 0
+    dist_partitioner.coarse_metis_assign = recorded
+    try:
+        meta = partition_distributed(graph, out, seed=0)
+    finally:
+        dist_partitioner.COARSE_ENTRIES_PER_SLICE_EDGE = factor
+        dist_partitioner.COARSE_ENTRIES_FLOOR = floor
+        dist_partitioner.coarse_metis_assign = assign
+    return meta, coarse
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist-partition")
@@ -157,7 +198,8 @@ def setup(tmp_path_factory):
     (root / "done").mkdir()
     tmpfs = root / "tmpfs"
     no_tmpfs = mount_small_tmpfs(tmpfs)
-    names = ["random", "coarse", "one", "quality", "metis", "enospc", "lost", *BAD_INPUTS]
+    names = ["random", "coarse", "one", "quality", "sparse", "metis", "enospc", "lost",
+             *BAD_INPUTS]
     dirs = {"graph": str(root / "graph"), "community": str(root / "community"),
             "bad": bad_folders(data, root / "bad"), "done": str(root / "done"),
             "out": {name: str(root / "out" / name) for name in names},
@@ -308,6 +350,36 @@ def test_cut_quality_matches_single_process_metis_coarse(setup, tmp_path):
     assert max(ours.part_sizes) <= 1.05 * community.num_nodes / WORLD
     # A cut as bad as random would be far above: the coarse cut follows the communities.
     assert ours.edge_cut < 0.5 * community.num_edges * (WORLD - 1) / WORLD
+
+
+def test_heaviest_entries_keep_the_heaviest_octaves_that_fit(setup):
+    keys, weights = (np.concatenate(a) for a in zip(*map(weighted_entries, range(WORLD))))
+    for budget in (None, 10**6, 300, 40, 0):
+        # The smallest power of two whose entries at or above it fit the budget.
+        threshold = 1
+        while budget is not None and int((weights >= threshold).sum()) > budget:
+            threshold *= 2
+        kept = weights >= threshold
+        got = [r["heaviest"][budget] for r in setup["results"]]
+        assert all(g[2] == threshold for g in got), f"budget {budget}"
+        assert np.array_equal(np.concatenate([g[0] for g in got]), keys[kept])
+        assert np.array_equal(np.concatenate([g[1] for g in got]), weights[kept])
+    assert 0 < sum(r["heaviest"][300][0].size for r in setup["results"]) <= 300 < keys.size
+
+
+def test_a_trimmed_cluster_graph_still_cuts_along_the_communities(setup, tmp_path):
+    community = setup["community"]
+    meta, coarse = setup["results"][0]["sparse"]
+    graph = coarse["graph"]
+    full = read_meta(setup["dirs"]["out"]["quality"])
+    print(f"cluster graph: {graph.num_entries} of {graph.num_entries + graph.num_dropped} entries "
+          f"kept (weight >= {graph.min_weight}); edge cut {meta.edge_cut} against "
+          f"{full.edge_cut} with every entry")
+    assert graph.num_dropped > 0 and graph.min_weight > 1
+    assert graph.num_entries <= coarse["max_entries"]
+    check_folder(setup["dirs"]["out"]["sparse"], community)
+    assert meta.edge_cut <= 1.05 * full.edge_cut
+    assert max(meta.part_sizes) <= 1.05 * community.num_nodes / WORLD
 
 
 def nothing_written(parent: Path, name: str) -> bool:
