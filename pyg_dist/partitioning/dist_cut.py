@@ -223,7 +223,7 @@ def _most_common(degree: np.ndarray, neighbour_keys: np.ndarray, num_nodes: int)
     ``neighbour_keys`` (row after row, each in ``0 ... N - 1``), the most
     common key, ``-1`` for a row without neighbours. Ties go to the key
     whose image under a fixed permutation of ``0 ... 2^b - 1`` (a
-    multiplication by an odd constant modulo :math:`2^b \geq N`) is highest,
+    multiplication by an odd constant modulo :math:`2^b`, at least N) is highest,
     not to the highest key: labels are cluster ids owned by the block holding
     them, and favouring high ids would pile the surviving clusters, and the
     work and memory of their owner, on the last rank. One sort of ``row *
