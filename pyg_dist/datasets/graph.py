@@ -8,10 +8,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["check_graph", "attributes", "check_finite", "num_classes"]
+__all__ = ["check_graph", "attributes", "check_finite", "num_classes", "is_hetero", "edge_key"]
 
 #: Entries per block of a finiteness check (8 MB of float64).
 CHUNK = 1 << 20
+
+
+def is_hetero(data: Any) -> bool:
+    """Whether ``data`` is a heterogeneous graph (has ``node_types`` and ``edge_types``)."""
+    return hasattr(data, "node_types") and hasattr(data, "edge_types")
+
+
+def edge_key(edge_type: tuple[str, str, str] | list[str]) -> str:
+    """The name of an edge type in a folder: ``"src__rel__dst"`` (as PyG spells it)."""
+    return "__".join(edge_type)
 
 
 def num_classes(y: Tensor | None) -> int | None:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyg_dist.datasets.graph import edge_key, is_hetero
 from pyg_dist.partitioning.arrays import small_int_dtype
 from pyg_dist.partitioning.cut import METHODS, coarse_metis_cut, metis_cut, random_cut
 from pyg_dist.partitioning.io import FORMAT_VERSION, HeteroTypes, PartitionMeta, write_folder
@@ -34,16 +35,6 @@ from pyg_dist.partitioning.plan import halo_of, ptr, send_list
 __all__ = ["partition_hetero", "edge_key", "is_hetero"]
 
 EdgeType = tuple[str, str, str]
-
-
-def edge_key(edge_type: EdgeType | list[str]) -> str:
-    """The name of an edge type in the folder: ``"src__rel__dst"`` (as PyG spells it)."""
-    return "__".join(edge_type)
-
-
-def is_hetero(data: Any) -> bool:
-    """Whether ``data`` is a heterogeneous graph (has ``node_types`` and ``edge_types``)."""
-    return hasattr(data, "node_types") and hasattr(data, "edge_types")
 
 
 def partition_hetero(
