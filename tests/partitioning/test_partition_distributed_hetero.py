@@ -141,7 +141,7 @@ def check_folder(folder, data):
     assert meta.types.node_types == data.node_types
     assert [tuple(e) for e in meta.types.edge_types] == data.edge_types
     for t in data.node_types:
-        for p, part in enumerate(parts):
+        for part in parts:
             store = part["node_types"][t]
             assert set(store["attrs"]) == set(data[t].keys()), t
             for key, value in store["attrs"].items():
