@@ -23,12 +23,18 @@ from pyg_dist.datasets.folder_files import (
     require,
     spans,
 )
-from pyg_dist.datasets.graph import check_finite, edge_key, num_classes
+from pyg_dist.datasets.graph import (
+    check_finite,
+    check_relation,
+    edge_key,
+    num_classes,
+    type_sizes,
+)
 
 __all__ = ["HeteroGraphFolder", "write_hetero_graph_folder", "is_hetero_info"]
 
 EdgeType = tuple[str, str, str]
-_NAME = "'write_graph_folder'"
+_CALLER = "write_graph_folder"
 
 
 def is_hetero_info(info: dict[str, Any]) -> bool:
@@ -171,11 +177,11 @@ def write_hetero_graph_folder(data: Any, out_dir: str | os.PathLike, overwrite: 
             (default: :obj:`False`)
         name (str, optional): The graph's name. (default: the folder's name)
     """
-    sizes = {t: _num_nodes(data, t) for t in data.node_types}
-    edges = {tuple(e): _edge_index(data, tuple(e), sizes) for e in data.edge_types}
+    sizes = type_sizes(data, _CALLER)
+    edges = {tuple(e): check_relation(data, tuple(e), sizes, _CALLER) for e in data.edge_types}
     stores = {t: _node_attrs(data[t], sizes[t]) for t in data.node_types}
     check_finite({f"{t}.{k}": v for t, attrs in stores.items() for k, v in attrs.items()}, {},
-                 "write_graph_folder")
+                 _CALLER)
     with FolderWriter(out_dir, overwrite) as writer:
         node_types = [_write_type(writer, t, sizes[t], attrs) for t, attrs in stores.items()]
         edge_types = []
@@ -209,31 +215,6 @@ def _write_type(writer: FolderWriter, t: str, size: int,
         array.flush()
     return {"name": t, "num_nodes": size, "num_classes": num_classes(attrs.get("y")),
             "node": node, "splits": splits}
-
-
-def _num_nodes(data: Any, t: str) -> int:
-    num = data[t].num_nodes
-    if num is None:
-        raise ValueError(f"{_NAME} cannot tell how many '{t}' nodes there are; set "
-                         f"data['{t}'].num_nodes or give the type a node-level tensor such as x")
-    return int(num)
-
-
-def _edge_index(data: Any, e: EdgeType, sizes: dict[str, int]) -> torch.Tensor:
-    edge_index = getattr(data[e], "edge_index", None)
-    if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 \
-            or edge_index.size(0) != 2 or edge_index.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{_NAME} needs data[{e!r}].edge_index as an int32 or int64 tensor "
-                         f"of shape [2, num_edges]; convert a SparseTensor with "
-                         f"torch_geometric.utils.to_edge_index")
-    edge_index = edge_index.detach().cpu().contiguous()
-    for row, t in ((0, e[0]), (1, e[2])):
-        ids = edge_index[row]
-        if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < sizes[t]:
-            raise ValueError(f"{_NAME} found {('source', 'target')[row]} ids of relation "
-                             f"{e!r} outside [0, {sizes[t]}) of node type '{t}'; set "
-                             f"data['{t}'].num_nodes to the true count or fix the edge list")
-    return edge_index
 
 
 def _node_attrs(store: Any, size: int) -> dict[str, torch.Tensor]:

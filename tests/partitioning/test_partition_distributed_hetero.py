@@ -14,6 +14,7 @@ import pytest
 import torch
 from hetero.hetero_cases import reference, run_cases
 from hetero.hetero_graphs import small_hetero
+from test_partition_distributed import error_of
 from tolerances import assert_close
 
 import pyg_dist
@@ -67,14 +68,6 @@ def bad_folders(data, root):
             np.save(folder / "paper" / "x.npy", x)
         folders[name] = str(folder)
     return folders
-
-
-def error_of(fn):
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - the error is what the tests check
-        return type(exc).__name__, str(exc)
-    return None
 
 
 def battery(dirs, states, num_nodes):
