@@ -88,7 +88,12 @@ __all__ = ["GraphFolder", "GraphFolderWriter", "HeteroGraphFolder", "write_graph
 def open_graph_folder(path: str | os.PathLike) -> GraphFolder | HeteroGraphFolder:
     """Opens the graph folder ``path`` of either kind: a
     :class:`HeteroGraphFolder` for a heterogeneous graph, else a
-    :class:`GraphFolder`."""
+    :class:`GraphFolder`.
+
+    Args:
+        path (str or os.PathLike): A folder written by
+            :func:`write_graph_folder` or ``pyg-dist convert``.
+    """
     info = read_info(path)
     return HeteroGraphFolder.open(path) if is_hetero_info(info) else GraphFolder.open(path)
 
