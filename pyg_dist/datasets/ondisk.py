@@ -191,9 +191,13 @@ class GraphFolder:
 
 
 class GraphFolderWriter(FolderWriter):
-    """Writes a homogeneous graph folder atomically (see :class:`FolderWriter`):
-    fill ``edges`` and each ``node_array``, write the ``split`` files, then
-    ``commit``.
+    """Writes a homogeneous graph folder atomically: arrays go into a
+    temporary sibling folder (filled in chunks through the memory maps that
+    ``edges``, ``node_array`` and ``array`` return), ``split`` writes a
+    split's node ids, and ``commit`` writes ``graph.json`` there and renames
+    the folder into place. Used as a context manager, an exception removes
+    what was written (``abort``). The heterogeneous writer shares its base,
+    ``pyg_dist.datasets.folder_files.FolderWriter``.
 
     Args:
         out_dir (str or os.PathLike): The folder to create.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -244,8 +245,7 @@ def hetero_fingerprint(graph: HeteroGraphFolder, view: HomogeneousView, rank: in
     digest = hashlib.sha256(repr(sorted(graph.sizes.items())).encode())
     for e in graph.edge_types:
         digest.update(edge_key(e).encode())
-        read = lambda lo, hi, e=e: graph.edges(e, lo, hi)  # noqa: E731
-        for hexdigest in edge_block_digests(read, graph.num_edges_of[e],
+        for hexdigest in edge_block_digests(partial(graph.edges, e), graph.num_edges_of[e],
                                             view.edges[e].span(rank), group):
             digest.update(hexdigest.encode())
     for t in graph.node_types:
