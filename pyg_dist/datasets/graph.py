@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["check_graph", "attributes", "check_finite", "num_classes", "is_hetero", "edge_key",
-           "type_sizes", "check_relation"]
+__all__ = ["check_graph", "attributes", "check_finite", "num_classes", "is_hetero", "is_mask",
+           "edge_key", "type_sizes", "check_relation"]
 
 #: Entries per block of a finiteness check (8 MB of float64).
 CHUNK = 1 << 20
@@ -18,6 +18,11 @@ CHUNK = 1 << 20
 def is_hetero(data: Any) -> bool:
     """Whether ``data`` is a heterogeneous graph (has ``node_types`` and ``edge_types``)."""
     return hasattr(data, "node_types") and hasattr(data, "edge_types")
+
+
+def is_mask(value: Any) -> bool:
+    """Whether ``value`` is a 1-d boolean tensor (a node mask such as ``train_mask``)."""
+    return isinstance(value, Tensor) and value.dtype == torch.bool and value.dim() == 1
 
 
 def edge_key(edge_type: tuple[str, str, str] | list[str]) -> str:

@@ -86,12 +86,14 @@ class HeteroGraphFolder:
         self._edges: dict[EdgeType, EdgeArray] = {}
         for entry in info["edge_types"]:
             require(entry, ("type", "num_edges", "edges"), f"{where}: edge_types")
-            e = tuple(str(part) for part in entry["type"])
-            unknown = [t for t in (e[0], e[-1]) if t not in self._nodes]
-            if len(e) != 3 or unknown:
-                raise ValueError(f"'{where}' lists relation {list(e)} whose node types "
-                                 f"{unknown} are not among node_types {self.node_types}; "
-                                 f"convert the graph again")
+            names = [str(part) for part in entry["type"]]
+            unknown = [t for t in names[::2] if t not in self._nodes]
+            if len(names) != 3 or unknown:
+                raise ValueError(f"'{where}' lists relation {names} whose node types "
+                                 f"{unknown} are not among node_types {self.node_types} (a "
+                                 f"relation is [source, name, target]); convert the graph "
+                                 f"again")
+            e = (names[0], names[1], names[2])
             self._edges[e] = EdgeArray(path, entry["edges"], entry["num_edges"],
                                        self.sizes[e[0]], self.sizes[e[2]])
         self.edge_types = list(self._edges)
@@ -178,7 +180,7 @@ def write_hetero_graph_folder(data: Any, out_dir: str | os.PathLike, overwrite: 
         name (str, optional): The graph's name. (default: the folder's name)
     """
     sizes = type_sizes(data, _CALLER)
-    edges = {tuple(e): check_relation(data, tuple(e), sizes, _CALLER) for e in data.edge_types}
+    edges = {e: check_relation(data, e, sizes, _CALLER) for e in data.edge_types}
     stores = {t: _node_attrs(data[t], sizes[t]) for t in data.node_types}
     check_finite({f"{t}.{k}": v for t, attrs in stores.items() for k, v in attrs.items()}, {},
                  _CALLER)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from pyg_dist import distributed
-from pyg_dist.datasets.graph import edge_key
+from pyg_dist.datasets.graph import edge_key, is_mask
 from pyg_dist.datasets.ondisk_hetero import HeteroGraphFolder
 from pyg_dist.distributed import Group
 from pyg_dist.partitioning.arrays import id_dtype, small_int_dtype
@@ -43,7 +43,6 @@ from pyg_dist.partitioning.dist_plan import (
     shuffle_nodes,
     sort_in_edges,
 )
-from pyg_dist.partitioning.hetero import _is_mask
 from pyg_dist.partitioning.io import FORMAT_VERSION, HeteroTypes, PartitionMeta
 from pyg_dist.partitioning.plan import ptr
 from pyg_dist.partitioning.shuffle import Blocks
@@ -126,7 +125,7 @@ def build_hetero_part(graph: HeteroGraphFolder, method: str, seed: int, rank: in
         "halo": {t: int(halos[t].ids.size) for t in graph.node_types},
         "cut": {edge_key(e): int((edges[e].src_part != rank).sum()) for e in graph.edge_types},
         "train": {t: int(a["train_mask"].sum()) for t, a in attrs.items()
-                  if _is_mask(a.get("train_mask"))},
+                  if is_mask(a.get("train_mask"))},
         "max_label": {t: max_label(a.get("y")) for t, a in attrs.items()},
     }
     meta = _meta(graph, view, stats, method, seed, rank, group)

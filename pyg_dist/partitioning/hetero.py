@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.datasets.graph import check_relation, edge_key, is_hetero, type_sizes
+from pyg_dist.datasets.graph import check_relation, edge_key, is_hetero, is_mask, type_sizes
 from pyg_dist.partitioning.arrays import small_int_dtype
 from pyg_dist.partitioning.cut import METHODS, coarse_metis_cut, metis_cut, random_cut
 from pyg_dist.partitioning.io import FORMAT_VERSION, HeteroTypes, PartitionMeta, write_folder
@@ -93,7 +93,7 @@ def partition_hetero(
         edge_attrs={edge_key(e): sorted(edge_attrs[e]) for e in edge_types},
         train_sizes={t: torch.bincount(torch.from_numpy(owner[t].astype(np.int64))[
             node_attrs[t]["train_mask"]], minlength=num_parts).tolist()
-            for t in node_types if _is_mask(node_attrs[t].get("train_mask"))},
+            for t in node_types if is_mask(node_attrs[t].get("train_mask"))},
     )
     meta = PartitionMeta(
         num_parts=num_parts,
@@ -229,11 +229,7 @@ def _cut(data: Any, node_types: list[str], sizes: dict[str, int],
 
 def _train_mask(data: Any, t: str, size: int) -> Tensor:
     mask = getattr(data[t], "train_mask", None)
-    return mask.cpu() if _is_mask(mask) else torch.zeros(size, dtype=torch.bool)
-
-
-def _is_mask(value: Any) -> bool:
-    return isinstance(value, Tensor) and value.dtype == torch.bool and value.dim() == 1
+    return mask.cpu() if is_mask(mask) else torch.zeros(size, dtype=torch.bool)
 
 
 def _local_rows(owner: np.ndarray, num_parts: int) -> np.ndarray:
