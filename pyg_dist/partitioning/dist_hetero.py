@@ -120,14 +120,7 @@ def build_hetero_part(graph: HeteroGraphFolder, method: str, seed: int, rank: in
     edge = {edge_key(e): {"graph": _edge_plan(e, edges[e], owned, halos[e[0]], rank,
                                               num_parts, group), "attrs": {}}
             for e in graph.edge_types}
-    stats = {
-        "size": {t: int(owned[t].size) for t in graph.node_types},
-        "halo": {t: int(halos[t].ids.size) for t in graph.node_types},
-        "cut": {edge_key(e): int((edges[e].src_part != rank).sum()) for e in graph.edge_types},
-        "train": {t: int(a["train_mask"].sum()) for t, a in attrs.items()
-                  if is_mask(a.get("train_mask"))},
-        "max_label": {t: max_label(a.get("y")) for t, a in attrs.items()},
-    }
+    stats = _stats(owned, attrs, edges, halos, rank)
     meta = _meta(graph, view, stats, method, seed, rank, group)
     content = {
         "format_version": FORMAT_VERSION,
@@ -139,6 +132,20 @@ def build_hetero_part(graph: HeteroGraphFolder, method: str, seed: int, rank: in
         "edge_types": edge,
     }
     return content, meta
+
+
+def _stats(owned: dict[str, np.ndarray], attrs: dict[str, dict[str, torch.Tensor]],
+           edges: dict[EdgeType, SortedEdges], halos: dict[str, Halo],
+           rank: int) -> dict[str, Any]:
+    """This part's sizes per type and relation, for the metadata."""
+    return {
+        "size": {t: int(ids.size) for t, ids in owned.items()},
+        "halo": {t: int(halo.ids.size) for t, halo in halos.items()},
+        "cut": {edge_key(e): int((s.src_part != rank).sum()) for e, s in edges.items()},
+        "train": {t: int(a["train_mask"].sum()) for t, a in attrs.items()
+                  if is_mask(a.get("train_mask"))},
+        "max_label": {t: max_label(a.get("y")) for t, a in attrs.items()},
+    }
 
 
 def _check_slices(graph: HeteroGraphFolder, view: HomogeneousView, rank: int,
