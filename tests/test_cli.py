@@ -321,16 +321,42 @@ def test_plan_prints_every_strategy_fastest_first_then_the_choice():
     assert choice["train"]["strategy"]["name"] == "graph-parallel"
 
 
-@pytest.mark.parametrize("command", ["plan", "layouts", "convert"])
-def test_commands_that_take_homogeneous_graphs_refuse_a_heterogeneous_one(tmp_path, command):
+@pytest.mark.parametrize("command", ["plan", "layouts"])
+def test_commands_that_take_homogeneous_graphs_refuse_a_heterogeneous_one(command):
     from pyg_dist.cli import main
 
-    argv = [command, "--dataset", "synthetic-mag"] + (
-        ["--out", str(tmp_path / "g")] if command == "convert" else [])
     with pytest.raises(SystemExit, match="heterogeneous graph.*pyg-dist train --dataset "
                                          "synthetic-mag --model hetero-sage.hgt.rgcn"):
-        main(argv)
-    assert not (tmp_path / "g").exists()
+        main([command, "--dataset", "synthetic-mag"])
+
+
+def test_convert_a_heterogeneous_dataset_then_partition_it_on_ranks(tmp_path, capsys):
+    from pyg_dist.cli import main
+    from pyg_dist.datasets import HeteroGraphFolder, synthetic_mag
+    from pyg_dist.partitioning import read_meta, read_part
+
+    graph, parts = tmp_path / "mag", tmp_path / "parts"
+    assert main(["convert", "--dataset", "synthetic-mag", "--num-nodes", "300", "--out",
+                 str(graph)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    data = synthetic_mag(num_nodes=300)
+    assert summary["node_types"] == {t: data[t].num_nodes for t in data.node_types}
+    assert summary["num_edges"] == data.num_edges
+    back = HeteroGraphFolder.open(graph).to_data()
+    for e in data.edge_types:
+        assert torch.equal(back[e].edge_index, data[e].edge_index), e
+    out = run(CLI + ["partition", "--distributed", "--input", str(graph), "--parts", "2",
+                     "--out", str(parts)])
+    assert last_json(out.stdout)["num_parts"] == 2
+    meta = read_meta(parts)
+    assert meta.types.node_types == data.node_types
+    assert meta.types.num_nodes == {t: data[t].num_nodes for t in data.node_types}
+    paper = [read_part(parts, p, meta)["node_types"]["paper"] for p in range(2)]
+    gid = torch.cat([p["graph"]["global_id"] for p in paper])
+    assert torch.equal(torch.cat([p["attrs"]["y"] for p in paper])[gid.argsort()],
+                       data["paper"].y)
+    with pytest.raises(SystemExit, match="--dataset ogbn-mag needs --root"):
+        main(["convert", "--dataset", "ogbn-mag", "--out", str(tmp_path / "m")])
 
 
 def test_train_a_heterogeneous_graph(tmp_path):

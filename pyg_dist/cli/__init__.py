@@ -229,7 +229,7 @@ def _translate_deprecated(options: dict[str, dict[str, Any]]) -> None:
 
 
 def _refuse_hetero(args: argparse.Namespace) -> None:
-    """``convert``, ``plan`` and ``layouts`` take homogeneous datasets only."""
+    """``plan`` and ``layouts`` take homogeneous datasets only."""
     dataset = given(args).get("graph", {}).get("dataset")
     if dataset in HETERO_DATASETS:
         raise SystemExit(
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "partition":
         return partition_command(args)
-    if args.command in ("convert", "plan", "layouts"):
+    if args.command in ("plan", "layouts"):
         _refuse_hetero(args)
     if args.command == "convert":
         return convert_command(args)

@@ -13,8 +13,10 @@ import pyg_dist
 from pyg_dist import distributed, env
 from pyg_dist.cli.args import given
 from pyg_dist.cli.job import DEFAULT_PARTS, Graph
-from pyg_dist.datasets import load_dataset, write_graph_folder
+from pyg_dist.datasets import HeteroGraphFolder, load_dataset, write_graph_folder
+from pyg_dist.datasets.graph import edge_key
 from pyg_dist.datasets.ogb import OGB, convert_ogbn
+from pyg_dist.datasets.ogb_mag import MAG_NAME
 from pyg_dist.partitioning import PartitionMeta, partition_distributed
 from pyg_dist.pipeline import best_layout, halo_rows, layout_costs
 from pyg_dist.preflight import check_host
@@ -39,19 +41,25 @@ def partition_command(args: argparse.Namespace) -> int:
 
 def convert_command(args: argparse.Namespace) -> int:
     """Writes the dataset as a graph folder: OGB's files streamed a chunk at a
-    time, any other dataset through its PyG ``Data``."""
+    time, any other dataset through its PyG ``Data`` or ``HeteroData`` (the
+    heterogeneous layout)."""
     graph = _graph(args)
+    if graph.dataset in (*OGB, MAG_NAME) and graph.root is None:
+        raise SystemExit(f"pyg-dist convert: --dataset {graph.dataset} needs --root, the "
+                         f"folder OGB downloaded it into")
     if graph.dataset in OGB:
-        if graph.root is None:
-            raise SystemExit(f"pyg-dist convert: --dataset {graph.dataset} needs --root, the "
-                             f"folder OGB downloaded it into")
         folder = convert_ogbn(graph.dataset, graph.root, args.out, overwrite=args.overwrite)
     else:
         folder = write_graph_folder(load_graph(graph), args.out, overwrite=args.overwrite,
                                     name=graph.dataset)
-    print(json.dumps({"out": str(folder.path), "name": folder.name,
-                      "num_nodes": folder.num_nodes, "num_edges": folder.num_edges,
-                      "node_attrs": folder.node_attrs}))
+    summary = {"out": str(folder.path), "name": folder.name, "num_nodes": folder.num_nodes,
+               "num_edges": folder.num_edges}
+    if isinstance(folder, HeteroGraphFolder):
+        summary["node_types"] = folder.sizes
+        summary["edge_types"] = {edge_key(e): n for e, n in folder.num_edges_of.items()}
+    else:
+        summary["node_attrs"] = folder.node_attrs
+    print(json.dumps(summary))
     return 0
 
 

@@ -8,10 +8,61 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["check_graph", "attributes", "check_finite", "num_classes"]
+__all__ = ["check_graph", "attributes", "check_finite", "num_classes", "is_hetero", "is_mask",
+           "edge_key", "type_sizes", "check_relation"]
 
 #: Entries per block of a finiteness check (8 MB of float64).
 CHUNK = 1 << 20
+
+
+def is_hetero(data: Any) -> bool:
+    """Whether ``data`` is a heterogeneous graph (has ``node_types`` and ``edge_types``)."""
+    return hasattr(data, "node_types") and hasattr(data, "edge_types")
+
+
+def is_mask(value: Any) -> bool:
+    """Whether ``value`` is a 1-d boolean tensor (a node mask such as ``train_mask``)."""
+    return isinstance(value, Tensor) and value.dtype == torch.bool and value.dim() == 1
+
+
+def edge_key(edge_type: tuple[str, str, str] | list[str]) -> str:
+    """The name of an edge type in a folder: ``"src__rel__dst"`` (as PyG spells it)."""
+    return "__".join(edge_type)
+
+
+def type_sizes(data: Any, caller: str = "partition") -> dict[str, int]:
+    """The node count of every node type of the ``HeteroData`` ``data``;
+    errors name ``caller`` and the fix."""
+    sizes = {}
+    for t in data.node_types:
+        num = data[t].num_nodes
+        if num is None:
+            raise ValueError(f"'{caller}' cannot tell how many '{t}' nodes there are; set "
+                             f"data['{t}'].num_nodes or give the type a node-level tensor "
+                             f"such as x")
+        sizes[t] = int(num)
+    return sizes
+
+
+def check_relation(data: Any, e: tuple[str, str, str], sizes: dict[str, int],
+                   caller: str = "partition") -> Tensor:
+    """Relation ``e``'s ``edge_index`` (int32 or int64 as given, on the CPU,
+    contiguous) after checking its shape and that its ids lie within their
+    node types; errors name ``caller`` and the fix."""
+    edge_index = getattr(data[e], "edge_index", None)
+    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2 \
+            or edge_index.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"'{caller}' needs data[{e!r}].edge_index as an int32 or int64 tensor "
+                         f"of shape [2, num_edges]; convert a SparseTensor with "
+                         f"torch_geometric.utils.to_edge_index")
+    edge_index = edge_index.detach().cpu().contiguous()
+    for row, t in ((0, e[0]), (1, e[2])):
+        ids = edge_index[row]
+        if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < sizes[t]:
+            raise ValueError(f"'{caller}' found {('source', 'target')[row]} ids of relation "
+                             f"{e!r} outside [0, {sizes[t]}) of node type '{t}'; set "
+                             f"data['{t}'].num_nodes to the true count or fix the edge list")
+    return edge_index
 
 
 def num_classes(y: Tensor | None) -> int | None:

@@ -8,15 +8,19 @@ A pipeline of collective steps, each rank holding one slice of the input:
    (a contiguous id range) from the memory-mapped graph folder, and check
    them; every rank raises the same error if any rank's check failed;
 2. assign nodes to parts (:mod:`pyg_dist.partitioning.dist_cut`; the
-   cluster graph rank 0 cuts keeps its heaviest
-   ``COARSE_ENTRIES_PER_SLICE_EDGE`` entries per slice edge, when it has more
-   than ``COARSE_ENTRIES_FLOOR``); each node's
+   cluster graph rank 0 cuts keeps its heaviest entries,
+   :func:`~pyg_dist.partitioning.dist_cut.cluster_graph_budget`); each node's
    part is known to its block's rank;
 3. shuffle every edge to its target's part and every node's attributes to
    its part, and build each part's local graph and halo plan
    (:mod:`pyg_dist.partitioning.dist_plan`);
 4. write each part into one temporary sibling folder of ``out_dir``; rank 0
    writes ``meta.json`` last and renames the folder into place.
+
+A heterogeneous graph folder takes the same steps on its homogeneous view,
+then per node type and relation (:mod:`pyg_dist.partitioning.dist_hetero`),
+and gives the folder :func:`~pyg_dist.partitioning.hetero.partition_hetero`
+writes.
 """
 from __future__ import annotations
 
@@ -31,20 +35,21 @@ import numpy as np
 import torch
 
 from pyg_dist import distributed
-from pyg_dist.datasets.ondisk import GraphFolder
+from pyg_dist.datasets.ondisk import GraphFolder, HeteroGraphFolder, open_graph_folder
 from pyg_dist.distributed import Group
 from pyg_dist.partitioning.arrays import (
-    CHUNK,
     id_dtype,
     map_large_allocations,
     small_int_dtype,
 )
 from pyg_dist.partitioning.dist_cut import (
+    cluster_graph_budget,
     coarse_metis_assign,
-    lookup,
     permutation_cut,
 )
-from pyg_dist.partitioning.dist_plan import build_local_part
+from pyg_dist.partitioning.dist_hetero import build_hetero_part
+from pyg_dist.partitioning.dist_meta import edge_block_digests, max_label
+from pyg_dist.partitioning.dist_plan import build_local_part, shuffle_in_edges, shuffle_nodes
 from pyg_dist.partitioning.io import (
     FORMAT_VERSION,
     META_FILE,
@@ -55,25 +60,12 @@ from pyg_dist.partitioning.io import (
     replace_folder,
     save_part,
 )
-from pyg_dist.partitioning.shuffle import Blocks, exchange, exchange_rounds, rounds
+from pyg_dist.partitioning.shuffle import Blocks
 
 __all__ = ["partition_distributed", "DIST_METHODS", "distributed_fingerprint"]
 
 #: The cutters of the distributed path.
 DIST_METHODS = ("metis-coarse", "random")
-#: The cluster graph gathered to rank 0 keeps at most this many directed
-#: entries per edge of one rank's slice (the heaviest), and never fewer than
-#: ``COARSE_ENTRIES_FLOOR``: cutting an entry costs rank 0 about 90 bytes with
-#: METIS's own copies, against 40-55 bytes per slice edge on every rank, so
-#: the cut costs rank 0 about half what its slice costs. Measured on 32M-edge
-#: community graphs, keeping 1/12 of the cluster graph's entries left the edge
-#: cut within 0.1%; on Cora's 1,898 entries, keeping 674 raised it by a third,
-#: hence the floor (small cluster graphs are cut whole).
-COARSE_ENTRIES_PER_SLICE_EDGE = 0.25
-#: Cluster graphs of at most this many entries are cut whole (about 0.4 GB).
-COARSE_ENTRIES_FLOOR = 1 << 22
-#: Edges per block of ``distributed_fingerprint``.
-FINGERPRINT_EDGES = CHUNK
 _NAME = "'partition_distributed'"
 
 
@@ -89,7 +81,11 @@ def partition_distributed(
     ``group`` and writes the partition folder ``out_dir``, on every rank of an
     initialised process group at once. The folder is the one
     :func:`pyg_dist.partition` writes: :meth:`pyg_dist.DistData.load` and
-    every training mode read it unchanged.
+    every training mode read it unchanged. A heterogeneous graph folder
+    gives the heterogeneous partition folder that
+    :meth:`pyg_dist.DistHeteroData.load` reads (the cut runs on the
+    homogeneous view, node type ``t``'s node ``i`` being node ``offset[t] +
+    i``; ``PartitionMeta.types`` holds the sizes per type).
 
     No rank holds the whole graph: each reads a :math:`1/P` slice of the
     edges and a block of :math:`N/P` nodes, and holds besides them its part,
@@ -101,7 +97,7 @@ def partition_distributed(
     rank that is still running.
 
     Args:
-        input_dir (str or os.PathLike): A graph folder
+        input_dir (str or os.PathLike): A graph folder of either kind
             (:func:`pyg_dist.datasets.write_graph_folder` or ``pyg-dist convert``).
         out_dir (str or os.PathLike): Folder to create.
         method (str, optional): :obj:`"metis-coarse"` (size-capped label
@@ -125,18 +121,27 @@ def partition_distributed(
     _check_method(method)
     map_large_allocations()  # each pass's arrays go back to the system once freed
     graph = _open(input_dir, out_dir, overwrite, num_parts, group)
+    if isinstance(graph, HeteroGraphFolder):
+        content, meta = build_hetero_part(graph, method, seed, rank, num_parts, group)
+    else:
+        content, meta = _homogeneous_part(graph, method, seed, rank, num_parts, group)
+    _write(out_dir, content, meta, overwrite, group)
+    return meta
+
+
+def _homogeneous_part(graph: GraphFolder, method: str, seed: int, rank: int, num_parts: int,
+                      group: Group) -> tuple[dict[str, Any], PartitionMeta]:
+    """This rank's part file content and the folder's metadata."""
     nodes = Blocks.even(graph.num_nodes, num_parts)
     edges = Blocks.even(graph.num_edges, num_parts)
     (nlo, nhi), (elo, ehi) = nodes.span(rank), edges.span(rank)
     _check_slices(graph, (nlo, nhi), (elo, ehi), group)
-
     part = _assign(method, graph, (elo, ehi), nodes, rank, num_parts, seed, group)
     content, stats = _build(graph, (elo, ehi), part, nodes, rank, num_parts, group)
     del part
     meta = _meta(graph, stats, method, seed, (elo, ehi), group)
     content["partition_id"] = meta.partition_id
-    _write(out_dir, content, meta, overwrite, group)
-    return meta
+    return content, meta
 
 
 def _check_method(method: str) -> None:
@@ -151,12 +156,12 @@ def _check_method(method: str) -> None:
 
 
 def _open(input_dir: str | os.PathLike, out_dir: Path, overwrite: bool, num_parts: int,
-          group: Group) -> GraphFolder:
-    """The graph folder, opened on every rank; fails together, before any
+          group: Group) -> GraphFolder | HeteroGraphFolder:
+    """The graph folder (either kind), opened on every rank; fails together, before any
     work, on an unreadable folder, a taken ``out_dir`` or a bad part count."""
     graph, error = None, None
     try:
-        graph = GraphFolder.open(input_dir)
+        graph = open_graph_folder(input_dir)
         if num_parts > graph.num_nodes:
             raise ValueError(
                 f"{_NAME} runs on {num_parts} ranks (one part each) but '{input_dir}' has "
@@ -195,46 +200,10 @@ def _assign(method: str, graph: GraphFolder, edge_span: tuple[int, int], nodes: 
         part = permutation_cut(np.arange(lo, hi), num_nodes, num_parts, seed)
     else:
         edges = list(graph.edges(*edge_span, dtype=id_dtype(num_nodes)))
-        budget = int(COARSE_ENTRIES_PER_SLICE_EDGE * graph.num_edges / num_parts)
         part, _ = coarse_metis_assign(edges, nodes, rank, num_parts, seed, group,
-                                      max_entries=max(budget, COARSE_ENTRIES_FLOOR))
+                                      max_entries=cluster_graph_budget(graph.num_edges,
+                                                                       num_parts))
     return part.astype(small_int_dtype(num_parts))
-
-
-def _shuffle_edges(graph: GraphFolder, edge_span: tuple[int, int], part: np.ndarray,
-                   nodes: Blocks, rank: int, num_parts: int, group: Group) -> list[np.ndarray]:
-    """This rank's slice of the edges sent to the parts of their targets, a
-    chunk per round: the in-edges of this rank's part as ``[src, dst,
-    edge_id, src_part]`` (ids int32 where the graph allows)."""
-    src, dst = graph.edges(*edge_span, dtype=id_dtype(graph.num_nodes))
-    src_part = lookup(src, part, nodes, rank, group)
-    dst_part = lookup(dst, part, nodes, rank, group)
-    slices = rounds(src.size, group)
-    counts = np.stack([np.bincount(dst_part[sl], minlength=num_parts) for sl in slices])
-
-    def grouped(r: int) -> list[np.ndarray]:
-        sl = slices[r]
-        order = np.argsort(dst_part[sl], kind="stable")
-        return [src[sl][order], dst[sl][order], order + np.int64(edge_span[0] + sl.start),
-                src_part[sl][order]]
-
-    received, _ = exchange_rounds(counts, grouped,
-                                  [src.dtype, dst.dtype, np.int64, src_part.dtype], group)
-    return received
-
-
-def _shuffle_nodes(graph: GraphFolder, part: np.ndarray, nodes: Blocks, rank: int,
-                   num_parts: int, group: Group) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
-    """The ascending ids of this rank's part's nodes and their attributes,
-    sent from their blocks' ranks one attribute at a time."""
-    lo, hi = nodes.span(rank)
-    (ids,), _ = exchange([np.arange(lo, hi, dtype=np.int64)], part, num_parts, group)
-    order = np.argsort(ids)
-    node: dict[str, torch.Tensor] = {}
-    for name in sorted(graph.node_attrs):
-        (rows,), _ = exchange([graph.node(name, lo, hi)], part, num_parts, group)
-        node[name] = torch.from_numpy(np.ascontiguousarray(rows[order]))
-    return ids[order], node
 
 
 def _build(graph: GraphFolder, edge_span: tuple[int, int], part: np.ndarray, nodes: Blocks,
@@ -242,8 +211,11 @@ def _build(graph: GraphFolder, edge_span: tuple[int, int], part: np.ndarray, nod
     """This rank's part file content (without the partition id) and its
     sizes, after moving edges and node rows to their parts."""
     num_nodes = int(nodes.bounds[-1])
-    in_edges = _shuffle_edges(graph, edge_span, part, nodes, rank, num_parts, group)
-    owned, node = _shuffle_nodes(graph, part, nodes, rank, num_parts, group)
+    src, dst = graph.edges(*edge_span, dtype=id_dtype(num_nodes))
+    in_edges = shuffle_in_edges(src, dst, edge_span[0], part, nodes, rank, num_parts, group)
+    del src, dst
+    owned, node = shuffle_nodes(graph.node, graph.node_attrs, nodes.span(rank), part,
+                                num_parts, group)
     lp, cut = build_local_part(rank, owned, in_edges, num_nodes, num_parts, group)
     train = node.get("train_mask")
     stats = {
@@ -251,7 +223,7 @@ def _build(graph: GraphFolder, edge_span: tuple[int, int], part: np.ndarray, nod
         "halo": int(lp.halo_global_id.numel()),
         "cut": cut,
         "train": None if train is None or train.dtype != torch.bool else int(train.sum()),
-        "max_label": _max_label(node.get("y")),
+        "max_label": max_label(node.get("y")),
     }
     content = {
         "format_version": FORMAT_VERSION,
@@ -265,19 +237,11 @@ def _build(graph: GraphFolder, edge_span: tuple[int, int], part: np.ndarray, nod
     return content, stats
 
 
-def _max_label(y: torch.Tensor | None) -> int | None:
-    """``max(y)`` of this part for integer labels of one class per node,
-    ``-1`` for none owned, :obj:`None` for other labels."""
-    if y is None or y.dim() != 1 or y.is_floating_point() or y.dtype == torch.bool:
-        return None
-    return int(y.max()) if y.numel() else -1
-
-
 def distributed_fingerprint(graph: GraphFolder, edge_span: tuple[int, int],
                             group: Group = None) -> str:
     r"""sha256 of the graph's structure and attribute shapes, the same whatever
     the number of ranks that compute it: ``"N:E"``, then the sha256 of each
-    block of :data:`FINGERPRINT_EDGES` consecutive edges (the bytes of its
+    block of :data:`~.dist_meta.FINGERPRINT_EDGES` consecutive edges (the bytes of its
     int64 sources, then of its targets), then ``name:shape:dtype`` of each
     node array. Each rank hashes the blocks that start in its edge slice.
     (Not the single-process fingerprint, which hashes the edges in one pass.)
@@ -288,18 +252,9 @@ def distributed_fingerprint(graph: GraphFolder, edge_span: tuple[int, int],
         group (torch.distributed.ProcessGroup, optional): The process group.
             (default: :obj:`None`)
     """
-    lo, hi = edge_span
-    first = -(-lo // FINGERPRINT_EDGES) * FINGERPRINT_EDGES
-    mine = []
-    for start in range(first, hi, FINGERPRINT_EDGES):
-        block = graph.edges(start, min(start + FINGERPRINT_EDGES, graph.num_edges))
-        digest = hashlib.sha256(np.ascontiguousarray(block[0], dtype=np.int64))
-        digest.update(np.ascontiguousarray(block[1], dtype=np.int64))
-        mine.append(digest.hexdigest())
     digest = hashlib.sha256(f"{graph.num_nodes}:{graph.num_edges}".encode())
-    for blocks in distributed.all_gather_objects(mine, group):
-        for hexdigest in blocks:
-            digest.update(hexdigest.encode())
+    for hexdigest in edge_block_digests(graph.edges, graph.num_edges, edge_span, group):
+        digest.update(hexdigest.encode())
     for name in sorted(graph.node_attrs):
         rows = graph.node(name, 0, min(1, graph.num_nodes))
         digest.update(f"{name}:{(graph.num_nodes, *rows.shape[1:])}:{rows.dtype}".encode())

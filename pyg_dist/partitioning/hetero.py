@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyg_dist.datasets.graph import check_relation, edge_key, is_hetero, is_mask, type_sizes
 from pyg_dist.partitioning.arrays import small_int_dtype
 from pyg_dist.partitioning.cut import METHODS, coarse_metis_cut, metis_cut, random_cut
 from pyg_dist.partitioning.io import FORMAT_VERSION, HeteroTypes, PartitionMeta, write_folder
@@ -34,16 +35,6 @@ from pyg_dist.partitioning.plan import halo_of, ptr, send_list
 __all__ = ["partition_hetero", "edge_key", "is_hetero"]
 
 EdgeType = tuple[str, str, str]
-
-
-def edge_key(edge_type: EdgeType | list[str]) -> str:
-    """The name of an edge type in the folder: ``"src__rel__dst"`` (as PyG spells it)."""
-    return "__".join(edge_type)
-
-
-def is_hetero(data: Any) -> bool:
-    """Whether ``data`` is a heterogeneous graph (has ``node_types`` and ``edge_types``)."""
-    return hasattr(data, "node_types") and hasattr(data, "edge_types")
 
 
 def partition_hetero(
@@ -77,8 +68,8 @@ def partition_hetero(
     if method not in METHODS:
         raise ValueError(f"'partition' got method='{method}'; use one of {', '.join(METHODS)}")
     node_types, edge_types = list(data.node_types), [tuple(e) for e in data.edge_types]
-    sizes = {t: _num_nodes(data, t) for t in node_types}
-    edges = {e: _edge_index(data, e, sizes) for e in edge_types}
+    sizes = type_sizes(data)
+    edges = {e: check_relation(data, e, sizes).to(torch.long).numpy() for e in edge_types}
     total = sum(sizes.values())
     if isinstance(num_parts, bool) or not isinstance(num_parts, int) or not \
             1 <= num_parts <= max(total, 1):
@@ -102,7 +93,7 @@ def partition_hetero(
         edge_attrs={edge_key(e): sorted(edge_attrs[e]) for e in edge_types},
         train_sizes={t: torch.bincount(torch.from_numpy(owner[t].astype(np.int64))[
             node_attrs[t]["train_mask"]], minlength=num_parts).tolist()
-            for t in node_types if _is_mask(node_attrs[t].get("train_mask"))},
+            for t in node_types if is_mask(node_attrs[t].get("train_mask"))},
     )
     meta = PartitionMeta(
         num_parts=num_parts,
@@ -217,30 +208,6 @@ def _part_content(p: int, plan: _HeteroPlan, meta: PartitionMeta,
     }
 
 
-def _num_nodes(data: Any, t: str) -> int:
-    num = data[t].num_nodes
-    if num is None:
-        raise ValueError(f"'partition' cannot tell how many '{t}' nodes there are; set "
-                         f"data['{t}'].num_nodes or give the type a node-level tensor such as x")
-    return int(num)
-
-
-def _edge_index(data: Any, e: EdgeType, sizes: dict[str, int]) -> np.ndarray:
-    edge_index = getattr(data[e], "edge_index", None)
-    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(f"'partition' needs data[{e!r}].edge_index as a LongTensor of shape "
-                         f"[2, num_edges]; convert a SparseTensor with "
-                         f"torch_geometric.utils.to_edge_index")
-    edge_index = edge_index.detach().to("cpu", torch.long).numpy()
-    for row, t in ((0, e[0]), (1, e[2])):
-        if edge_index.shape[1] and not 0 <= edge_index[row].min() <= edge_index[row].max() \
-                < sizes[t]:
-            raise ValueError(f"'partition' found {'source' if row == 0 else 'target'} ids of "
-                             f"edge type {e!r} outside [0, {sizes[t]}) of node type '{t}'; set "
-                             f"data['{t}'].num_nodes to the true count or fix the edge list")
-    return edge_index
-
-
 def _cut(data: Any, node_types: list[str], sizes: dict[str, int],
          edges: dict[EdgeType, np.ndarray], num_parts: int, method: str,
          seed: int) -> dict[str, np.ndarray]:
@@ -262,11 +229,7 @@ def _cut(data: Any, node_types: list[str], sizes: dict[str, int],
 
 def _train_mask(data: Any, t: str, size: int) -> Tensor:
     mask = getattr(data[t], "train_mask", None)
-    return mask.cpu() if _is_mask(mask) else torch.zeros(size, dtype=torch.bool)
-
-
-def _is_mask(value: Any) -> bool:
-    return isinstance(value, Tensor) and value.dtype == torch.bool and value.dim() == 1
+    return mask.cpu() if is_mask(mask) else torch.zeros(size, dtype=torch.bool)
 
 
 def _local_rows(owner: np.ndarray, num_parts: int) -> np.ndarray:

@@ -204,9 +204,28 @@ def test_a_missing_ogbn_mag_says_that_nothing_downloads_and_how_to(tmp_path, cap
         load_dataset("ogbn-mag", root=tmp_path)
     with pytest.raises(ValueError, match="holding ogbn_mag/raw.*pass root"):
         load_dataset("ogbn-mag")
-    with pytest.raises(SystemExit, match="'ogbn-mag' is a heterogeneous graph"):
+    with pytest.raises(FileNotFoundError, match="does not download"):
         main(["convert", "--dataset", "ogbn-mag", "--root", str(tmp_path),
               "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_writes_ogbn_mag_as_a_heterogeneous_graph_folder(mag, tmp_path):
+    from pyg_dist.datasets import HeteroGraphFolder
+
+    root, _ = mag
+    assert main(["convert", "--dataset", "ogbn-mag", "--root", str(root),
+                 "--out", str(tmp_path / "mag-graph")]) == 0
+    data = load_dataset("ogbn-mag", root=root)
+    back = HeteroGraphFolder.open(tmp_path / "mag-graph").to_data()
+    assert back.node_types == data.node_types and back.edge_types == data.edge_types
+    for t in data.node_types:
+        assert back[t].num_nodes == data[t].num_nodes, t
+        for key, value in data[t].items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(back[t][key], value), (t, key)
+    for e in data.edge_types:
+        assert torch.equal(back[e].edge_index, data[e].edge_index), e
 
 
 def _break(root: Path, how: str) -> None:

@@ -11,8 +11,8 @@ from pyg_dist.cli import main
 from pyg_dist.datasets import (
     GraphFolder,
     GraphFolderWriter,
+    folder_files,
     load_dataset,
-    ondisk,
     write_graph_folder,
 )
 
@@ -23,7 +23,7 @@ def data():
 
 
 def test_a_folder_holds_the_graph_and_reads_back_slices(tmp_path, data, monkeypatch):
-    monkeypatch.setattr(ondisk, "CHUNK", 64)  # copies and checks in many chunks
+    monkeypatch.setattr(folder_files, "CHUNK", 64)  # copies and checks in many chunks
     folder = write_graph_folder(data, tmp_path / "g")
     assert (folder.num_nodes, folder.num_edges) == (data.num_nodes, data.num_edges)
     assert folder.num_classes == int(data.y.max()) + 1

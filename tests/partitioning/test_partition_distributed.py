@@ -166,10 +166,9 @@ def heaviest_on_ranks(rank):
 
 def sparse_cut(graph, out):
     """metis-coarse with a cluster graph trimmed to 2% of a slice's edges."""
-    from pyg_dist.partitioning import dist_partitioner, partition_distributed
+    from pyg_dist.partitioning import dist_cut, dist_partitioner, partition_distributed
 
-    factor, floor = (dist_partitioner.COARSE_ENTRIES_PER_SLICE_EDGE,
-                     dist_partitioner.COARSE_ENTRIES_FLOOR)
+    factor, floor = dist_cut.COARSE_ENTRIES_PER_SLICE_EDGE, dist_cut.COARSE_ENTRIES_FLOOR
     assign, coarse = dist_partitioner.coarse_metis_assign, {}
 
     def recorded(*args, **kwargs):
@@ -177,13 +176,12 @@ def sparse_cut(graph, out):
         coarse["max_entries"] = kwargs["max_entries"]
         return part, coarse["graph"]
 
-    dist_partitioner.COARSE_ENTRIES_PER_SLICE_EDGE, dist_partitioner.COARSE_ENTRIES_FLOOR = 0.02, 0
+    dist_cut.COARSE_ENTRIES_PER_SLICE_EDGE, dist_cut.COARSE_ENTRIES_FLOOR = 0.02, 0
     dist_partitioner.coarse_metis_assign = recorded
     try:
         meta = partition_distributed(graph, out, seed=0)
     finally:
-        dist_partitioner.COARSE_ENTRIES_PER_SLICE_EDGE = factor
-        dist_partitioner.COARSE_ENTRIES_FLOOR = floor
+        dist_cut.COARSE_ENTRIES_PER_SLICE_EDGE, dist_cut.COARSE_ENTRIES_FLOOR = factor, floor
         dist_partitioner.coarse_metis_assign = assign
     return meta, coarse
 

@@ -1,0 +1,303 @@
+"""The files of a graph folder, shared by both kinds
+(:mod:`pyg_dist.datasets.ondisk` describes the layouts): ``graph.json``
+read and checked, node arrays and edge files memory-mapped and read a slice
+at a time, and the atomic writer."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["read_info", "require", "NodeArrays", "EdgeArray", "FolderWriter", "spans",
+           "GRAPH_FILE", "FORMAT", "VERSION", "HOMOGENEOUS", "HETEROGENEOUS", "CHUNK"]
+
+GRAPH_FILE = "graph.json"
+FORMAT = "pyg_dist.graph"
+VERSION = 1
+#: ``graph.json``'s ``"kind"``: one node and edge set, or typed ones
+#: (:mod:`pyg_dist.datasets.ondisk_hetero`); a folder without it is homogeneous.
+HOMOGENEOUS, HETEROGENEOUS = "homogeneous", "hetero"
+#: Rows (or edge columns) per chunk of a check or a copy.
+CHUNK = 1 << 20
+#: File names of the usual splits; any other ``<name>_mask`` is ``split/<name>.npy``.
+_SPLIT_FILES = {"train_mask": "train", "val_mask": "valid", "test_mask": "test"}
+
+
+def read_info(path: str | os.PathLike) -> dict[str, Any]:
+    """The parsed ``graph.json`` of the graph folder ``path``, after checking
+    its format and version (either kind of folder)."""
+    path = Path(path)
+    file = path / GRAPH_FILE
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"'{path}' is not a graph folder (no {GRAPH_FILE}); write one with "
+            f"'pyg-dist convert --dataset NAME --root ROOT --out {path}' or "
+            f"pyg_dist.datasets.write_graph_folder(data, '{path}')"
+        )
+    try:
+        info = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"'{file}' is not valid JSON ({exc}); convert the graph "
+                         f"again") from exc
+    if info.get("format") != FORMAT or info.get("version") != VERSION:
+        raise ValueError(
+            f"'{file}' describes format {info.get('format')!r} version "
+            f"{info.get('version')!r}; this pyg_dist reads {FORMAT!r} version {VERSION}: "
+            f"convert the graph again with this version"
+        )
+    return info
+
+
+def require(info: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
+    """Raises :class:`ValueError` naming the ``keys`` that ``info`` lacks."""
+    missing = [k for k in keys if k not in info]
+    if missing:
+        raise ValueError(f"'{where}' lacks {', '.join(missing)}; convert the graph again")
+
+
+class NodeArrays:
+    r"""The node-level arrays and split files of one node set of a graph
+    folder (the whole graph, or one node type), memory-mapped.
+
+    Args:
+        path (pathlib.Path): The graph folder.
+        num_nodes (int): Nodes of the set.
+        node (dict[str, str]): Attribute name to ``.npy`` file (relative).
+        splits (dict[str, str]): Split mask name to ``.npy`` file of node ids.
+        what (str): How errors name the node set (e.g. ``"node type 'paper'"``).
+    """
+
+    def __init__(self, path: Path, num_nodes: int, node: dict[str, str],
+                 splits: dict[str, str], what: str = "the graph") -> None:
+        self.path, self.num_nodes, self.what = path, int(num_nodes), what
+        self.arrays = {k: _load(path, v) for k, v in node.items()}
+        self.splits = {k: path / v for k, v in splits.items()}
+        self._split_ids: dict[str, np.ndarray] = {}
+        self.names = [*self.arrays, *self.splits]
+        self._check_shapes()
+
+    def read(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Rows ``lo:hi`` of attribute ``name`` (a copy); a split comes out as a
+        bool mask."""
+        hi = self.num_nodes if hi is None else hi
+        if name in self.arrays:
+            array = self.arrays[name]
+            width = int(np.prod(array.shape[1:], dtype=np.int64))
+            return _read(array, lo * width, (hi - lo) * width).reshape(hi - lo, *array.shape[1:])
+        if name in self.splits:
+            ids = self._ids(name)
+            mask = np.zeros(hi - lo, dtype=bool)
+            mask[ids[(ids >= lo) & (ids < hi)] - lo] = True
+            return mask
+        raise KeyError(f"'{self.path}' has no node attribute '{name}' for {self.what} "
+                       f"(it has {', '.join(self.names) or 'none'})")
+
+    def check(self, lo: int = 0, hi: int | None = None) -> None:
+        """Raises :class:`ValueError` if rows ``lo:hi`` of a floating attribute
+        hold NaN or infinite values, or a split names a node outside
+        :math:`[0, N)` (checked whole: splits are small)."""
+        hi = self.num_nodes if hi is None else hi
+        for key, array in self.arrays.items():
+            if not np.issubdtype(array.dtype, np.floating):
+                continue
+            for start in range(lo, hi, CHUNK):
+                block = self.read(key, start, min(start + CHUNK, hi))
+                if not np.isfinite(block).all():
+                    rows = np.flatnonzero(~np.isfinite(block.reshape(block.shape[0], -1))
+                                          .all(axis=1)) + start
+                    raise ValueError(
+                        f"'{self.path}' has NaN or infinite values in node attribute "
+                        f"'{key}' of {self.what} (rows {rows[:5].tolist()}); clean or impute "
+                        f"them (e.g. numpy.nan_to_num) and write the folder again"
+                    )
+        for key in self.splits:
+            self._ids(key)
+
+    def _ids(self, name: str) -> np.ndarray:
+        if name not in self._split_ids:
+            ids = np.load(self.splits[name])
+            if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+                raise ValueError(f"split file '{self.splits[name]}' must hold a 1-d array of "
+                                 f"integer node ids (got {ids.dtype} {ids.shape})")
+            if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
+                raise ValueError(f"split file '{self.splits[name]}' names nodes outside "
+                                 f"[0, {self.num_nodes}) of {self.what}; fix the split")
+            self._split_ids[name] = ids.astype(np.int64, copy=False)
+        return self._split_ids[name]
+
+    def _check_shapes(self) -> None:
+        for key, array in self.arrays.items():
+            if array.ndim == 0 or array.shape[0] != self.num_nodes:
+                raise ValueError(
+                    f"node attribute '{key}' of {self.what} in '{self.path}' has "
+                    f"{array.shape[0] if array.ndim else 0} rows, "
+                    f"{GRAPH_FILE} says {self.num_nodes} nodes: every node array needs one "
+                    f"row per node; convert again"
+                )
+        for key, file in self.splits.items():
+            if not file.is_file():
+                raise FileNotFoundError(f"split '{key}' of {self.what} is missing from "
+                                        f"'{self.path}' (no {file.relative_to(self.path)}); "
+                                        f"convert again")
+
+
+class EdgeArray:
+    r"""One ``[2, E]`` edge file of a graph folder, memory-mapped.
+
+    Args:
+        path (pathlib.Path): The graph folder.
+        file (str): The ``.npy`` file (relative).
+        num_edges (int): Edges :math:`E` the description promises.
+        num_src (int): Sources lie in :math:`[0, \text{num_src})`.
+        num_dst (int): Targets lie in :math:`[0, \text{num_dst})`.
+    """
+
+    def __init__(self, path: Path, file: str, num_edges: int, num_src: int,
+                 num_dst: int) -> None:
+        self.file, self.num_edges = path / file, int(num_edges)
+        self.bounds = (int(num_src), int(num_dst))
+        self.array = _load(path, file)
+        shape = self.array.shape
+        if self.array.ndim != 2 or shape[0] != 2 or shape[1] != self.num_edges:
+            raise ValueError(
+                f"'{self.file}' has shape {shape}, {GRAPH_FILE} says "
+                f"[2, {self.num_edges}]: the files are from different graphs; convert again"
+            )
+        if not np.issubdtype(self.array.dtype, np.integer):
+            raise ValueError(f"'{self.file}' holds {self.array.dtype}; node ids must "
+                             f"be int32 or int64")
+
+    def read(self, lo: int = 0, hi: int | None = None, dtype: Any = np.int64) -> np.ndarray:
+        """Columns ``lo:hi`` as a ``[2, hi - lo]`` array of ``dtype`` (a copy)."""
+        hi = self.num_edges if hi is None else hi
+        out = np.empty((2, hi - lo), dtype=dtype)
+        for row in range(2):
+            out[row] = _read(self.array, row * self.num_edges + lo, hi - lo)
+        return out
+
+    def check(self, lo: int = 0, hi: int | None = None, fix: str = "") -> None:
+        """Raises :class:`ValueError` if columns ``lo:hi`` name a source or a
+        target outside its range; ``fix`` ends the message."""
+        hi = self.num_edges if hi is None else hi
+        for start in range(lo, hi, CHUNK):
+            block = self.read(start, min(start + CHUNK, hi), self.array.dtype)
+            for row, bound in enumerate(self.bounds):
+                ids = block[row]
+                if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= bound):
+                    bad = np.flatnonzero((ids < 0) | (ids >= bound))
+                    raise ValueError(
+                        f"'{self.file}' names {('sources', 'targets')[row]} outside "
+                        f"[0, {bound}) in columns {(bad[:5] + start).tolist()}: fix the edge "
+                        f"list, or {fix}"
+                    )
+
+
+class FolderWriter:
+    """Writes a graph folder of either kind atomically: arrays go into a
+    temporary sibling folder (filled in chunks through the memory maps that
+    ``array`` returns), and ``finish`` writes ``graph.json`` there and renames
+    the folder into place. Used as a context manager, an exception removes
+    what was written.
+
+    Args:
+        out_dir (str or os.PathLike): The folder to create.
+        overwrite (bool, optional): Replace an existing ``out_dir``.
+            (default: :obj:`False`)
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, overwrite: bool = False) -> None:
+        self.out_dir = Path(out_dir).resolve()
+        if self.out_dir.exists() and not overwrite:
+            raise FileExistsError(f"'{self.out_dir}' exists; pass overwrite=True (--overwrite) "
+                                  f"or choose another folder")
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.out_dir.parent / f".{self.out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+        self.tmp.mkdir()
+        self.node: dict[str, str] = {}
+        self.splits: dict[str, str] = {}
+
+    def __enter__(self) -> FolderWriter:
+        return self
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        if kind is not None:
+            self.abort()
+
+    def array(self, file: str, shape: tuple[int, ...], dtype: Any) -> np.memmap:
+        """A new ``.npy`` file ``file`` of ``shape`` and ``dtype``, as a
+        writable memory map."""
+        path = self.tmp / file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+
+    def split(self, mask_name: str, ids: np.ndarray, folder: str = "") -> str:
+        """Writes the node ids of split ``mask_name`` (e.g. ``"train_mask"``)
+        under ``folder`` and returns the file's relative path."""
+        file = f"{folder}split/{_SPLIT_FILES.get(mask_name, mask_name.removesuffix('_mask'))}.npy"
+        path = self.tmp / file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, np.asarray(ids, dtype=np.int64))
+        if not folder:
+            self.splits[mask_name] = file
+        return file
+
+    def finish(self, info: dict[str, Any], reader: Any) -> Any:
+        """Checks the files against ``info`` with ``reader(folder, info)``,
+        writes ``info`` as ``graph.json``, renames the folder into place and
+        returns it opened with ``reader``."""
+        try:
+            reader(self.tmp, info)  # the shapes agree before anything is in place
+            (self.tmp / GRAPH_FILE).write_text(json.dumps(info, indent=2))
+            if self.out_dir.exists():
+                old = self.out_dir.parent / f".{self.out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+                os.replace(self.out_dir, old)
+                os.replace(self.tmp, self.out_dir)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(self.tmp, self.out_dir)
+        except BaseException:
+            self.abort()
+            raise
+        return reader(self.out_dir, info)
+
+    def abort(self) -> None:
+        """Removes what was written."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def spans(length: int) -> Iterator[tuple[int, int]]:
+    for lo in range(0, length, CHUNK):
+        yield lo, min(lo + CHUNK, length)
+
+
+def _read(array: np.ndarray, start: int, count: int) -> np.ndarray:
+    """Entries ``start:start + count`` of the flattened C-ordered array
+    ``array`` (memory-mapped from a ``.npy`` file), read from the file rather
+    than through the mapping, so that no page of the mapping becomes resident."""
+    if not isinstance(array, np.memmap) or not array.flags.c_contiguous:
+        return np.array(array.reshape(-1)[start:start + count])
+    with open(array.filename, "rb") as f:
+        f.seek(array.offset + start * array.itemsize)
+        out = np.fromfile(f, dtype=array.dtype, count=count)
+    if out.size != count:
+        raise ValueError(f"'{array.filename}' ends before entry {start + count}; convert the "
+                         f"graph again")
+    return out
+
+
+def _load(folder: Path, file: str) -> np.ndarray:
+    path = folder / file
+    if not path.is_file():
+        raise FileNotFoundError(f"'{path}' is missing from the graph folder '{folder}'; "
+                                f"convert the graph again")
+    try:
+        return np.load(path, mmap_mode="r")
+    except ValueError as exc:
+        raise ValueError(f"'{path}' is not a .npy file ({exc}); convert the graph again") \
+            from exc
