@@ -317,7 +317,7 @@ def label_propagation(xadj: np.ndarray, ghosts: Ghosts, blocks: Blocks, rank: in
         rank (int): This rank.
         max_size (int): The cap on a cluster's nodes.
         rounds (int): Rounds at most.
-        seed (int): The seed of the random halves and of the ties' priority.
+        seed (int): The seed of the random halves and of which movers get the room left.
         group (torch.distributed.ProcessGroup, optional): The process group.
             (default: :obj:`None`)
 
@@ -328,7 +328,7 @@ def label_propagation(xadj: np.ndarray, ghosts: Ghosts, blocks: Blocks, rank: in
     num_nodes = int(blocks.bounds[-1])
     lo, hi = blocks.span(rank)
     # Node v starts in cluster v: cluster ids cover 0 ... N - 1, each owned by
-    # its block's rank, and ties go to a seeded random cluster (_most_common).
+    # its block's rank; ties are broken by a fixed spread of the ids (_most_common).
     labels = np.arange(lo, hi, dtype=np.int64)
     sizes = np.ones(hi - lo, dtype=np.int64)
     todo = np.ones(hi - lo, dtype=bool)
@@ -384,12 +384,13 @@ class CoarseGraph:
 
 #: The cluster graph gathered to rank 0 keeps at most this many directed
 #: entries per edge of one rank's slice (the heaviest), and never fewer than
-#: ``COARSE_ENTRIES_FLOOR``: cutting an entry costs rank 0 about 90 bytes with
-#: METIS's own copies, against 40-55 bytes per slice edge on every rank, so
-#: the cut costs rank 0 about half what its slice costs. Measured on 32M-edge
-#: community graphs, keeping 1/12 of the cluster graph's entries left the edge
-#: cut within 0.1%; on Cora's 1,898 entries, keeping 674 raised it by a third,
-#: hence the floor (small cluster graphs are cut whole).
+#: ``COARSE_ENTRIES_FLOOR``: cutting an entry costs rank 0 about 140 bytes with
+#: METIS's own copies (measured), about 35 bytes per slice edge at this budget,
+#: below the 40-55 bytes per slice edge every rank's other steps peak at.
+#: Measured on 32M-edge community graphs, keeping a twelfth or a third of the
+#: cluster graph's entries left the edge cut within 0.5%; on Cora's 1,898
+#: entries, keeping 674 raised it by a third, hence the floor (small cluster
+#: graphs are cut whole).
 COARSE_ENTRIES_PER_SLICE_EDGE = 0.25
 #: Cluster graphs of at most this many entries are cut whole (about 0.4 GB).
 COARSE_ENTRIES_FLOOR = 1 << 22
@@ -407,8 +408,9 @@ def heaviest_entries(keys: np.ndarray, weights: np.ndarray, max_entries: int | N
     r"""The entries of a graph held in pieces over the ranks whose weight is at
     least :math:`2^b`, for the smallest :math:`b` that leaves at most
     ``max_entries`` of them on all ranks together (every entry when they fit,
-    or when ``max_entries`` is :obj:`None`). Weights are symmetric, so the
-    entries kept form a symmetric graph.
+    or when ``max_entries`` is :obj:`None`). ``weights`` are positive
+    integers (counts of node-level edges) and symmetric, so the entries kept
+    form a symmetric graph.
 
     Returns:
         This rank's kept ``keys`` and ``weights``, and the threshold
@@ -417,8 +419,6 @@ def heaviest_entries(keys: np.ndarray, weights: np.ndarray, max_entries: int | N
     total = int(distributed.all_reduce_values([keys.size], "sum", group)[0])
     if max_entries is None or total <= max_entries:
         return keys, weights, 1
-    if np.any(weights < 1):
-        raise ValueError("heaviest_entries needs positive integer weights")
     octave = np.frexp(weights.astype(np.float64))[1] - 1  # floor(log2(w)), exact below 2^53
     counts = np.bincount(octave, minlength=64)[:64]
     counts = np.asarray(distributed.all_reduce_values(counts.tolist(), "sum", group))

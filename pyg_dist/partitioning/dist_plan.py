@@ -168,7 +168,8 @@ class Halo:
     @staticmethod
     def of(keys: Sequence[np.ndarray], num_src: int) -> Halo:
         """The union of the remote sources ``keys`` (:meth:`SortedEdges.remote_keys`)."""
-        key = np.unique(np.concatenate(keys)) if keys else np.empty(0, dtype=np.int64)
+        key = np.unique(keys[0] if len(keys) == 1 else np.concatenate(keys)) if keys else \
+            np.empty(0, dtype=np.int64)
         owner, ids = np.divmod(key, num_src)
         return Halo(key, ids, owner, num_src)
 

@@ -15,7 +15,7 @@ from torch_geometric.transforms import ToUndirected
 
 import pyg_dist
 from pyg_dist.cli import main
-from pyg_dist.datasets import load_dataset, ogb_csv
+from pyg_dist.datasets import HeteroGraphFolder, load_dataset, ogb_csv
 from pyg_dist.datasets.load import HETERO_DATASETS
 from pyg_dist.datasets.ogb import Evaluator
 from pyg_dist.datasets.ogb_mag import ogbn_mag
@@ -211,8 +211,6 @@ def test_a_missing_ogbn_mag_says_that_nothing_downloads_and_how_to(tmp_path, cap
 
 
 def test_convert_writes_ogbn_mag_as_a_heterogeneous_graph_folder(mag, tmp_path):
-    from pyg_dist.datasets import HeteroGraphFolder
-
     root, _ = mag
     assert main(["convert", "--dataset", "ogbn-mag", "--root", str(root),
                  "--out", str(tmp_path / "mag-graph")]) == 0

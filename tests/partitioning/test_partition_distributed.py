@@ -23,8 +23,15 @@ from pyg_dist import distributed, peers
 from pyg_dist.config import Adam
 from pyg_dist.datasets import community_graph, write_graph_folder
 from pyg_dist.models import GNN
-from pyg_dist.partitioning import PartPlan, read_meta, read_part
-from pyg_dist.partitioning.dist_cut import permutation_cut
+from pyg_dist.partitioning import (
+    PartPlan,
+    dist_cut,
+    dist_partitioner,
+    partition_distributed,
+    read_meta,
+    read_part,
+)
+from pyg_dist.partitioning.dist_cut import _permute, heaviest_entries, permutation_cut
 from pyg_dist.train import train
 
 WORLD = 4
@@ -95,8 +102,6 @@ def train_on(folder, state, classes):
 def battery(dirs, state, classes):
     """Every rank: partition (random, metis-coarse, on a group of one, the
     community graph), train on a result, then the failures, the lost rank last."""
-    from pyg_dist.partitioning import dist_partitioner, partition_distributed
-
     rank, out = distributed.rank(), {}
     graph, outs = dirs["graph"], dirs["out"]
     out["random"] = partition_distributed(graph, outs["random"], method="random", seed=SEED)
@@ -157,8 +162,6 @@ def weighted_entries(rank):
 
 
 def heaviest_on_ranks(rank):
-    from pyg_dist.partitioning.dist_cut import heaviest_entries
-
     keys, weights = weighted_entries(rank)
     return {budget: heaviest_entries(keys, weights, budget)
             for budget in (None, 10**6, 300, 40, 0)}
@@ -166,8 +169,6 @@ def heaviest_on_ranks(rank):
 
 def sparse_cut(graph, out):
     """metis-coarse with a cluster graph trimmed to 2% of a slice's edges."""
-    from pyg_dist.partitioning import dist_cut, dist_partitioner, partition_distributed
-
     factor, floor = dist_cut.COARSE_ENTRIES_PER_SLICE_EDGE, dist_cut.COARSE_ENTRIES_FLOOR
     assign, coarse = dist_partitioner.coarse_metis_assign, {}
 
@@ -294,8 +295,6 @@ def test_random_cut_is_a_balanced_permutation_of_the_ids(setup):
 
 @pytest.mark.parametrize("count", [1, 2, 7, 64, 1000, 4099])
 def test_permutation_cut_permutes_the_ids(count):
-    from pyg_dist.partitioning.dist_cut import _permute
-
     values = _permute(np.arange(count), count, seed=3)
     assert np.array_equal(np.sort(values), np.arange(count))
     assert count < 64 or not np.array_equal(values, np.arange(count))
@@ -442,8 +441,6 @@ def test_a_lost_rank_fails_the_others_and_leaves_no_complete_folder(setup):
 
 
 def raise_on_rank_one(graph, out):
-    from pyg_dist.partitioning import dist_partitioner
-
     if distributed.rank() == 1:
         def broken(*args, **kwargs):
             raise RuntimeError("rank one broke while building its part")

@@ -20,7 +20,7 @@ from tolerances import assert_close
 import pyg_dist
 from pyg_dist import distributed
 from pyg_dist.datasets import write_graph_folder
-from pyg_dist.partitioning import read_meta, read_part
+from pyg_dist.partitioning import partition_distributed, read_meta, read_part
 from pyg_dist.partitioning.dist_cut import permutation_cut
 from pyg_dist.partitioning.hetero import _halos, _HeteroPlan, _local_rows, edge_key
 
@@ -73,8 +73,6 @@ def bad_folders(data, root):
 def battery(dirs, states, num_nodes):
     """Every rank: partition on 4 ranks, on a group of 2 and a group of 1,
     the models on the 4-rank metis-coarse folder, then the bad inputs."""
-    from pyg_dist.partitioning import partition_distributed
-
     rank, out = distributed.rank(), {}
     groups = {WORLD: None, 2: distributed.new_group([0, 1]), 1: distributed.new_group([0])}
     for name, ranks, method in RUNS:
