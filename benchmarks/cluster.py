@@ -140,7 +140,7 @@ def predictions(args):
     import dataclasses
 
     import pyg_dist
-    from pyg_dist import planner
+    from pyg_dist.strategies import planner
 
     data = pyg_dist.DistData.load(args.parts_dir)
     torch.manual_seed(0)

@@ -1,6 +1,6 @@
 """Heterogeneous training, distributed vs single-process PyG, on synthetic-mag.
 
-Trains the same model of ``pyg_dist.hetero_models`` (``hetero-sage``:
+Trains the same model of ``pyg_dist.models.hetero`` (``hetero-sage``:
 ``to_hetero`` of a two-layer GraphSAGE; ``hgt``: two ``HGTConv`` layers and a
 linear head; ``rgcn``: two ``RGCNConv`` layers with basis decomposition on the
 homogeneous view) full-batch
@@ -31,10 +31,10 @@ import torch.nn.functional as F
 import pyg_dist
 from pyg_dist.datasets import synthetic_mag
 from pyg_dist.datasets.hetero import MAG_NODES
-from pyg_dist.distributed import all_reduce_gradients, all_reduce_values
 from pyg_dist.halo import parse_policy
-from pyg_dist.hetero_models import HETERO_MODELS, hetero_model
+from pyg_dist.models.hetero import HETERO_MODELS, hetero_model
 from pyg_dist.nn import to_distributed
+from pyg_dist.runtime.distributed import all_reduce_gradients, all_reduce_values
 
 
 def build(kind: str, metadata, hidden: int, out: int, width: int):

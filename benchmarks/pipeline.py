@@ -70,7 +70,7 @@ def rank_body(folders, kind, layers, classes, seed, epochs, eval_every, runs, in
             data = pipeline.load(folders[parts], stages)
         torch.manual_seed(seed)
         model = DeepGNN(kind, data.x.size(1), HIDDEN, classes, layers=layers, dropout=0.6)
-        torch.manual_seed(seed * 1000 + pyg_dist.distributed.rank())
+        torch.manual_seed(seed * 1000 + pyg_dist.runtime.distributed.rank())
         optimizer = torch.optim.Adam([
             {"params": model.convs.parameters(), "weight_decay": 0.01},
             {"params": model.lins.parameters(), "weight_decay": 5e-4}], lr=0.01)
@@ -87,7 +87,7 @@ def rank_body(folders, kind, layers, classes, seed, epochs, eval_every, runs, in
             "epoch_s": statistics.median(e.seconds for e in later),
             "bubble": statistics.median(e.stage_seconds / e.seconds for e in later),
         })
-    return rows if pyg_dist.distributed.rank() == 0 else None
+    return rows if pyg_dist.runtime.distributed.rank() == 0 else None
 
 
 def worker(args):

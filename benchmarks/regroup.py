@@ -32,12 +32,12 @@ def rank_body(folder, regroups, scheme):
             runner.prepare(epoch)
             data.ledger.next_step()
         rows = [r for r in data.ledger.rows() if r["direction"] == "regroup"][1:]
-        seconds = [pyg_dist.distributed.all_reduce_values([r["seconds"]], "max")[0]
+        seconds = [pyg_dist.runtime.distributed.all_reduce_values([r["seconds"]], "max")[0]
                    for r in rows]
-        moved = pyg_dist.distributed.all_reduce_values(
+        moved = pyg_dist.runtime.distributed.all_reduce_values(
             [sum(r["bytes_recv"] for r in rows) / len(rows)])[0]
         out[source] = {"seconds": statistics.median(seconds), "bytes": moved}
-    return out if pyg_dist.distributed.rank() == 0 else None
+    return out if pyg_dist.runtime.distributed.rank() == 0 else None
 
 
 def main():

@@ -75,8 +75,8 @@ def rank_run(parts_dir: str, hidden: int, epochs: int, warmup: int) -> dict:
     import torch
 
     import pyg_dist
-    from pyg_dist import distributed
     from pyg_dist.models import GNN
+    from pyg_dist.runtime import distributed
     from pyg_dist.train import sync_parameters, train_step
 
     reduce_seconds = [0.0]

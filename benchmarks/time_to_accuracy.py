@@ -53,11 +53,12 @@ from peer_sampling import allreduce_bytes, peer_rank, sampler_missing
 from rss import current, peak, tensor_bytes
 
 import pyg_dist
-from pyg_dist import cpu_ext, distributed
 from pyg_dist.config import Adam, Checkpoint, Evaluation, GradientOnly, GraphParallel
 from pyg_dist.datasets import load_dataset
 from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
+from pyg_dist.ops import cpu_ext
+from pyg_dist.runtime import distributed
 from pyg_dist.train import train
 
 

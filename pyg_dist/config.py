@@ -320,7 +320,7 @@ class Planned(Options):
     """The strategy chosen at the start of training (``strategy="auto"``):
     a short probe measures compute, the link and the traffic, every strategy's
     epoch time and bytes are predicted, and the fastest whose accuracy risk
-    is ``accept`` or below trains (see :mod:`pyg_dist.planner`). The run's
+    is ``accept`` or below trains (see :mod:`pyg_dist.strategies.planner`). The run's
     result carries the prediction beside what was measured.
 
     Args:
@@ -609,7 +609,7 @@ class Evaluation(Options):
 @dataclass(frozen=True)
 class Checkpoint(Options):
     """Checkpoints of every rank's model, optimizer, halo and policy state,
-    RNG state, ledger and history (see :mod:`pyg_dist.checkpoint`).
+    RNG state, ledger and history (see :mod:`pyg_dist.train.checkpoint`).
 
     Args:
         dir (str): The folder (each machine of a multi-host job writes its

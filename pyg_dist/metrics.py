@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pyg_dist import distributed
+from pyg_dist.runtime import distributed
 
 __all__ = ["global_loss", "accuracies", "evaluate", "MASKS"]
 

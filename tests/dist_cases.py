@@ -21,9 +21,9 @@ from torch_geometric.nn import (
 from torch_geometric.nn.models import GCN, GIN, GraphSAGE
 
 import pyg_dist
-from pyg_dist.dropout import _keep
 from pyg_dist.nn import DistGCNConv, DistMessagePassing, DistSAGEConv, to_distributed
 from pyg_dist.ops import default_backend
+from pyg_dist.utils.dropout import _keep
 
 SINGLE = {"gcn": (GCNConv, DistGCNConv), "sage": (SAGEConv, DistSAGEConv)}
 MODELS = {  # converted with to_distributed

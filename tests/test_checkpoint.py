@@ -11,11 +11,11 @@ from graphs import awkward_graph
 from tolerances import assert_close
 
 import pyg_dist
-from pyg_dist.checkpoint import load_checkpoint
 from pyg_dist.config import Checkpoint
 from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
 from pyg_dist.train import train
+from pyg_dist.train.checkpoint import load_checkpoint
 
 POLICIES = ["exact", "stale:3", "pipelined:0.5", "adaptive:0.05", "sampled:0.5",
             "adaptive:0.05,compress=int4"]

@@ -22,7 +22,8 @@ from pyg_dist.config import (
     strategy_from_dict,
 )
 from pyg_dist.halo import Stale
-from pyg_dist.train import _translate, train
+from pyg_dist.train import train
+from pyg_dist.train.loop import _translate
 
 EXAMPLES = [
     GraphParallel(),

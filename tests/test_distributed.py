@@ -1,4 +1,4 @@
-"""pyg_dist.distributed: a peer lost during point-to-point messages or a
+"""pyg_dist.runtime.distributed: a peer lost during point-to-point messages or a
 collective raises PeerLost naming it, on the rank left waiting."""
 import time
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import pyg_dist
-from pyg_dist import distributed, peers
+from pyg_dist.runtime import distributed, peers
 
 #: Seconds a collective waits before it gives up (the ranks' process group timeout).
 WAIT = 3.0

@@ -4,8 +4,8 @@ import torch
 from graphs import awkward_graph
 
 import pyg_dist
-from pyg_dist.dropout import _keep, dropped_input
 from pyg_dist.nn import dropout
+from pyg_dist.utils.dropout import _keep, dropped_input
 
 
 @pytest.fixture(scope="module")

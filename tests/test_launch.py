@@ -142,10 +142,9 @@ def _alive(pid):
 def test_a_rank_seen_dead_before_its_closed_pipe_is_reported(monkeypatch):
     """The process's exit can be seen before its pipe's end: draining the
     closed pipe ends in RankFailed, not in EOFError."""
-    import importlib
     import multiprocessing as mp
 
-    launch_module = importlib.import_module("pyg_dist.launch")  # the module, not the function
+    from pyg_dist.runtime import launch as launch_module
 
     ctx = mp.get_context("spawn")
     proc = ctx.Process(target=os._exit, args=(3,))

@@ -6,7 +6,7 @@ import pytest
 from graphs import awkward_graph
 
 import pyg_dist
-from pyg_dist.peers import Peer, PeerLost, VersionMismatch, check_versions, probe
+from pyg_dist.runtime.peers import Peer, PeerLost, VersionMismatch, check_versions, probe
 
 VERSIONS = {"python": "3.11.7", "torch": "2.13.0", "torch_geometric": "2.8.1", "pyg_dist": "0.1.0"}
 
@@ -52,10 +52,10 @@ def startup_errors(root):
 
     import torch
 
-    from pyg_dist import distributed, peers
-    from pyg_dist.checkpoint import find_checkpoint
     from pyg_dist.cli.job import resolve
     from pyg_dist.cli.run import train_joined
+    from pyg_dist.runtime import distributed, peers
+    from pyg_dist.train.checkpoint import find_checkpoint
 
     rank, out = distributed.rank(), {}
     folder = Path(root) / f"copy{rank}"  # each rank's own machine
@@ -125,7 +125,7 @@ def test_a_checkpoint_missing_on_one_machine_fails_every_rank(errors, rank):
 
 
 def test_peer_lost_message_names_rank_host_and_remedy():
-    from pyg_dist import peers
+    from pyg_dist.runtime import peers
 
     lost = [(Peer(2, "host1", "198.18.0.2", 1), "unreachable"),
             (Peer(3, "host1", "198.18.0.2", 2), "unreachable"),

@@ -7,9 +7,9 @@ import pytest
 import torch
 from graphs import awkward_graph
 
-from pyg_dist import planner
 from pyg_dist.config import Evaluation, GradSync, Planned
 from pyg_dist.models import GNN
+from pyg_dist.strategies import planner
 from pyg_dist.train import train
 
 EPOCHS = 6

@@ -6,8 +6,7 @@ import pytest
 from graphs import awkward_graph
 
 import pyg_dist
-from pyg_dist import preflight
-from pyg_dist.cli import main
+from pyg_dist.cli import main, preflight
 
 
 def test_node0_port_in_use_names_a_free_port():

@@ -10,7 +10,7 @@ from torch import nn
 from torch.optim import lr_scheduler
 
 import pyg_dist
-import pyg_dist.train as trainer
+import pyg_dist.train.loop as trainer
 from pyg_dist.config import Adam, Checkpoint, Evaluation, GraphParallel
 from pyg_dist.models import GNN
 from pyg_dist.train import train

@@ -55,8 +55,8 @@ from pyg_dist.config import (
 )
 from pyg_dist.datasets.load import HETERO_DATASETS
 from pyg_dist.halo import parse_policy
-from pyg_dist.hetero_models import HETERO_MODELS
-from pyg_dist.models import DEEP_MODELS
+from pyg_dist.models.gnn import DEEP_MODELS
+from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.pipeline.pipeline import INITIAL_ROWS
 
 __all__ = ["main", "build_parser", "parse_job", "read_config", "RECIPES"]

@@ -10,16 +10,16 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import record
 
 import pyg_dist
-from pyg_dist import distributed, env
 from pyg_dist.cli.args import given
 from pyg_dist.cli.job import DEFAULT_PARTS, Graph
+from pyg_dist.cli.preflight import check_host
 from pyg_dist.datasets import HeteroGraphFolder, load_dataset, write_graph_folder
 from pyg_dist.datasets.graph import edge_key
 from pyg_dist.datasets.ogb import OGB, convert_ogbn
 from pyg_dist.datasets.ogb_mag import MAG_NAME
 from pyg_dist.partitioning import PartitionMeta, partition_distributed
 from pyg_dist.pipeline import best_layout, halo_rows, layout_costs
-from pyg_dist.preflight import check_host
+from pyg_dist.runtime import distributed, env
 
 __all__ = ["partition_command", "distributed_partition_command", "convert_command",
            "layouts_command", "check_command", "load_graph", "partition_graph", "meta_summary"]

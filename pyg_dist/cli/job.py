@@ -21,10 +21,10 @@ from pyg_dist.config import (
     strategy_from_dict,
 )
 from pyg_dist.datasets.load import DATASETS, HETERO_DATASETS
-from pyg_dist.hetero_models import HETERO_MODELS
-from pyg_dist.hetero_task import check_hetero_strategy
-from pyg_dist.models import DEEP_MODELS
+from pyg_dist.models.gnn import DEEP_MODELS
+from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.partitioning.cut import METHODS
+from pyg_dist.strategies.task import check_hetero_strategy
 
 __all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "HOMOGENEOUS_MODELS", "DEFAULT_PARTS",
            "resolve"]

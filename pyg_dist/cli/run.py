@@ -17,18 +17,20 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
 
 import pyg_dist
-from pyg_dist import distributed, env, pipeline, planner
+from pyg_dist import pipeline
 from pyg_dist.cli.commands import meta_summary, partition_graph
 from pyg_dist.cli.job import DEFAULT_PARTS, HOMOGENEOUS_MODELS, Job
 from pyg_dist.config import GradientOnly, LayerPipeline, Planned, as_policy
 from pyg_dist.halo import Exact
-from pyg_dist.hetero_models import HETERO_MODELS, hetero_model
-from pyg_dist.hetero_task import labelled_type
-from pyg_dist.models import DEEP_MODELS, GNN, DeepGNN
+from pyg_dist.models.gnn import DEEP_MODELS, GNN, DeepGNN
+from pyg_dist.models.hetero import HETERO_MODELS, hetero_model
 from pyg_dist.nn import to_distributed
 from pyg_dist.partitioning.io import read_meta
-from pyg_dist.peers import PeerLost
-from pyg_dist.train import EpochStats, train
+from pyg_dist.runtime import distributed, env
+from pyg_dist.runtime.peers import PeerLost
+from pyg_dist.strategies import planner
+from pyg_dist.strategies.task import labelled_type
+from pyg_dist.train.loop import EpochStats, train
 
 __all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "load_part"]
 
@@ -179,7 +181,7 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
 
 def _load_hetero_part(job: Job, folder: str) -> tuple[Any, Any]:
     """This rank's part of the heterogeneous folder ``folder`` and the job's
-    model of :mod:`pyg_dist.hetero_models` for it, distributed."""
+    model of :mod:`pyg_dist.models.hetero` for it, distributed."""
     spec = job.model
     if spec.name not in HETERO_MODELS:
         raise SystemExit(f"'{folder}' holds a heterogeneous graph; use --model "

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist import distributed
+from pyg_dist.runtime import distributed
 
 __all__ = ["CovapState", "covap_hook", "covap_compress"]
 

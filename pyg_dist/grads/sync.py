@@ -34,10 +34,10 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from pyg_dist import distributed
 from pyg_dist.grads.covap import CovapState, covap_hook
 from pyg_dist.grads.spec import GradCompress, parse_grad_compress
 from pyg_dist.halo.ledger import GRADIENTS
+from pyg_dist.runtime import distributed
 
 __all__ = ["GradientSync", "LAYER", "MAX_SHARDS"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pyg_dist import distributed, env
-from pyg_dist.distributed import Group
+from pyg_dist.runtime import distributed, env
+from pyg_dist.runtime.distributed import Group
 
 __all__ = ["exchange_rows", "PendingRows", "TRANSPORTS", "default_transport", "MAX_TAG"]
 

@@ -20,7 +20,7 @@ int2      ceil(F / 4) + 4 :math:`\\max_j |x_j|` of the row (levels -1, 0, 1
 
 int4 and int2 round stochastically, so the mean of what arrives is the row
 sent (error feedback is not needed for the halo to stay unbiased). Their draws
-come from a hash (:func:`~pyg_dist.hashing.entry_hash`) of the ``key`` an
+come from a hash (:func:`~pyg_dist.utils.hashing.entry_hash`) of the ``key`` an
 encoding is given, the row's position in the payload and the feature: the
 exchange (:meth:`~pyg_dist.halo.HaloChannel.move`) keys each encoding by the
 rank, the ledger's step, the layer, the direction and the exchanges of that
@@ -34,7 +34,7 @@ import math
 import torch
 from torch import Tensor
 
-from pyg_dist.hashing import call_key, entry_hash
+from pyg_dist.utils.hashing import call_key, entry_hash
 
 __all__ = ["Codec", "CODECS", "get_codec"]
 

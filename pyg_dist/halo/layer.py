@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.dropout import DropoutState, DroppedInput, dropped_input
 from pyg_dist.halo.cache import HaloCache
 from pyg_dist.halo.exact import Exact
 from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState
+from pyg_dist.utils.dropout import DropoutState, DroppedInput, dropped_input
 
 __all__ = ["LayerHalo", "HaloRegistry", "LayerState", "InputTracker", "fingerprint",
            "registry_of"]

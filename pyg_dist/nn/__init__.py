@@ -2,7 +2,6 @@
 :class:`~pyg_dist.DistEdgeIndex`, the norms whose statistics span every rank,
 the generic path for any one-hop layer, :func:`to_distributed` for a whole
 model, and :func:`dropout` and :func:`dropout_edge` drawn alike on every rank."""
-from pyg_dist.dropout import dropout
 from pyg_dist.nn.convert import to_distributed
 from pyg_dist.nn.dropout_edge import dropout_edge
 from pyg_dist.nn.gat_conv import DistGATConv
@@ -13,6 +12,7 @@ from pyg_dist.nn.hgt_conv import DistHGTConv
 from pyg_dist.nn.norm import DistBatchNorm, DistGraphNorm, DistLayerNorm
 from pyg_dist.nn.sage_conv import DistSAGEConv
 from pyg_dist.nn.twin import DistLayer
+from pyg_dist.utils.dropout import dropout
 
 __all__ = [
     "DistGCNConv",

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from pyg_dist.data import Adj, DistEdgeIndex
-from pyg_dist.dropout import DropoutState, edge_keep, next_call
+from pyg_dist.data.dist_data import Adj, DistEdgeIndex
+from pyg_dist.utils.dropout import DropoutState, edge_keep, next_call
 
 __all__ = ["dropout_edge"]
 

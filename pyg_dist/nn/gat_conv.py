@@ -10,8 +10,7 @@ from torch import Tensor
 from torch_geometric.nn import GATConv
 from torch_geometric.utils import scatter
 
-from pyg_dist.data import Adj, DistEdgeIndex
-from pyg_dist.dropout import shared_scale
+from pyg_dist.data.dist_data import Adj, DistEdgeIndex
 from pyg_dist.halo import HaloPolicy, LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.generic import propagate_with_halo
@@ -19,6 +18,7 @@ from pyg_dist.nn.preaggregate import pre_aggregates
 from pyg_dist.nn.twin import DistLayer
 from pyg_dist.ops import gat, gat_attention
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
+from pyg_dist.utils.dropout import shared_scale
 
 __all__ = ["DistGATConv"]
 

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import GCN2Conv
 
-from pyg_dist.data import Adj, DistEdgeIndex
+from pyg_dist.data.dist_data import Adj, DistEdgeIndex
 from pyg_dist.halo import HaloPolicy, LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.gcn_conv import REDUCTIONS, GCNAggregation

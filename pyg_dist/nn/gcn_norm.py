@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pyg_dist.data import DistEdgeIndex
+from pyg_dist.data.dist_data import DistEdgeIndex
 from pyg_dist.halo import HaloRows, LayerHalo
 from pyg_dist.halo.exchange import exchange_halo
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted

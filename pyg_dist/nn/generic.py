@@ -50,7 +50,7 @@ from torch_geometric.nn import (
 )
 from torch_geometric.nn.aggr import Aggregation, PatchTransformerAggregation
 
-from pyg_dist.data import Adj, DistEdgeIndex
+from pyg_dist.data.dist_data import Adj, DistEdgeIndex
 from pyg_dist.halo import HaloPolicy, LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.preaggregate import owned_only, pre_aggregates, sum_pre_aggregated

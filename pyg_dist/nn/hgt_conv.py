@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import HGTConv
 
-from pyg_dist.data import DistEdgeIndex
+from pyg_dist.data.dist_data import DistEdgeIndex
 from pyg_dist.halo import HaloPolicy, LayerHalo
 from pyg_dist.nn.twin import DistLayer
 
@@ -22,7 +22,7 @@ class DistHGTConv(DistLayer, HGTConv):
 
     Takes exactly the arguments of :class:`torch_geometric.nn.HGTConv` and has
     its parameters. Given plain ``edge_index`` tensors it *is* ``HGTConv``.
-    Given the :class:`~pyg_dist.hetero_data.DistRelationIndex` of a
+    Given the :class:`~pyg_dist.data.hetero_data.DistRelationIndex` of a
     :class:`~pyg_dist.DistHeteroData` (``data.edge_index_dict``) it fetches
     each source type's halo rows of ``x_dict`` once (the union over the
     relations reading the type), computes keys and values of

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import GraphNorm, LayerNorm
 
-from pyg_dist import distributed
+from pyg_dist.runtime import distributed
 
 __all__ = ["DistBatchNorm", "DistLayerNorm", "DistGraphNorm", "NORMS"]
 

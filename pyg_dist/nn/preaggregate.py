@@ -23,10 +23,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.data import DistEdgeIndex
-from pyg_dist.dropout import dropped_input
+from pyg_dist.data.dist_data import DistEdgeIndex
 from pyg_dist.halo import Exact, HaloRows, Isolated, Sampled
 from pyg_dist.ops.csr import csr_row
+from pyg_dist.utils.dropout import dropped_input
 
 __all__ = ["pre_aggregates", "pre_aggregated", "sum_pre_aggregated", "owned_only",
            "weights_reason"]

@@ -9,7 +9,7 @@ from torch import Tensor
 from torch.nn.parameter import UninitializedParameter
 from torch_geometric.nn import SAGEConv
 
-from pyg_dist.data import Adj, DistEdgeIndex
+from pyg_dist.data.dist_data import Adj, DistEdgeIndex
 from pyg_dist.halo import HaloPolicy, HaloRows, LayerHalo
 from pyg_dist.nn.checks import check_distributed
 from pyg_dist.nn.generic import propagate_with_halo

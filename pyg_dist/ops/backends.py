@@ -9,10 +9,10 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from pyg_dist import env
 from pyg_dist import typing as pyg_dist_typing
 from pyg_dist.ops.gat_ref import GatArgs, GatGrads
 from pyg_dist.ops.torch_kernels import TorchKernels
+from pyg_dist.runtime import env
 
 __all__ = ["resolve", "resolve_name", "kernels", "available_backends", "default_backend",
            "BACKENDS", "Kernels"]

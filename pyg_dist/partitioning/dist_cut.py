@@ -33,9 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyg_dist import distributed
 from pyg_dist import typing as pyg_dist_typing
-from pyg_dist.distributed import Group
 from pyg_dist.partitioning.arrays import CHUNK, bincount_chunked, chunks, unique_sorted_inplace
 from pyg_dist.partitioning.coarsen import _entries
 from pyg_dist.partitioning.cut import COARSEN_FACTOR, COARSEN_ROUNDS, _part_graph
@@ -48,6 +46,8 @@ from pyg_dist.partitioning.shuffle import (
     gather_to_root,
     rounds,
 )
+from pyg_dist.runtime import distributed
+from pyg_dist.runtime.distributed import Group
 
 __all__ = ["permutation_cut", "block_adjacency", "coarse_metis_assign", "lookup", "Ghosts",
            "CoarseGraph", "heaviest_entries", "cluster_graph_budget"]

@@ -27,10 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from pyg_dist import distributed
 from pyg_dist.datasets.graph import edge_key, is_mask
 from pyg_dist.datasets.ondisk_hetero import HeteroGraphFolder
-from pyg_dist.distributed import Group
 from pyg_dist.partitioning.arrays import id_dtype, small_int_dtype
 from pyg_dist.partitioning.dist_cut import (
     cluster_graph_budget,
@@ -50,6 +48,8 @@ from pyg_dist.partitioning.dist_plan import (
 from pyg_dist.partitioning.io import FORMAT_VERSION, HeteroTypes, PartitionMeta
 from pyg_dist.partitioning.plan import ptr
 from pyg_dist.partitioning.shuffle import Blocks
+from pyg_dist.runtime import distributed
+from pyg_dist.runtime.distributed import Group
 
 __all__ = ["HomogeneousView", "build_hetero_part"]
 

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from pyg_dist import distributed
-from pyg_dist.distributed import Group
 from pyg_dist.partitioning.arrays import CHUNK
+from pyg_dist.runtime import distributed
+from pyg_dist.runtime.distributed import Group
 
 __all__ = ["max_label", "edge_block_digests", "FINGERPRINT_EDGES"]
 

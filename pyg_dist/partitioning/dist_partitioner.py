@@ -34,9 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pyg_dist import distributed
 from pyg_dist.datasets.ondisk import GraphFolder, HeteroGraphFolder, open_graph_folder
-from pyg_dist.distributed import Group
 from pyg_dist.partitioning.arrays import (
     id_dtype,
     map_large_allocations,
@@ -61,6 +59,8 @@ from pyg_dist.partitioning.io import (
     save_part,
 )
 from pyg_dist.partitioning.shuffle import Blocks
+from pyg_dist.runtime import distributed
+from pyg_dist.runtime.distributed import Group
 
 __all__ = ["partition_distributed", "DIST_METHODS", "distributed_fingerprint"]
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pyg_dist.distributed import Group
 from pyg_dist.partitioning.dist_cut import lookup
 from pyg_dist.partitioning.plan import LocalPart, ptr
 from pyg_dist.partitioning.shuffle import Blocks, exchange, exchange_rounds, fetch, rounds
+from pyg_dist.runtime.distributed import Group
 
 __all__ = ["build_local_part", "shuffle_in_edges", "shuffle_nodes", "SortedEdges",
            "sort_in_edges", "Halo", "send_lists", "halo_degrees"]

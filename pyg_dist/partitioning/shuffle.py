@@ -4,7 +4,7 @@ destination rank, and request/reply look-ups of values held by other ranks
 (a halo exchange of ids, never an all-gather of the whole id range).
 
 Every function here is collective: each rank of ``group`` calls it, in the
-same order. Communication goes through :mod:`pyg_dist.distributed`.
+same order. Communication goes through :mod:`pyg_dist.runtime.distributed`.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from pyg_dist import distributed
-from pyg_dist.distributed import Group
 from pyg_dist.partitioning.arrays import CHUNK
+from pyg_dist.runtime import distributed
+from pyg_dist.runtime.distributed import Group
 
 __all__ = ["Blocks", "exchange", "exchange_counted", "exchange_rounds", "rounds", "fetch",
            "gather_to_root", "all_counts"]

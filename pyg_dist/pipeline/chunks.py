@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist import typing as pyg_dist_typing
-from pyg_dist.data import DistEdgeIndex
+from pyg_dist.data.dist_data import DistEdgeIndex
 from pyg_dist.halo.comm import exchange_rows
 from pyg_dist.halo.exchange import Route
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pyg_dist import distributed
+from pyg_dist.runtime import distributed
 
 __all__ = ["Grid", "grid"]
 

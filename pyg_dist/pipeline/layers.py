@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import GCN2Conv, GCNConv, SAGEConv
 
-from pyg_dist.data import DistEdgeIndex
+from pyg_dist.data.dist_data import DistEdgeIndex
 from pyg_dist.halo import HaloRows
 from pyg_dist.nn.gcn2_conv import initial_residual
 from pyg_dist.nn.gcn_norm import gcn_adjacency

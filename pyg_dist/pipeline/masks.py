@@ -1,7 +1,7 @@
 """A layer pipeline's dropout masks: graph-parallel training's.
 
 Graph-parallel training of a :class:`~pyg_dist.models.DeepGNN` draws each
-training step's masks with :func:`pyg_dist.dropout.dropout`, from the graph's
+training step's masks with :func:`pyg_dist.utils.dropout.dropout`, from the graph's
 shared seed and one call number per dropout: the step's first call drops the
 input features, the next ``layers`` the inputs of the convolutions in order,
 the last the output projection's input. A mask entry is a hash of the seed,
@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist import distributed
-from pyg_dist.dropout import DroppedInput
+from pyg_dist.runtime import distributed
+from pyg_dist.utils.dropout import DroppedInput
 
 __all__ = ["StepMasks", "step_masks"]
 

@@ -9,12 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pyg_dist import distributed
-from pyg_dist.data import DistData, DistEdgeIndex
+from pyg_dist.data.dist_data import DistData, DistEdgeIndex
 from pyg_dist.halo.exchange import exchange_route
 from pyg_dist.halo.ledger import GRADIENTS, STAGE
 from pyg_dist.metrics import accuracies
-from pyg_dist.models import DeepGNN
+from pyg_dist.models.gnn import DeepGNN
 from pyg_dist.ops import spmm
 from pyg_dist.partitioning.io import read_meta
 from pyg_dist.pipeline.chunks import Chunk, Chunking, chunk_labels
@@ -22,6 +21,7 @@ from pyg_dist.pipeline.grid import Grid, grid
 from pyg_dist.pipeline.layers import adjacency, check_splittable, update
 from pyg_dist.pipeline.masks import StepMasks, step_masks
 from pyg_dist.pipeline.split import balance, check_stages, measure_costs
+from pyg_dist.runtime import distributed
 
 __all__ = ["Pipeline", "load"]
 

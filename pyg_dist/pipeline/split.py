@@ -7,9 +7,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pyg_dist import distributed
 from pyg_dist.ops import spmm
 from pyg_dist.pipeline.layers import adjacency, update
+from pyg_dist.runtime import distributed
 
 __all__ = ["balance", "measure_costs", "check_stages"]
 

@@ -11,11 +11,11 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from pyg_dist import distributed
-from pyg_dist.data import DistEdgeIndex
+from pyg_dist.data.dist_data import DistEdgeIndex
 from pyg_dist.halo import HaloChannel, HaloPlan, HaloRegistry, Isolated, Ledger
 from pyg_dist.ops.csr import ptr_from_sorted
 from pyg_dist.partitioning.io import PartitionMeta, part_file, read_part
+from pyg_dist.runtime import distributed
 
 __all__ = ["ClusterGroup"]
 

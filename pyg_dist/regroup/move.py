@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist import distributed
+from pyg_dist.runtime import distributed
 
 __all__ = ["move_clusters"]
 

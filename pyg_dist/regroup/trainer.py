@@ -11,14 +11,14 @@ from typing import Any
 
 from torch import Tensor
 
-from pyg_dist import distributed
-from pyg_dist.data import DistEdgeIndex
+from pyg_dist.data.dist_data import DistEdgeIndex
 from pyg_dist.halo.ledger import REGROUP
 from pyg_dist.partitioning.io import CLUSTERS_DIR, read_meta
 from pyg_dist.regroup.correction import batch_weight, edge_weights, shrink
 from pyg_dist.regroup.group import ClusterGroup
 from pyg_dist.regroup.move import move_clusters
 from pyg_dist.regroup.schedule import groups, inclusion
+from pyg_dist.runtime import distributed
 
 __all__ = ["GroupRunner", "LAYER"]
 

@@ -230,7 +230,7 @@ def test_shared_dropout_keeps_layer0_cached_and_exact(policy_results, policy_gra
     """Dropout masks drawn alike on every rank: layer 0 (12 -> 6 features)
     stops exchanging after its cache is filled, and every step equals
     single-process PyG fed the same global masks."""
-    from pyg_dist.dropout import _keep
+    from pyg_dist.utils.dropout import _keep
 
     graph = policy_graph
     first = policy_results[0]["dropout"]

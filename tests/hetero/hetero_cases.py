@@ -144,7 +144,7 @@ def train_steps(folder, case, state, steps, lr):
         loss = F.cross_entropy(out[paper.train_mask], paper.y[paper.train_mask],
                                reduction="sum") / total
         loss.backward()
-        pyg_dist.distributed.all_reduce_gradients(model.parameters())
+        pyg_dist.runtime.distributed.all_reduce_gradients(model.parameters())
         optimizer.step()
         data.ledger.next_step()
     exchanges = defaultdict(int)

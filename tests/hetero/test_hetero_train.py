@@ -12,7 +12,7 @@ from torch_geometric.data import HeteroData
 import pyg_dist
 from pyg_dist.config import Checkpoint, GradientOnly, GradSync, GraphParallel, LayerPipeline
 from pyg_dist.datasets import synthetic_mag
-from pyg_dist.hetero_models import HETERO_MODELS, hetero_model
+from pyg_dist.models.hetero import HETERO_MODELS, hetero_model
 from pyg_dist.nn import to_distributed
 from pyg_dist.train import train
 

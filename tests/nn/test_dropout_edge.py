@@ -8,9 +8,9 @@ from torch_geometric.nn import GCNConv, SAGEConv
 from torch_geometric.utils import coalesce
 
 import pyg_dist
-from pyg_dist.dropout import DropoutState
 from pyg_dist.models import GNN
 from pyg_dist.nn import DistGCNConv, DistSAGEConv, dropout_edge
+from pyg_dist.utils.dropout import DropoutState
 
 P = 0.4
 SEED = 1234

@@ -19,7 +19,6 @@ from tolerances import assert_close
 from torch_geometric.nn import GCNConv
 
 import pyg_dist
-from pyg_dist import distributed, peers
 from pyg_dist.config import Adam
 from pyg_dist.datasets import community_graph, write_graph_folder
 from pyg_dist.models import GNN
@@ -32,6 +31,7 @@ from pyg_dist.partitioning import (
     read_part,
 )
 from pyg_dist.partitioning.dist_cut import _permute, heaviest_entries, permutation_cut
+from pyg_dist.runtime import distributed, peers
 from pyg_dist.train import train
 
 WORLD = 4

@@ -18,11 +18,11 @@ from test_partition_distributed import error_of
 from tolerances import assert_close
 
 import pyg_dist
-from pyg_dist import distributed
 from pyg_dist.datasets import write_graph_folder
 from pyg_dist.partitioning import partition_distributed, read_meta, read_part
 from pyg_dist.partitioning.dist_cut import permutation_cut
 from pyg_dist.partitioning.hetero import _halos, _HeteroPlan, _local_rows, edge_key
+from pyg_dist.runtime import distributed
 
 WORLD = 4
 SEED = 3

@@ -110,7 +110,7 @@ def chunked_reference(labels, steps):
 def run_layout(folders, stages, kind, chunks, steps=2, balance_=None, halo=None,
                initial_rows="send"):
     net = model(kind)
-    data = load(folders[pyg_dist.distributed.world_size() // stages], stages, halo=halo)
+    data = load(folders[pyg_dist.runtime.distributed.world_size() // stages], stages, halo=halo)
     pipe = Pipeline(net, data, stages=stages, chunks=chunks, balance=balance_,
                     initial_rows=initial_rows)
     opt = torch.optim.SGD(net.parameters(), lr=LR)
@@ -139,7 +139,7 @@ def graph_parallel(folder, kind, steps=2):
 
 
 def body(folders):
-    world = pyg_dist.distributed.world_size()
+    world = pyg_dist.runtime.distributed.world_size()
     out = {("graph parallel", kind): graph_parallel(folders[world], kind) for kind in KINDS}
     for stages in [s for s in (1, 2, 4) if world % s == 0]:
         for kind in KINDS:

@@ -9,7 +9,6 @@ from typing import Any
 
 from torch import Tensor
 
-from pyg_dist import distributed
 from pyg_dist.halo.auto import probes
 from pyg_dist.halo.auto.cost import CostModel
 from pyg_dist.halo.choices import HaloChoices, LayerChoice, Link
@@ -19,6 +18,7 @@ from pyg_dist.halo.policy import FetchContext, HaloPolicy, HaloRows, PolicyState
 from pyg_dist.halo.reuse import ReuseState
 from pyg_dist.halo.spec import parse_policy
 from pyg_dist.halo.stale import Stale
+from pyg_dist.runtime import distributed
 
 __all__ = ["Auto", "AutoState", "DEFAULT_EPOCHS"]
 

@@ -8,10 +8,10 @@ import time
 
 import torch
 
-from pyg_dist import distributed
 from pyg_dist.halo.ledger import APART, Ledger
 from pyg_dist.halo.policy import FetchContext
 from pyg_dist.ops import spmm
+from pyg_dist.runtime import distributed
 
 __all__ = ["halo_share", "halo_rows", "warmup_steps", "probe_link", "time_spmm",
            "PROBE_BYTES", "PROBE"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import triton
 
-from pyg_dist import env
+from pyg_dist.runtime import env
 from pyg_dist.typing import TRITON_INTERPRET
 
 __all__ = [

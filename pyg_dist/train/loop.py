@@ -14,8 +14,6 @@ import torch
 from torch import nn
 from torch.optim import lr_scheduler
 
-from pyg_dist import distributed, planner
-from pyg_dist.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from pyg_dist.config import (
     Adam,
     Checkpoint,
@@ -32,10 +30,13 @@ from pyg_dist.config import (
 from pyg_dist.grads import GradientSync
 from pyg_dist.halo import Exact
 from pyg_dist.halo.layer import registry_of
-from pyg_dist.hetero_task import HeteroTask, check_hetero_strategy, is_hetero
 from pyg_dist.metrics import accuracies, data_keys, evaluate, global_loss
 from pyg_dist.pipeline import Pipeline
 from pyg_dist.regroup import GroupRunner
+from pyg_dist.runtime import distributed
+from pyg_dist.strategies import planner
+from pyg_dist.strategies.task import HeteroTask, check_hetero_strategy, is_hetero
+from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 
 __all__ = ["train", "evaluate", "accuracies", "TrainResult", "EpochStats", "sync_parameters",
            "all_reduce_gradients", "global_loss", "halo_choices"]
@@ -145,7 +146,7 @@ class TrainResult:
         epochs_to_target (int, optional): Epochs until it did.
         plan (dict, optional): Under ``strategy="auto"``, the chosen strategy
             with its predicted epoch seconds and bytes beside the measured
-            ones (see :mod:`pyg_dist.planner`).
+            ones (see :mod:`pyg_dist.strategies.planner`).
     """
 
     history: list[EpochStats] = field(default_factory=list)
@@ -314,10 +315,10 @@ def train(
     On a heterogeneous graph, loss and accuracies are those of the one node
     type with labels ``y`` and a ``train_mask``; the model is called as
     ``model(data.x_dict, data.edge_index_dict)``, or, when its ``reads``
-    attribute is :obj:`"homogeneous"` (:class:`~pyg_dist.hetero_models.RGCN`),
+    attribute is :obj:`"homogeneous"` (:class:`~pyg_dist.models.hetero.RGCN`),
     on ``data.to_homogeneous()`` as ``model(x, edge_index, edge_type,
     node_type)``, and returns the labelled type's logits (or a dictionary
-    holding them; see :class:`~pyg_dist.hetero_task.HeteroTask`). It trains
+    holding them; see :class:`~pyg_dist.strategies.task.HeteroTask`). It trains
     graph parallel only, under any halo policy the model's layers take.
 
     Args:

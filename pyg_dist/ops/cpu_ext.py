@@ -8,7 +8,7 @@ says which):
    (``pyg_dist/_cpu_kernels_<variant>*.so``, built by
    ``scripts/build_wheel.sh``), the variant of
    :func:`torch.backends.cpu.get_cpu_capability` (AVX2 or baseline, see
-   :mod:`pyg_dist.cpu_build`), loaded with :func:`torch.ops.load_library`.
+   :mod:`pyg_dist.ops.cpu_build`), loaded with :func:`torch.ops.load_library`.
    A library built for another torch release is not loaded, and one that
    fails to load warns with the cause and the fix (reinstall the wheel built
    for your torch); either way the kernels are compiled as in 2.
@@ -47,11 +47,15 @@ from typing import Literal
 
 import torch
 
-from pyg_dist import cpu_build, env
+from pyg_dist.ops import cpu_build
+from pyg_dist.runtime import env
 
 __all__ = ["is_available", "unavailable_reason", "kernels_origin", "kernels_library",
            "source_dir", "DISABLE_ENV", "STALE_LOCK_SECONDS", "COMPILE_MESSAGE"]
 
+#: The package folder: prebuilt libraries of a binary wheel and its copy of the
+#: C++ sources lie there (the repository's ``csrc/`` beside it in a checkout).
+PACKAGE = Path(__file__).resolve().parents[1]
 #: Set to ``1`` to never build nor load the extension (e.g. for baselines).
 DISABLE_ENV = env.DISABLE_CPU_EXT
 
@@ -90,8 +94,7 @@ class _Prebuilt:
 def source_dir() -> Path | None:
     """The folder holding the C++ sources: ``pyg_dist/csrc`` in an installed
     wheel, the repository's ``csrc/`` in a source checkout, else :obj:`None`."""
-    package = Path(__file__).resolve().parent
-    for candidate in (package / "csrc", package.parent / "csrc"):
+    for candidate in (PACKAGE / "csrc", PACKAGE.parent / "csrc"):
         if all((candidate / name).is_file() for name in cpu_build.SOURCES + cpu_build.HEADERS):
             return candidate
     return None
@@ -158,8 +161,7 @@ def _disabled_reason() -> str:
 
 def _find_prebuilt() -> _Prebuilt | None:
     """The libraries of a binary wheel, or :obj:`None` in any other installation."""
-    package = Path(__file__).resolve().parent
-    info = package / cpu_build.PREBUILT_INFO
+    info = PACKAGE / cpu_build.PREBUILT_INFO
     if not info.is_file():
         return None
     try:
@@ -169,8 +171,8 @@ def _find_prebuilt() -> _Prebuilt | None:
     variant = cpu_build.variant(torch.backends.cpu.get_cpu_capability())
     stem = cpu_build.library_name(variant).rpartition(".")[2]
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        if (package / f"{stem}{suffix}").is_file():
-            return _Prebuilt(package / f"{stem}{suffix}", built_for)
+        if (PACKAGE / f"{stem}{suffix}").is_file():
+            return _Prebuilt(PACKAGE / f"{stem}{suffix}", built_for)
     return _Prebuilt(None, built_for)
 
 

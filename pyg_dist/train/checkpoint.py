@@ -28,11 +28,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyg_dist.distributed import all_gather_objects, barrier
-from pyg_dist.distributed import rank as get_rank
-from pyg_dist.distributed import world_size as get_world_size
 from pyg_dist.halo.layer import registry_of
-from pyg_dist.peers import name
+from pyg_dist.runtime.distributed import all_gather_objects, barrier
+from pyg_dist.runtime.distributed import rank as get_rank
+from pyg_dist.runtime.distributed import world_size as get_world_size
+from pyg_dist.runtime.peers import name
 
 __all__ = ["save_checkpoint", "load_checkpoint", "find_checkpoint"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from pyg_dist import env
+from pyg_dist.runtime import env
 
 __all__ = ["launch", "RankFailed"]
 
@@ -75,7 +75,7 @@ def launch(
         raise ValueError(f"'launch' needs world_size >= 1 (got {world_size!r})")
     import cloudpickle
 
-    from pyg_dist.distributed import host_store
+    from pyg_dist.runtime.distributed import host_store
 
     payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
     threads = threads or max(1, (os.cpu_count() or 1) // world_size)
@@ -257,7 +257,7 @@ def _run_rank(
     import cloudpickle
     import torch
 
-    from pyg_dist.distributed import init, shutdown
+    from pyg_dist.runtime.distributed import init, shutdown
 
     torch.set_num_threads(options["threads"])
     try:

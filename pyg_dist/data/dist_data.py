@@ -9,7 +9,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist import distributed
 from pyg_dist.halo.cover import cover_adjacency
 from pyg_dist.halo.exchange import HaloChannel, exchange_halo
 from pyg_dist.halo.layer import HaloRegistry
@@ -18,6 +17,7 @@ from pyg_dist.halo.plan import HaloPlan
 from pyg_dist.halo.policy import HaloPolicy
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
 from pyg_dist.partitioning.io import PartitionMeta, read_meta, read_part
+from pyg_dist.runtime import distributed
 
 __all__ = ["DistData", "DistEdgeIndex", "Adj"]
 

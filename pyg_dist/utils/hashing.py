@@ -1,6 +1,6 @@
 """Counter-based hashing: random draws that are a pure function of integer keys.
 
-Shared dropout (:mod:`pyg_dist.dropout`) and the stochastic rounding of the
+Shared dropout (:mod:`pyg_dist.utils.dropout`) and the stochastic rounding of the
 low-bit halo codecs (:mod:`pyg_dist.halo.compress`) draw from these hashes
 instead of a generator: the same keys give the same draw on every rank and
 after a restart from a checkpoint, and no other random stream moves.

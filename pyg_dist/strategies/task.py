@@ -11,9 +11,9 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from pyg_dist.config import GradientOnly, GraphParallel, LayerPipeline, Planned
-from pyg_dist.hetero_data import DistHeteroData
-from pyg_dist.hetero_models import READS
+from pyg_dist.data.hetero_data import DistHeteroData
 from pyg_dist.metrics import MASKS, accuracies
+from pyg_dist.models.hetero import READS
 from pyg_dist.nn.twin import DistLayer
 
 __all__ = ["HeteroTask", "is_hetero", "labelled_type", "check_hetero_strategy"]

@@ -1,6 +1,6 @@
 """What a rank holds of a heterogeneous graph: per node type its owned rows
 and halo plan, per edge type its in-edges (:class:`~pyg_dist.DistHeteroData`), each
-edge type's adjacency a :class:`~pyg_dist.hetero_data.DistRelationIndex`."""
+edge type's adjacency a :class:`~pyg_dist.data.hetero_data.DistRelationIndex`."""
 from __future__ import annotations
 
 import os
@@ -10,14 +10,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.data import DistData, DistEdgeIndex, _check_same_partitioning, _read
+from pyg_dist.data.dist_data import DistData, DistEdgeIndex, _check_same_partitioning, _read
+from pyg_dist.data.hetero_view import homogeneous_view
 from pyg_dist.halo.exchange import HaloChannel
 from pyg_dist.halo.layer import HaloRegistry
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.plan import HaloPlan
 from pyg_dist.halo.policy import HaloPolicy
 from pyg_dist.halo.shared import SharedExchange
-from pyg_dist.hetero_view import homogeneous_view
 from pyg_dist.ops.csr import ptr_from_sorted
 from pyg_dist.partitioning.hetero import edge_key
 from pyg_dist.partitioning.io import PartitionMeta
@@ -167,9 +167,9 @@ class NodePart(_Store):
 
 
 class EdgePart(_Store):
-    """One edge type on a rank: ``edge_index`` (a :class:`~pyg_dist.hetero_data.DistRelationIndex`)
-    and every edge-level attribute, a row per local edge (in the order of
-    ``edge_index.col``).
+    """One edge type on a rank: ``edge_index`` (a
+    :class:`~pyg_dist.data.hetero_data.DistRelationIndex`) and every edge-level
+    attribute, a row per local edge (in the order of ``edge_index.col``).
 
     Args:
         key (tuple[str, str, str]): The edge type.
@@ -219,7 +219,7 @@ class DistHeteroData:
     ``data["paper"].x`` (owned ``paper`` rows), ``data["paper"].global_id``
     (their ids within ``paper`` in the partitioned graph),
     ``data["author", "writes", "paper"].edge_index`` (a
-    :class:`~pyg_dist.hetero_data.DistRelationIndex`), ``metadata()``, ``x_dict``,
+    :class:`~pyg_dist.data.hetero_data.DistRelationIndex`), ``metadata()``, ``x_dict``,
     ``edge_index_dict``.
 
     Every node type has one halo plan: the union over the edge types that
@@ -270,7 +270,7 @@ class DistHeteroData:
     def to_homogeneous(self) -> DistData:
         """This part as one homogeneous :class:`~pyg_dist.DistData`, as
         :meth:`torch_geometric.data.HeteroData.to_homogeneous` makes the whole graph (see
-        ``pyg_dist.hetero_view.homogeneous_view``): for models over all
+        ``pyg_dist.data.hetero_view.homogeneous_view``): for models over all
         types at once, such as :class:`~torch_geometric.nn.RGCNConv`."""
         return homogeneous_view(self)
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.data import DistData, DistEdgeIndex
+from pyg_dist.data.dist_data import DistData, DistEdgeIndex
 from pyg_dist.halo.exchange import HaloChannel
 from pyg_dist.halo.layer import HaloRegistry
 from pyg_dist.halo.plan import HaloPlan
@@ -28,7 +28,11 @@ def homogeneous_view(data: Any) -> DistData:
     (``edge_type``), indices into ``data.node_types`` (``data.edge_types``).
     Halo rows come from each peer contiguously (types in order within a
     peer); the halo in-degrees count every edge type, as on the homogeneous
-    graph. Exchanges are booked in ``data``'s ledger."""
+    graph. Exchanges are booked in ``data``'s ledger.
+
+    Args:
+        data (DistHeteroData): This rank's part of a heterogeneous graph.
+    """
     types = data.node_types
     counts = [data[t].num_nodes for t in types]
     local_offset = dict(zip(types, _offsets(counts)))

@@ -5,8 +5,8 @@ No other module of the package calls a collective or sends a message itself;
 what is used of :mod:`torch.distributed` elsewhere runs its own communication:
 DDP with torch's communication hooks (``pyg_dist.grads.sync``) and
 torchrun's error records (``pyg_dist.cli``). Every collective and
-point-to-point helper here runs under ``pyg_dist.peers.guard``, so a peer
-lost meanwhile raises ``pyg_dist.peers.PeerLost`` naming it. The
+point-to-point helper here runs under ``pyg_dist.runtime.peers.guard``, so a peer
+lost meanwhile raises ``pyg_dist.runtime.peers.PeerLost`` naming it. The
 reductions, broadcasts, gathers and barriers are no-ops in a group of one
 process. Point-to-point helpers take the peer's rank in ``group`` (the global
 rank for the default group)."""
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_dist import env, peers
+from pyg_dist.runtime import env, peers
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "world_size", "is_distributed", "default_device",

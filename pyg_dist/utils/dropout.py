@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pyg_dist.distributed import broadcast
-from pyg_dist.hashing import M32, call_key, entry_hash, mix32
+from pyg_dist.runtime.distributed import broadcast
+from pyg_dist.utils.hashing import M32, call_key, entry_hash, mix32
 
 __all__ = [
     "dropout",
@@ -165,7 +165,7 @@ def next_call(edge_index: Any, state: DropoutState | None = None) -> tuple[int, 
 
 def _keep(global_id: Tensor, width: int, seed: int, call: int, p: float) -> Tensor:
     """``[len(global_id), width]`` bool: which entries survive (an entry's
-    :func:`~pyg_dist.hashing.entry_hash`, read as int32, lies above the lowest
+    :func:`~pyg_dist.utils.hashing.entry_hash`, read as int32, lies above the lowest
     fraction ``p`` of its range)."""
     salt = call_key(seed, call, global_id.device)
     return entry_hash(global_id, width, salt) >= int(p * 2**32) - 2**31

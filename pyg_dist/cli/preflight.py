@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyg_dist.partitioning.io import read_meta, read_part
-from pyg_dist.peers import interface_address, package_versions
+from pyg_dist.runtime.peers import interface_address, package_versions
 
 __all__ = ["Check", "check_host", "check_interface", "check_master", "check_parts",
            "interfaces", "CONNECT_TIMEOUT"]

@@ -67,7 +67,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyg_dist import distributed
 from pyg_dist.config import RISKS, GradientOnly, GradSync, GraphParallel
 from pyg_dist.grads import GradientSync
 from pyg_dist.halo import Exact, Isolated
@@ -79,6 +78,7 @@ from pyg_dist.halo.layer import InputTracker
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.halo.policy import FetchContext
 from pyg_dist.metrics import evaluate, global_loss
+from pyg_dist.runtime import distributed
 
 __all__ = ["RISKS", "TIE", "MIN_COVER_SAVING", "PIPELINED_HIDDEN", "Traffic", "Probe",
            "Candidate", "Plan", "probe", "predict", "choose", "plan"]

@@ -1,0 +1,5 @@
+"""The runtime every rank stands on: the process group and its collectives
+(:mod:`~pyg_dist.runtime.distributed`, the one home of ``torch.distributed``),
+the peers and what a lost one looks like (:mod:`~pyg_dist.runtime.peers`),
+local ranks for scripts and notebooks (:mod:`~pyg_dist.runtime.launch`) and
+the environment variables read (:mod:`~pyg_dist.runtime.env`)."""

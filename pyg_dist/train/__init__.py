@@ -1,0 +1,17 @@
+"""Full-graph training across the ranks: :func:`train`, what it returns, and
+the pieces it is made of."""
+from pyg_dist.train.loop import (
+    EpochStats,
+    TrainResult,
+    accuracies,
+    all_reduce_gradients,
+    evaluate,
+    global_loss,
+    halo_choices,
+    sync_parameters,
+    train,
+    train_step,
+)
+
+__all__ = ["train", "evaluate", "accuracies", "TrainResult", "EpochStats", "sync_parameters",
+           "all_reduce_gradients", "global_loss", "halo_choices"]
