@@ -3,6 +3,8 @@ adjacency with its halo plan (:class:`DistEdgeIndex`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +202,49 @@ class DistEdgeIndex:
     def flush(self) -> None:
         """Completes halo exchanges still in flight (pipelined policies)."""
         self.registry.flush()
+
+    @contextmanager
+    def using(self, pre_aggregate: bool) -> Iterator[DistEdgeIndex]:
+        """Pre-aggregates (or not) for the block, and gives the old setting
+        back after it.
+
+        Args:
+            pre_aggregate (bool): Whether layers that can exchange partial
+                sums (see :meth:`pre_aggregated`).
+        """
+        before, self.pre_aggregate = self.pre_aggregate, pre_aggregate
+        try:
+            yield self
+        finally:
+            self.pre_aggregate = before
+
+    @contextmanager
+    def trial(self, pre_aggregate: bool | None = None,
+              **settings: Any) -> Iterator[Ledger]:
+        """A block the graph forgets after it: its traffic booked in a ledger
+        of its own (yielded), its halo state fresh and then dropped
+        (:meth:`HaloRegistry.trial`, with ``settings``), the graphs it derived
+        (pre-aggregated, restricted) and the random draws made undone: what a
+        probe measures on leaves the run as it was.
+
+        Args:
+            pre_aggregate (bool, optional): Whether to pre-aggregate in the
+                block; :obj:`None` keeps the graph's setting. (default: :obj:`None`)
+            **settings: The halo registry's settings for the block
+                (:meth:`HaloRegistry.using`).
+        """
+        derived = set(self._cache)
+        with ExitStack() as held:
+            held.enter_context(torch.random.fork_rng(devices=[]))
+            ledger = held.enter_context(self.channel.trial())
+            held.enter_context(self.registry.trial(**settings))
+            if pre_aggregate is not None:
+                held.enter_context(self.using(pre_aggregate))
+            try:
+                yield ledger
+            finally:
+                for key in set(self._cache) - derived:
+                    del self._cache[key]
 
     def to(self, device: torch.device | str) -> DistEdgeIndex:
         """This graph on ``device`` (move it before the first layer call: the

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +144,16 @@ class HaloChannel:
     transport: str | None = None
     _tags: dict[str, int] = field(default_factory=dict, repr=False)
     shared: Any = field(default=None, repr=False)
+
+    @contextmanager
+    def trial(self) -> Iterator[Ledger]:
+        """A block whose traffic is booked in a ledger of its own (yielded),
+        the channel's own ledger untouched."""
+        kept, self.ledger = self.ledger, Ledger()
+        try:
+            yield self.ledger
+        finally:
+            self.ledger = kept
 
     def tag(self, name: str, direction: str) -> int:
         """The message tag of exchange ``name`` (a layer, ``<layer>/flags``, ...)

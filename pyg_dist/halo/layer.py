@@ -2,8 +2,11 @@
 every layer's halo state (:class:`HaloRegistry`)."""
 from __future__ import annotations
 
+import copy
 import hashlib
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -29,12 +32,14 @@ FINGERPRINT_BLOCK = 1 << 20
 class LayerState:
     """One layer's halo state on one graph in one mode: its policy, the
     policy's state, the halo of its static input and that input's
-    :func:`fingerprint` (to recognise it after a restart)."""
+    :func:`fingerprint` (to recognise it after a restart), and the halo it was
+    made for (:func:`halo_of`)."""
 
     policy: HaloPolicy
     state: PolicyState
     static: HaloCache = field(default_factory=HaloCache)
     fingerprint: list[float] | None = None
+    halo: tuple[bool, int] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         return {"policy": self.state.state_dict(), "static": self.static.state_dict(),
@@ -108,16 +113,20 @@ class HaloRegistry:
             self._names[layer] = f"layer{len(self._names)}"
         return str(self._names[layer])
 
-    def layer(self, name: str, mode: str, policy: HaloPolicy) -> LayerState:
-        """The state of layer ``name`` in ``mode`` under ``policy``; a new one
-        when the policy changed (the old one's exchanges are completed first)."""
+    def layer(self, name: str, mode: str, policy: HaloPolicy,
+              halo: tuple[bool, int] | None = None) -> LayerState:
+        """The state of layer ``name`` in ``mode`` under ``policy`` on the
+        halo ``halo`` (:func:`halo_of` its graph); a new one when the policy or
+        the halo changed (the old one's exchanges are completed first): rows
+        kept for one halo mean nothing on another, as when a later run of the
+        same graph pre-aggregates and this one did not."""
         assert mode in MODULE_MODES, f"mode must be one of {MODULE_MODES}"
         key = (name, mode)
         layer = self.layers.get(key)
-        if layer is None or layer.policy != policy:
+        if layer is None or layer.policy != policy or layer.halo != halo:
             if layer is not None:
                 layer.policy.flush(layer.state)
-            layer = self.layers[key] = LayerState(policy, policy.init_state())
+            layer = self.layers[key] = LayerState(policy, policy.init_state(), halo=halo)
             restored = self._restored.pop(_key(name, mode), None)
             if restored is not None:
                 layer.load_state_dict(restored)
@@ -127,6 +136,46 @@ class HaloRegistry:
         """Completes halo exchanges still in flight (pipelined policies)."""
         for layer in self.layers.values():
             layer.policy.flush(layer.state)
+
+    @contextmanager
+    def using(self, **settings: Any) -> Iterator[HaloRegistry]:
+        """Sets ``default``, ``eval_default``, ``fixed`` or ``planned_steps``
+        as given for the block, and gives the old values back after it (a run
+        of :func:`~pyg_dist.train.train` sets what its strategy says, and
+        leaves the graph as it found it).
+
+        Args:
+            **settings: The settings and their values for the block.
+        """
+        unknown = sorted(set(settings) - _SETTINGS)
+        assert not unknown, f"HaloRegistry has no setting {unknown}"
+        before = {name: getattr(self, name) for name in settings}
+        for name, value in settings.items():
+            setattr(self, name, value)
+        try:
+            yield self
+        finally:
+            for name, value in before.items():
+                setattr(self, name, value)
+
+    @contextmanager
+    def trial(self, **settings: Any) -> Iterator[HaloRegistry]:
+        """A block that starts with no layer state and whose layer state,
+        tracked inputs and dropout calls are forgotten after it, with
+        ``settings`` as :meth:`using` takes them (a probe's steps, which the
+        run then starts without).
+
+        Args:
+            **settings: The settings and their values for the block.
+        """
+        kept = (self.layers, self.tracker, copy.deepcopy(self.dropout))
+        self.layers, self.tracker = {}, InputTracker()
+        try:
+            with self.using(**settings):
+                yield self
+        finally:
+            self.flush()
+            self.layers, self.tracker, self.dropout = kept
 
     def state_dict(self) -> dict[str, Any]:
         """Every layer's halo state (cached rows, ages, pending gradients) and
@@ -146,6 +195,20 @@ class HaloRegistry:
                 self.layers[name, mode].load_state_dict(layer_state)
             else:
                 self._restored[key] = layer_state
+
+
+def halo_of(edge_index: Any) -> tuple[bool, int]:
+    """What a layer's halo state is made for: whether ``edge_index`` is
+    pre-aggregated, and its halo rows.
+
+    Args:
+        edge_index (DistEdgeIndex): The graph.
+    """
+    return edge_index.base is not edge_index, int(edge_index.num_halo)
+
+
+#: What :meth:`HaloRegistry.using` may set for a block.
+_SETTINGS = {"default", "eval_default", "fixed", "planned_steps"}
 
 
 def _key(name: str, mode: str) -> str:
@@ -186,7 +249,7 @@ class LayerHalo:
         self.policy, self.name, self.edge_index = policy, name, edge_index
         self.mode = "train" if training else "eval"
         self.direction = "fwd" if training else "eval"
-        self.layer = registry.layer(name, self.mode, policy)
+        self.layer = registry.layer(name, self.mode, policy, halo_of(edge_index))
         self.tracker = registry.tracker
         channel = edge_index.channel
         self.ctx = FetchContext(channel, name, self.layer.state, self.layer.static,
