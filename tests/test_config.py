@@ -21,9 +21,9 @@ from pyg_dist.config import (
     Planned,
     strategy_from_dict,
 )
-from pyg_dist.halo import Stale
+from pyg_dist.halo import Exact, Stale
 from pyg_dist.train import train
-from pyg_dist.train.loop import _translate
+from pyg_dist.train.legacy import SPELLINGS, option_objects, translate
 
 EXAMPLES = [
     GraphParallel(),
@@ -52,7 +52,7 @@ def test_options_round_trip_through_plain_dictionaries(options):
 def test_a_policy_object_is_written_as_its_spec():
     options = GraphParallel(halo=Stale(every=3, compress="int8"))
     assert options.to_dict() == {"halo": "stale:3,compress=int8", "phases": "",
-                                 "pre_aggregate": False}
+                                 "pre_aggregate": None}
     assert GraphParallel.from_dict(options.to_dict()).halo == "stale:3,compress=int8"
 
 
@@ -105,23 +105,40 @@ def test_train_takes_at_most_ten_parameters():
     assert list(inspect.signature(train).parameters)[:3] == ["model", "data", "epochs"]
 
 
+def _translate(old):
+    return option_objects(translate(old))
+
+
 def test_old_keywords_map_onto_the_option_objects():
-    assert _translate({"lr": 0.1}, {}) == {"optimizer": Adam(lr=0.1)}
-    assert _translate({"checkpoint": "c", "checkpoint_every": 2, "resume": True}, {}) == \
+    assert _translate({"lr": 0.1}) == {"optimizer": Adam(lr=0.1)}
+    assert _translate({"checkpoint": "c", "checkpoint_every": 2, "resume": True}) == \
         {"checkpoint": Checkpoint("c", every=2, resume=True)}
-    assert _translate({"eval_every": 5, "eval_halo": "exact,compress=int8"}, {}) == \
+    assert _translate({"eval_every": 5, "eval_halo": "exact,compress=int8"}) == \
         {"evaluation": Evaluation(every=5, halo="exact,compress=int8")}
-    assert _translate({"grad_compress": "none"}, {}) == {"grad_sync": GradSync()}
-    assert _translate({"mode": "gradient-only", "regroup_every": 3, "shrinkage": 0.5}, {}) == \
+    assert _translate({"grad_compress": "none"}) == {"grad_sync": GradSync()}
+    assert _translate({"mode": "gradient-only", "regroup_every": 3, "shrinkage": 0.5}) == \
         {"strategy": GradientOnly(regroup_every=3, shrinkage=0.5)}
-    assert _translate({"chunks": 2}, {}) == {"strategy": LayerPipeline(stages=1, chunks=2)}
-    assert _translate({"stages": 1, "chunks": 1}, {}) == {}
+    assert _translate({"chunks": 2}) == {"strategy": LayerPipeline(stages=1, chunks=2)}
+    assert _translate({"stages": 1, "chunks": 1}) == {}
     with pytest.raises(ValueError, match="use one of exact, gradient-only"):
-        _translate({"mode": "isolated"}, {})
+        _translate({"mode": "isolated"})
     with pytest.raises(ValueError, match="clusters_per_rank in mode='gradient-only' only"):
-        _translate({"clusters_per_rank": 3}, {})
+        _translate({"clusters_per_rank": 3})
     with pytest.raises(ValueError, match="needs checkpoint=<folder>"):
-        _translate({"resume": True}, {})
+        _translate({"resume": True})
+
+
+def test_old_flags_map_through_the_same_table():
+    """The CLI's old flags are rows of the one table, translated into the
+    sections a config spells."""
+    assert {s.old for s in SPELLINGS} >= {"--mode", "--compress", "--no-input-cache",
+                                           "--clusters-per-part", "lr", "mode"}
+    assert translate({"--mode": "gradient-only", "--clusters-per-part": 3}) == \
+        {"strategy": {"name": "gradient-only", "clusters_per_rank": 3}}
+    assert translate({"--compress": "int8"}, halo="stale:4") == \
+        {"strategy": {"halo": "stale:4,compress=int8"}}
+    assert translate({"--no-input-cache": True}) == \
+        {"strategy": {"halo": "exact,cache_inputs=false"}}
 
 
 def test_old_keywords_warn_and_train_as_the_new_spelling(tmp_path):
@@ -166,14 +183,24 @@ def test_a_wrong_type_names_the_option_object(tmp_path):
         train(model, data, 1, evaluation=5, progress=False)
 
 
-def test_graph_parallel_halo_sets_the_policy_of_layers_that_set_none(tmp_path):
+def test_graph_parallel_halo_sets_the_policy_of_layers_that_set_none_for_the_run(tmp_path):
+    """The strategy's policy trains every layer that sets none, and the graph
+    has its own default back after the run (a later run with halo=None trains
+    under what the graph was loaded with)."""
     pyg_dist.partition(awkward_graph(num_features=4), 1, tmp_path / "parts")
     from pyg_dist.models import GNN
 
     data = pyg_dist.DistData.load(tmp_path / "parts")
-    train(GNN("gcn", 4, 8, 3), data, 1, strategy=GraphParallel(halo="stale:3"), progress=False)
-    assert data.edge_index.registry.policy(None) == Stale(every=3)
-    assert data.edge_index.registry.eval_default is None
+    registry = data.edge_index.registry
+    seen = []
+    result = train(GNN("gcn", 4, 8, 3), data, 2, strategy=GraphParallel(halo="stale:3"),
+                   progress=False, callback=lambda _: seen.append(registry.policy(None)))
+    assert seen == [Stale(every=3)] * 2 and result.setup["halo"] == "stale:3"
+    assert {state.policy for (_, mode), state in registry.layers.items()
+            if mode == "train"} == {Stale(every=3)}
+    assert registry.policy(None) == Exact() and registry.eval_default is None
+    again = train(GNN("gcn", 4, 8, 3), data, 1, progress=False)
+    assert again.setup["halo"] == "exact"
 
 
 def test_resume_without_a_checkpoint_starts_at_epoch_one(tmp_path, capsys):

@@ -180,3 +180,38 @@ def test_optional_dependencies_reach_only_the_cpu_loader():
             todo.extend(graph[module])
     assert seen == {"pyg_dist.typing", "pyg_dist.ops.cpu_ext", "pyg_dist.ops.cpu_build",
                     "pyg_dist.runtime.env"}, sorted(seen)
+
+
+#: The rooms of the package from the top down: a module imports only from
+#: its own level or below (the package root, the public face, sits between
+#: the layers that compute and the strategies that use them).
+LEVELS = {
+    "cli": 6, "testing": 6,
+    "train": 5, "config": 5,
+    "strategies": 4,
+    "nn": 3, "pipeline": 3, "regroup": 3, "models": 3, "grads": 3, "metrics": 3,
+    "halo": 2, "data": 2, "partitioning": 2, "datasets": 2,
+    "ops": 1, "runtime": 1, "utils": 1, "typing": 1, "version": 1,
+}
+ROOT_LEVEL = 3.5
+
+
+def _level(module: str) -> float:
+    parts = module.split(".")
+    return ROOT_LEVEL if len(parts) == 1 else LEVELS[parts[1]]
+
+
+def test_every_module_lives_in_a_room():
+    rooms = {m.split(".")[1] for m in modules() if "." in m}
+    assert rooms <= set(LEVELS), sorted(rooms - set(LEVELS))
+    loose = sorted(m for m in modules() if m.count(".") == 1 and m.split(".")[1] not in {
+        "config", "metrics", "typing", "version"} and not (PACKAGE / m.split(".")[1]).is_dir())
+    assert not loose, f"modules loose in the package root: {loose}"
+
+
+def test_the_house_reads_top_down():
+    """cli -> train -> strategies -> nn/pipeline/regroup/models -> halo/data
+    -> ops/runtime/utils: no module imports from a room above its own."""
+    upward = [f"{m} imports {d}" for m, deps in import_graph().items() for d in sorted(deps)
+              if _level(d) > _level(m)]
+    assert not upward, "\n".join(upward)

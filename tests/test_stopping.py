@@ -2,6 +2,8 @@
 should, learning-rate schedules survive a restart, a schedule of halo
 policies switches at the epoch it names on every rank alike, and bad values
 name the fix."""
+from dataclasses import dataclass
+
 import pytest
 import torch
 from graphs import awkward_graph
@@ -13,6 +15,8 @@ import pyg_dist
 import pyg_dist.train.loop as trainer
 from pyg_dist.config import Adam, Checkpoint, Evaluation, GraphParallel
 from pyg_dist.models import GNN
+from pyg_dist.runtime import distributed
+from pyg_dist.strategies import Runner, Step, Strategy
 from pyg_dist.train import train
 
 EPOCHS = 12
@@ -57,20 +61,77 @@ def test_target_stops_at_the_first_evaluation_that_reaches_it(tmp_path):
     assert sparse.epochs_to_target == (seen[0].epoch if seen else None)
 
 
-def test_patience_counts_evaluations_without_a_better_one(tmp_path):
-    folder = one_part(tmp_path)
-    full = run(folder, epochs=30)
-    for patience in (1, 3):
-        best, waited, expected = -1.0, 0, None
-        for e in full.history:
-            waited = 0 if e.val_acc > best or best < 0 else waited + 1
-            best = max(best, e.val_acc)
-            if waited >= patience:
-                expected = e.epoch
-                break
-        result = run(folder, epochs=30, evaluation=Evaluation(patience=patience))
-        assert result.epochs == (expected or 30)
-        assert result.stopped == ("patience" if expected else "epochs")
+#: The fake clock scripted runs advance and the loop reads (tests set
+#: ``trainer._clock`` to read it).
+CLOCK = [0.0]
+
+
+@dataclass(frozen=True)
+class Scripted(Strategy):
+    """A strategy (unregistered: no name) whose runner trains nothing: each
+    step costs ``seconds`` on :data:`CLOCK` (plus ``skew`` per rank) and each
+    evaluation gives the next of ``val`` as every accuracy."""
+
+    val: tuple[float, ...] = ()
+    seconds: float = 1.0
+    skew: float = 0.0
+
+    def runner(self, model, task, settings):
+        return ScriptedRun(self, model, task, settings)
+
+
+class ScriptedRun(Runner):
+    def __init__(self, strategy, model, task, settings):
+        super().__init__(model, task, settings, sync=False)
+        self.strategy, self.evaluations = strategy, 0
+
+    def step(self, epoch, optimizer):
+        CLOCK[0] += self.strategy.seconds + self.strategy.skew * distributed.rank()
+        return Step(loss=0.0)
+
+    def evaluate(self, step):
+        acc = self.strategy.val[self.evaluations]
+        self.evaluations += 1
+        return acc, acc, acc
+
+
+def scripted(data, val, epochs=None, **options):
+    """``train`` under :class:`Scripted` (a linear model: the loop needs parameters)."""
+    model = nn.Linear(4, 3)
+    return train(model, data, epochs or len(val), progress=False,
+                 strategy=Scripted(tuple(val), **options.pop("script", {})), **options)
+
+
+#: Validation accuracies of a run that improves at epochs 1, 2, 5, 9 (worked by hand below).
+VAL = [0.50, 0.60, 0.60, 0.55, 0.70, 0.70, 0.65, 0.70, 0.80, 0.80]
+
+
+@pytest.mark.parametrize("patience, epochs, best", [
+    (1, 3, 2),   # epoch 3 is the first without a better accuracy
+    (2, 4, 2),   # epochs 3, 4
+    (3, 8, 5),   # epochs 6, 7, 8 (epoch 5 improved on 0.60)
+    (4, 10, 9),  # never four in a row: the last epoch ends it
+])
+def test_patience_counts_evaluations_without_a_better_one(tmp_path, patience, epochs, best):
+    data = pyg_dist.DistData.load(one_part(tmp_path))
+    result = scripted(data, VAL, evaluation=Evaluation(patience=patience))
+    assert result.epochs == epochs and result.best_epoch == best
+    assert result.stopped == ("patience" if epochs < len(VAL) else "epochs")
+    assert result.val_acc == VAL[best - 1]
+
+
+def test_patience_counts_evaluations_not_epochs(tmp_path):
+    """Evaluated every 2 epochs, the evaluations see VAL at epochs 2, 4, 6, 8,
+    10: 0.60 (best), 0.55, 0.70 (best), 0.70, 0.80 (best). Never two in a row
+    without a better one: patience 2 runs to the end; patience 1 stops at the
+    second evaluation, epoch 4."""
+    data = pyg_dist.DistData.load(one_part(tmp_path))
+    every2 = [v for e, v in enumerate(VAL, 1) if e % 2 == 0]
+    result = scripted(data, every2, epochs=10,
+                      evaluation=Evaluation(every=2, patience=2))
+    assert result.stopped == "epochs" and result.best_epoch == 10
+    result = scripted(data, every2, epochs=10, evaluation=Evaluation(every=2, patience=1))
+    assert result.stopped == "patience" and result.epochs == 4 and result.best_epoch == 2
 
 
 class Slow(nn.Module):
@@ -108,17 +169,17 @@ def test_schedules_built_from_their_spelling(tmp_path):
     lrs = [e.lr for e in cosine.history]
     assert lrs[:3] == pytest.approx([0.1 / 3, 0.1 * 2 / 3, 0.1])
     assert lrs[3:] == sorted(lrs[3:], reverse=True) and lrs[-1] < 0.01
-    # Plateau: the rate halves after two evaluations without a better accuracy.
-    plateau = run(folder, epochs=30,
-                  optimizer=Adam(lr=0.1, weight_decay=0.0, schedule="plateau,patience=2"))
-    history = plateau.history
-    best, waited, lr = -1.0, 0, 0.1
-    for e, nxt in zip(history, history[1:]):
-        waited = 0 if e.val_acc > best else waited + 1
-        best = max(best, e.val_acc)
-        if waited > 2:
-            lr, waited = lr * 0.5, 0
-        assert nxt.lr == pytest.approx(lr), e.epoch
+
+
+def test_a_plateau_schedule_halves_the_rate_after_patience_evaluations(tmp_path):
+    """ReduceLROnPlateau(mode="max", patience=2) on the evaluations' accuracy:
+    0.5, 0.6 (better), then 0.6 three times: the third makes it halve, so
+    epoch 6 trains at 0.05; 0.7 (better), then three more: epoch 10 at 0.025."""
+    data = pyg_dist.DistData.load(one_part(tmp_path))
+    val = [0.5, 0.6, 0.6, 0.6, 0.6, 0.7, 0.7, 0.7, 0.7, 0.7]
+    result = scripted(data, val, optimizer=Adam(lr=0.1, weight_decay=0.0,
+                                                schedule="plateau,patience=2"))
+    assert [e.lr for e in result.history] == pytest.approx([0.1] * 5 + [0.05] * 4 + [0.025])
 
 
 def test_a_scheduler_for_another_optimizer_is_refused(tmp_path):
@@ -141,6 +202,7 @@ def test_a_scheduler_for_another_optimizer_is_refused(tmp_path):
 
 
 RESUME_EPOCHS, CKPT_EVERY, FAIL_AT = 9, 3, 7
+WORLD = 4
 
 
 class Interrupted(Exception):
@@ -183,9 +245,17 @@ def first_launch(folder, ckpt):
                    callback=lambda s: seen.append(data.edge_index.registry.default.spec()))
     # A budget every rank spends at once: all stop after the first epoch together.
     budget = train(model, data, 5, progress=False, evaluation=Evaluation(time_budget=1e-9))
+    # Clocks that disagree: rank r's step takes 1 + r/2 seconds, so the slowest
+    # (rank 3) spends 3.5 s in its second epoch, rank 0 in its fourth. Every
+    # rank stops by the slowest rank's clock, after epoch 2 (a rank going on
+    # alone would wait in the next collective until the timeout).
+    trainer._clock = lambda: CLOCK[0]
+    skewed = scripted(data, [0.5] * 8, script={"skew": 0.5},
+                      evaluation=Evaluation(time_budget=3.5))
     return {"straight": straight, "policies": seen,
             "fwd_bytes": [e.halo_bytes_fwd for e in result.history],
-            "budget": (budget.epochs, budget.stopped)}
+            "budget": (budget.epochs, budget.stopped),
+            "skewed": (skewed.epochs, skewed.stopped)}
 
 
 def second_launch(folder, ckpt):
@@ -193,17 +263,17 @@ def second_launch(folder, ckpt):
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
+def ranks(tmp_path_factory):
     root = tmp_path_factory.mktemp("stopping")
-    pyg_dist.partition(awkward_graph(num_features=4), 2, root / "parts", method="metis")
+    pyg_dist.partition(awkward_graph(num_features=4), WORLD, root / "parts", method="metis")
     args = (str(root / "parts"), str(root / "ckpt"))
-    first = pyg_dist.launch(first_launch, 2, args=args, timeout=600)
-    second = pyg_dist.launch(second_launch, 2, args=args, timeout=600)
+    first = pyg_dist.launch(first_launch, WORLD, args=args, timeout=120)
+    second = pyg_dist.launch(second_launch, WORLD, args=args, timeout=120)
     return first, second
 
 
-def test_a_scheduler_resumes_where_it_stopped(two_ranks):
-    first, second = two_ranks
+def test_a_scheduler_resumes_where_it_stopped(ranks):
+    first, second = ranks
     for rank, (a, b) in enumerate(zip(first, second)):
         straight = a["straight"]
         assert b["epochs"] == RESUME_EPOCHS
@@ -213,14 +283,19 @@ def test_a_scheduler_resumes_where_it_stopped(two_ranks):
             assert_close(b["state"][name], value, what=f"rank {rank}: {name}")
 
 
-def test_a_policy_schedule_switches_at_its_epoch_on_every_rank(two_ranks):
-    first, _ = two_ranks
+def test_a_policy_schedule_switches_at_its_epoch_on_every_rank(ranks):
+    first, _ = ranks
     expected = ["exact", "exact", "isolated", "isolated", "exact", "exact"]
-    assert [r["policies"] for r in first] == [expected, expected]
+    assert [r["policies"] for r in first] == [expected] * WORLD
     fwd = first[0]["fwd_bytes"]
     assert fwd[2] == fwd[3] == 0
     assert min(fwd[0], fwd[1], fwd[4], fwd[5]) > 0
-    assert [r["budget"] for r in first] == [(1, "time_budget")] * 2
+    assert [r["budget"] for r in first] == [(1, "time_budget")] * WORLD
+
+
+def test_a_time_budget_stops_every_rank_by_the_slowest_clock(ranks):
+    first, _ = ranks
+    assert [r["skewed"] for r in first] == [(2, "time_budget")] * WORLD
 
 
 def test_accuracies_from_the_training_forward_are_one_step_behind(tmp_path):

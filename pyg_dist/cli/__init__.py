@@ -42,33 +42,14 @@ from pyg_dist.cli.commands import (
 )
 from pyg_dist.cli.job import RECIPES, Graph, Job, Model, Run, resolve
 from pyg_dist.cli.run import plan_rank, train_command
-from pyg_dist.config import (
-    STRATEGIES,
-    Adam,
-    Checkpoint,
-    Evaluation,
-    GradientOnly,
-    GradSync,
-    GraphParallel,
-    LayerPipeline,
-    Planned,
-)
+from pyg_dist.config import STRATEGIES, Adam, Checkpoint, Evaluation, GradSync, Planned
 from pyg_dist.datasets.load import HETERO_DATASETS
-from pyg_dist.halo import parse_policy
 from pyg_dist.models.gnn import DEEP_MODELS
 from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.pipeline.pipeline import INITIAL_ROWS
+from pyg_dist.train.legacy import SPELLINGS, translate
 
 __all__ = ["main", "build_parser", "parse_job", "read_config", "RECIPES"]
-
-#: Options of earlier releases, hidden from --help: each one's new spelling.
-DEPRECATED = {
-    "--mode": "--strategy graph-parallel|gradient-only",
-    "--compress": "--halo POLICY,compress=KIND",
-    "--no-input-cache": "--halo POLICY,cache_inputs=false",
-    "--clusters-per-part": "--clusters-per-rank (train) or partition --clusters-per-part",
-}
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyg-dist", description=__doc__.split("\n")[0])
@@ -151,18 +132,16 @@ def _train_parser(sub: Any, name: str, help: str) -> None:
     add_fields(steps, Checkpoint, "checkpoint", prefix="checkpoint-",
                flags={"dir": "--checkpoint", "resume": "--resume"})
     seen: set[str] = set()
+    default, *others = STRATEGIES.values()
     strategy = train.add_argument_group(
-        "strategy (default: the one whose options are given, else graph-parallel)")
+        f"strategy (default: the one whose options are given, else {default.name})")
     strategy.add_argument("--strategy", dest="strategy.name", choices=list(STRATEGIES),
                           default=argparse.SUPPRESS, metavar="NAME",
                           help="|".join(STRATEGIES))
-    add_fields(strategy, GraphParallel, "strategy", seen=seen)
-    add_fields(train.add_argument_group("strategy: gradient-only"), GradientOnly, "strategy",
-               seen=seen)
-    add_fields(train.add_argument_group("strategy: layer-pipeline (deep models)"),
-               LayerPipeline, "strategy", seen=seen)
-    add_fields(train.add_argument_group("strategy: auto (chosen by a probe and predictions)"),
-               Planned, "strategy", seen=seen)
+    add_fields(strategy, default, "strategy", seen=seen)
+    for cls in others:
+        title = f"strategy: {cls.name}" + (f" ({cls.summary})" if cls.summary else "")
+        add_fields(train.add_argument_group(title), cls, "strategy", seen=seen)
     hidden = train.add_argument_group()
     hidden.add_argument("--mode", dest="old.mode", choices=["exact", "gradient-only"],
                         default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -180,10 +159,22 @@ def parse_job(args: argparse.Namespace) -> Job:
     :class:`ValueError` naming the fix on a bad option."""
     options = given(args)
     _translate_deprecated(options)
+    if args.command == "plan":
+        _planned(options)
     base: dict[str, Any] = {}
     if args.config:
         base = read_config(args.config)
     return resolve(base, options)
+
+
+def _planned(options: dict[str, dict[str, Any]]) -> None:
+    """``pyg-dist plan`` ranks every strategy itself: its strategy is the
+    planner's, with the probe's options given."""
+    strategy = options.setdefault("strategy", {})
+    name = strategy.setdefault("name", Planned.name)
+    if name != Planned.name:
+        raise ValueError(f"'pyg-dist plan' ranks every strategy itself; drop --strategy {name} "
+                         f"(for a layer pipeline's grid use 'pyg-dist layouts')")
 
 
 def read_config(path: str) -> dict[str, Any]:
@@ -209,21 +200,16 @@ def read_config(path: str) -> dict[str, Any]:
 
 def _translate_deprecated(options: dict[str, dict[str, Any]]) -> None:
     """Rewrites the options of earlier releases into their new spelling, saying so."""
-    old = options.pop("old", {})
-    for key in old:
-        flag = "--" + key.replace("_", "-")
-        print(f"pyg-dist: warning: {flag} is deprecated; use {DEPRECATED[flag]}",
-              file=sys.stderr)
+    old = {"--" + key.replace("_", "-"): value for key, value in options.pop("old", {}).items()}
+    for flag in old:
+        new = next(s.new for s in SPELLINGS if s.old == flag)
+        print(f"pyg-dist: warning: {flag} is deprecated; use {new}", file=sys.stderr)
     strategy = options.setdefault("strategy", {})
-    if "mode" in old:
-        strategy.setdefault("name", "gradient-only" if old["mode"] == "gradient-only"
-                            else "graph-parallel")
-    if "clusters_per_part" in old:
-        strategy.setdefault("clusters_per_rank", old["clusters_per_part"])
-    if "compress" in old or "no_input_cache" in old:
-        policy = parse_policy(strategy.get("halo", "exact"), old.get("compress"),
-                              not old.get("no_input_cache", False))
-        strategy["halo"] = policy.spec()
+    for key, value in translate(old, strategy.get("halo")).get("strategy", {}).items():
+        if key == "name":
+            strategy.setdefault(key, value)  # --strategy wins over --mode
+        else:
+            strategy[key] = value
     if not strategy:
         del options["strategy"]
 

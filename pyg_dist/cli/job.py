@@ -24,7 +24,7 @@ from pyg_dist.datasets.load import DATASETS, HETERO_DATASETS
 from pyg_dist.models.gnn import DEEP_MODELS
 from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.partitioning.cut import METHODS
-from pyg_dist.strategies.task import check_hetero_strategy
+from pyg_dist.strategies import Settings
 
 __all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "HOMOGENEOUS_MODELS", "DEFAULT_PARTS",
            "resolve"]
@@ -228,9 +228,19 @@ def resolve(base: dict[str, Any], given: dict[str, dict[str, Any]]) -> Job:
     if values.get("checkpoint") is not None and values["checkpoint"].get("dir") is None:
         raise ValueError("--resume and --checkpoint-every need --checkpoint DIR")
     job = Job.from_dict(values)
-    if graph.hetero or model.name in HETERO_MODELS:
-        check_hetero_strategy(job.strategy, job.grad_sync)
+    _check_strategy(job, hetero=graph.hetero or model.name in HETERO_MODELS)
     return job
+
+
+def _check_strategy(job: Job, hetero: bool) -> None:
+    """What the job's strategy says of its model, ranks and settings, before
+    any rank starts."""
+    strategy = job.strategy
+    strategy.check_settings(Settings(job.epochs, job.grad_sync, job.evaluation,
+                                     job.checkpoint, hetero))
+    strategy.check_model(job.model.name, job.model.layers)
+    if job.graph.parts is not None:
+        strategy.graph_parts(job.graph.parts)
 
 
 def _check_fits(graph: Graph, model: str) -> None:

@@ -11,16 +11,15 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
 
 import pyg_dist
-from pyg_dist import pipeline
 from pyg_dist.cli.commands import meta_summary, partition_graph
 from pyg_dist.cli.job import DEFAULT_PARTS, HOMOGENEOUS_MODELS, Job
-from pyg_dist.config import GradientOnly, LayerPipeline, Planned, as_policy
+from pyg_dist.config import Planned, as_policy
 from pyg_dist.halo import Exact
 from pyg_dist.models.gnn import DEEP_MODELS, GNN, DeepGNN
 from pyg_dist.models.hetero import HETERO_MODELS, hetero_model
@@ -34,11 +33,6 @@ from pyg_dist.train.loop import EpochStats, train
 
 __all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "load_part"]
 
-#: Clusters per part that ``train`` cuts for gradient-only training when the
-#: strategy does not say.
-DEFAULT_CLUSTERS = 4
-
-
 def train_command(job: Job, body: Callable[[Job, str], Any] | None = None) -> int:
     """Runs ``job`` and prints its JSON line (rank 0's); ``body`` is what
     each rank runs (default: :func:`train_rank`)."""
@@ -49,10 +43,11 @@ def train_command(job: Job, body: Callable[[Job, str], Any] | None = None) -> in
         result = record(_run_joined)(job, body)
     else:
         graph = job.graph
-        parts = graph.parts or (read_meta(graph.parts_dir).num_parts * _stages(job)
+        parts = graph.parts or (read_meta(graph.parts_dir).num_parts
+                                * job.strategy.ranks_per_part()
                                 if graph.parts_dir else DEFAULT_PARTS)
         job = dataclasses.replace(job, graph=dataclasses.replace(graph, parts=parts))
-        check_pipeline(job)
+        _check_ranks(job)
         with tempfile.TemporaryDirectory(prefix="pyg_dist-parts-") as tmp:
             folder = graph.parts_dir or str(Path(tmp) / "parts")
             if graph.parts_dir is None:
@@ -66,37 +61,21 @@ def train_command(job: Job, body: Callable[[Job, str], Any] | None = None) -> in
     return 0
 
 
-def check_pipeline(job: Job) -> None:
-    """Fails early, naming the fix, on a layer pipeline the job cannot make."""
-    strategy, model = job.strategy, job.model
-    if not isinstance(strategy, LayerPipeline):
-        return
-    if model.name not in DEEP_MODELS:
-        raise SystemExit(f"--strategy layer-pipeline splits a deep model into stages; use "
-                         f"--model {' | '.join(DEEP_MODELS)} (got --model {model.name})")
-    parts = job.graph.parts
-    if parts is not None and parts % strategy.stages:
-        raise SystemExit(f"--stages {strategy.stages} does not divide --parts {parts} (the "
-                         f"ranks); the graph is cut into parts / stages parts")
-    if model.layers is not None and model.layers < strategy.stages:
-        raise SystemExit(f"--layers {model.layers} cannot fill --stages {strategy.stages}; use "
-                         f"at least as many layers as stages")
-
-
-def _stages(job: Job) -> int:
-    return job.strategy.stages if isinstance(job.strategy, LayerPipeline) else 1
+def _check_ranks(job: Job) -> None:
+    """Fails early, naming the fix, when the job's strategy cannot share the
+    graph among its ranks."""
+    assert job.graph.parts is not None, "the ranks are known by now"
+    try:
+        job.strategy.graph_parts(job.graph.parts)
+    except ValueError as exc:
+        raise SystemExit(f"pyg-dist train: {exc}") from None
 
 
 def _partition(job: Job, out: Path, overwrite: bool = False) -> Any:
     strategy = job.strategy
-    clusters = 1
-    if isinstance(strategy, GradientOnly):
-        clusters = strategy.clusters_per_rank or DEFAULT_CLUSTERS
-    elif isinstance(strategy, Planned) and strategy.accept == "approximate":
-        clusters = DEFAULT_CLUSTERS  # gradient-only training is a candidate
     assert job.graph.parts is not None, "the ranks are known by now"
-    return partition_graph(job.graph, out, job.graph.parts // _stages(job), clusters,
-                           overwrite=overwrite)
+    return partition_graph(job.graph, out, strategy.graph_parts(job.graph.parts),
+                           strategy.clusters_per_part(), overwrite=overwrite)
 
 
 def _run_joined(job: Job, body: Callable[[Job, str], Any]) -> dict[str, Any] | None:
@@ -137,7 +116,7 @@ def train_joined(job: Job, body: Callable[[Job, str], Any] | None = None
             f"start {parts} ranks"
         )
     job = dataclasses.replace(job, graph=dataclasses.replace(job.graph, parts=world))
-    check_pipeline(job)
+    _check_ranks(job)
     folder = job.graph.parts_dir
     if folder is None:
         # One machine: ranks share torchrun's agent as parent, hence one folder.
@@ -158,10 +137,7 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
     if spec.name in HETERO_MODELS:
         raise SystemExit(f"--model {spec.name} trains a heterogeneous graph, but '{folder}' "
                          f"holds a homogeneous one; use --model {'|'.join(HOMOGENEOUS_MODELS)}")
-    if isinstance(strategy, LayerPipeline):
-        data = pipeline.load(folder, strategy.stages)
-    else:
-        data = pyg_dist.DistData.load(folder)
+    data = strategy.load(folder)
     if data.meta.num_classes is None:
         raise SystemExit(f"'{folder}' has no class labels (integer 'y'); partition a graph "
                          f"with node labels to train on it")
@@ -211,8 +187,8 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
     if rank != 0:
         return None
     hetero = isinstance(data, pyg_dist.DistHeteroData)
-    registry = data.registry if hetero else data.edge_index.registry
-    policy = registry.policy(None)
+    setup = dict(result.setup)
+    halo, input_cache = setup.pop("halo"), setup.pop("input_cache")
     return {
         **result.summary(),
         "dataset": job.graph.dataset,
@@ -226,11 +202,10 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         "strategy": strategy.name,
         **{k: v for k, v in strategy.to_dict().items() if k != "halo"},
         **({"chosen": result.plan["choice"]} if result.plan else {}),
-        **({"clusters_per_rank": data.meta.clusters_per_part}
-           if isinstance(strategy, GradientOnly) else {}),
-        "halo": policy.spec(),
+        **setup,
+        "halo": halo,
         "eval_halo": (as_policy(job.evaluation.halo) or Exact()).spec(),
-        "input_cache": bool(getattr(policy, "cache_inputs", True)),
+        "input_cache": input_cache,
         "grad_compress": job.grad_sync.spec,
         "config": job.to_dict(),
     }
@@ -239,15 +214,13 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
 def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
     """What each rank of ``pyg-dist plan`` runs: the probe on its part and
     the predictions; rank 0 prints one JSON row per strategy (fastest
-    first) and returns the choice."""
-    strategy = job.strategy if isinstance(job.strategy, Planned) else Planned()
-    if isinstance(job.strategy, LayerPipeline):
-        raise SystemExit("'pyg-dist plan' ranks graph-parallel and gradient-only training; "
-                         "for a layer pipeline's grid use 'pyg-dist layouts'")
+    first) and returns the choice. The job's strategy is the planner's
+    (:func:`pyg_dist.cli.parse_job` makes it so)."""
     if read_meta(folder).types is not None:
         raise SystemExit(f"'pyg-dist plan' ranks homogeneous strategies; '{folder}' holds a "
                          f"heterogeneous graph, which trains graph parallel: pyg-dist train "
                          f"--parts-dir {folder} --halo exact|auto|...")
+    strategy = cast(Planned, job.strategy)
     data, model = load_part(job, folder)
     chosen = planner.plan(model, data, job.epochs, strategy.accept, strategy.probe_steps,
                           job.evaluation.every)
@@ -258,7 +231,7 @@ def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
     choice = chosen.choice
     return {**chosen.summary(), "epochs": job.epochs, "parts": distributed.world_size(),
             "probe": dataclasses.asdict(chosen.probe),
-            "train": {"strategy": {"name": choice.strategy.name, **choice.strategy.to_dict()},
+            "train": {"strategy": choice.strategy.describe(),
                       "grad_sync": choice.grad_sync.to_dict()}}
 
 

@@ -1,7 +1,8 @@
-"""What :func:`pyg_dist.train.train` reads of a heterogeneous graph: the
-labelled node type's labels and masks, the model's inputs (the type
-dictionaries, or the homogeneous view), and its logits of that type; and the
-strategies that cannot train one, refused up front."""
+"""What :func:`pyg_dist.train.train` and the strategies read of a graph: a
+:class:`Task` holds the labels and masks, the model's inputs, its logits of
+the model's output, the ledger and the halo registry; :class:`HeteroTask`
+reads a heterogeneous graph's labelled node type, and the model's inputs as
+the type dictionaries or the homogeneous view."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,13 +11,13 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
-from pyg_dist.config import GradientOnly, GraphParallel, LayerPipeline, Planned
 from pyg_dist.data.hetero_data import DistHeteroData
-from pyg_dist.metrics import MASKS, accuracies
+from pyg_dist.halo.layer import registry_of
+from pyg_dist.metrics import MASKS, accuracies, data_keys
 from pyg_dist.models.hetero import READS
 from pyg_dist.nn.twin import DistLayer
 
-__all__ = ["HeteroTask", "is_hetero", "labelled_type", "check_hetero_strategy"]
+__all__ = ["Task", "HeteroTask", "task_of", "is_hetero", "labelled_type"]
 
 
 def is_hetero(data: Any) -> bool:
@@ -52,39 +53,91 @@ def labelled_type(data: Any) -> str:
     return labelled[0]
 
 
-def check_hetero_strategy(strategy: Any, grad_sync: Any = None) -> None:
-    """Raises, naming what to use instead, on options that cannot train a
-    heterogeneous graph: gradient-only regrouping, a layer pipeline, the
-    planner's ``strategy="auto"``, pre-aggregation and gradient compression.
+class Task:
+    """A graph as :func:`~pyg_dist.train.train` reads it: the model is called
+    on ``inputs`` (``data.x, data.edge_index`` unless given) and its output is
+    the logits of this rank's rows; the loss reads ``y`` and ``train_mask``,
+    the accuracies the masks the graph has.
 
     Args:
-        strategy (GraphParallel or GradientOnly or LayerPipeline or Planned):
-            The strategy.
-        grad_sync (GradSync, optional): How gradients are summed.
+        data (DistData or torch_geometric.data.Data): The graph, with ``x``,
+            ``y`` and ``train_mask`` (and ``edge_index`` unless ``inputs`` are
+            given).
+        inputs (tuple, optional): The model's arguments. (default: :obj:`None`)
+
+    Attributes:
+        hetero (bool): Whether the graph is heterogeneous.
+        ledger (pyg_dist.halo.Ledger, optional): The graph's ledger
+            (:obj:`None` in one process).
+        registry (pyg_dist.halo.HaloRegistry, optional): Its halo policies
+            and state (:obj:`None` in one process).
+    """
+
+    hetero = False
+    train_mask: Tensor
+    val_mask: Tensor | None
+    test_mask: Tensor | None
+
+    def __init__(self, data: Any, inputs: tuple[Any, ...] | None = None) -> None:
+        keys = data_keys(data)
+        needed = ("x", "y", "train_mask") + (("edge_index",) if inputs is None else ())
+        missing = [k for k in needed if k not in keys]
+        if missing:
+            raise ValueError(
+                f"'train' needs data.{', data.'.join(missing)}; partition a graph that has "
+                f"them (node features 'x', labels 'y' and a boolean 'train_mask')")
+        self.data = data
+        self.inputs: tuple[Any, ...] = inputs or (data.x, data.edge_index)
+        self.y = data.y
+        self._keys = [k for k in keys if k == "y" or k in MASKS]
+        for mask in MASKS:
+            setattr(self, mask, getattr(data, mask) if mask in keys else None)
+        self.ledger = getattr(data, "ledger", None)
+        self.registry = registry_of(data)
+
+    @property
+    def graph(self) -> Any:
+        """The model's graph argument (a :class:`~pyg_dist.DistEdgeIndex` on the ranks)."""
+        return self.inputs[1]
+
+    def keys(self) -> list[str]:
+        """The attributes the trainer reads (``y`` and the masks the graph has)."""
+        return list(self._keys)
+
+    def logits(self, out: Tensor) -> Tensor:
+        """The logits the loss reads of the model's output ``out``: all of it."""
+        return out
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> tuple[float, float, float]:
+        """Global accuracy of ``model`` on ``train_mask``, ``val_mask`` and
+        ``test_mask``. Collective.
+
+        Args:
+            model (torch.nn.Module): The model, switched to evaluation mode.
+        """
+        model.eval()
+        return accuracies(self.logits(model(*self.inputs)).argmax(dim=-1), self)
+
+
+def task_of(data: Any, model: nn.Module, inputs: tuple[Any, ...] | None = None) -> Task:
+    """The :class:`Task` of ``data`` (a :class:`HeteroTask` for a
+    heterogeneous graph); ``data`` itself when it is one.
+
+    Args:
+        data: The graph (a :class:`~pyg_dist.DistData`,
+            :class:`~pyg_dist.DistHeteroData` or PyG graph).
+        model (torch.nn.Module): The model that trains on it.
+        inputs (tuple, optional): The model's arguments, for a homogeneous
+            graph; :obj:`None` for ``data.x, data.edge_index``.
             (default: :obj:`None`)
     """
-    instead = ("train it with strategy=GraphParallel(halo=...) (CLI: --strategy "
-               "graph-parallel --halo exact|stale:K|auto|...)")
-    if isinstance(strategy, GradientOnly):
-        raise ValueError(f"'train' on a heterogeneous graph: gradient-only regrouping "
-                         f"clusters a homogeneous graph; {instead}")
-    if isinstance(strategy, LayerPipeline):
-        raise ValueError(f"'train' on a heterogeneous graph: a layer pipeline splits a deep "
-                         f"homogeneous model into stages; {instead}")
-    if isinstance(strategy, Planned) or strategy == "auto":
-        raise ValueError("'train' on a heterogeneous graph: strategy='auto' ranks homogeneous "
-                         "strategies; let each layer choose its halo with "
-                         "strategy=GraphParallel(halo='auto') (CLI: --halo auto)")
-    if isinstance(strategy, GraphParallel) and strategy.pre_aggregate:
-        raise ValueError(f"'train' on a heterogeneous graph: pre-aggregation exchanges partial "
-                         f"sums, which relations do not; leave pre_aggregate off and {instead}")
-    if grad_sync is not None and grad_sync.compress not in (None, "none"):
-        raise ValueError(f"'train' on a heterogeneous graph sums plain gradients (got "
-                         f"grad_sync={grad_sync}); leave grad_sync out (CLI: drop "
-                         f"--grad-compress)")
+    if isinstance(data, Task):
+        return data
+    return HeteroTask(data, model) if is_hetero(data) else Task(data, inputs)
 
 
-class HeteroTask:
+class HeteroTask(Task):
     r"""A heterogeneous graph as :func:`~pyg_dist.train.train` reads it: the
     labelled node type's ``y`` and masks, the inputs of ``model`` and its
     logits of that type. A model reads the type dictionaries
@@ -102,11 +155,9 @@ class HeteroTask:
     Attributes:
         node_type (str): The labelled node type.
         inputs (tuple): The model's arguments.
-        ledger (pyg_dist.halo.Ledger, optional): The graph's ledger
-            (:obj:`None` in one process).
-        registry (pyg_dist.halo.HaloRegistry, optional): Its halo policies
-            and state (:obj:`None` in one process).
     """
+
+    hetero = True
 
     def __init__(self, data: Any, model: nn.Module) -> None:
         reads = getattr(model, "reads", "dicts")
@@ -123,7 +174,7 @@ class HeteroTask:
         self.data = data
         self.node_type = labelled_type(data)
         store = data[self.node_type]
-        self._keys = ["x", "edge_index", "y", *(m for m in MASKS if m in store)]
+        self._keys = ["y", *(m for m in MASKS if m in store)]
         self.y = store.y
         for mask in MASKS:
             setattr(self, mask, getattr(store, mask) if mask in store else None)
@@ -139,10 +190,6 @@ class HeteroTask:
             self.inputs = (data.x_dict, data.edge_index_dict)
         self.num_rows = int(self.y.size(0))
 
-    def keys(self) -> list[str]:
-        """The attributes the trainer reads (``y`` and the masks the labelled type has)."""
-        return list(self._keys)
-
     def logits(self, out: Tensor | dict[str, Tensor]) -> Tensor:
         """The labelled type's rows of the model's output ``out``."""
         if isinstance(out, dict):
@@ -155,14 +202,3 @@ class HeteroTask:
                              f"{self.num_rows} '{self.node_type}' nodes of this rank; return "
                              f"the logits of the labelled type '{self.node_type}' only")
         return out
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> tuple[float, float, float]:
-        """Global accuracy of ``model`` on the labelled type's ``train_mask``,
-        ``val_mask`` and ``test_mask``. Collective.
-
-        Args:
-            model (torch.nn.Module): The model, switched to evaluation mode.
-        """
-        model.eval()
-        return accuracies(self.logits(model(*self.inputs)).argmax(dim=-1), self)

@@ -14,4 +14,4 @@ from pyg_dist.train.loop import (
 )
 
 __all__ = ["train", "evaluate", "accuracies", "TrainResult", "EpochStats", "sync_parameters",
-           "all_reduce_gradients", "global_loss", "halo_choices"]
+           "all_reduce_gradients", "global_loss", "halo_choices", "train_step"]

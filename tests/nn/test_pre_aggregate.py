@@ -216,6 +216,7 @@ def battery(dirs, specs, refs_state):
                              .name(gat)}
         out[key, "errors"] = bad_inputs(path)
         out[key, "train"] = {flag: train_run(path, flag) for flag in (False, True)}
+        out[key, "retrain"] = retrain_run(path)
     return {"gids": {k: pyg_dist.DistData.load(p).global_id for k, p in dirs.items()},
             "results": out}
 
@@ -229,6 +230,22 @@ def train_run(path, pre_aggregate):
                    strategy=GraphParallel(pre_aggregate=pre_aggregate))
     return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()},
             "losses": [e.loss for e in result.history], "ledger": data.ledger.rows()}
+
+
+def retrain_run(path):
+    """On one graph, training pre-aggregated, then with pre_aggregate=False,
+    then with the graph's own setting (off, as loaded): the partial sums each
+    run sent, and the graph's setting after them."""
+    data = pyg_dist.DistData.load(path)
+    sums = []
+    for flag in (True, False, None):
+        start = data.ledger.step
+        torch.manual_seed(0)
+        train(GNN("gcn", F_IN, 6, 3, dropout=0.5), data, 2, progress=False,
+              strategy=GraphParallel(pre_aggregate=flag))
+        sums.append(sum(e["partial_sums_sent"] for e in data.ledger.rows()
+                        if e["step"] >= start))
+    return {"partial_sums": sums, "after": data.edge_index.pre_aggregate}
 
 
 def bad_inputs(path):
@@ -453,3 +470,14 @@ def test_training_equals_training_with_rows(runs, world_size):
     assert sent["convs.1", "fwd"][1] > 0 and sent["convs.1", "bwd"][1] > 0
     assert sent["convs.0", "fwd"][1] == 0 < sent["convs.0", "fwd"][0]
     assert sent["convs.0", "eval"][1] > 0  # evaluation: no dropout, partial sums
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_pre_aggregation_holds_for_its_run_only(runs, world_size):
+    """pre_aggregate=False turns it off, and a run leaves the graph's own
+    setting as it found it: after a pre-aggregated run, neither a run with
+    False nor one with the graph's setting sends a partial sum."""
+    retrains = [res["results"]["awkward-metis", "retrain"] for res in runs(world_size)]
+    on, off, default = (sum(r["partial_sums"][i] for r in retrains) for i in range(3))
+    assert on > 0 and off == 0 and default == 0
+    assert not any(r["after"] for r in retrains)

@@ -1,0 +1,358 @@
+"""The strategy interface: what every strategy offers the training loop, the
+command line and the planner, and the one training step they share.
+
+A strategy is an option dataclass (:class:`Strategy`, checked when made, read
+and written as a dictionary) that registers itself by its ``name`` when its
+class is defined, as halo policies do. Its hooks are the whole contract:
+
+=================================  ============================================
+hook                               asked by
+=================================  ============================================
+:meth:`Strategy.ranks_per_part`    the CLI, to start ranks for a folder's parts
+:meth:`Strategy.graph_parts`       the CLI, to cut the graph for the ranks
+:meth:`Strategy.clusters_per_part` the CLI, to cut clusters when it needs them
+:meth:`Strategy.load`              the CLI's ranks, to load their part
+:meth:`Strategy.check_model`       the CLI, before any rank starts
+:meth:`Strategy.check_settings`    :func:`~pyg_dist.train.train` and the CLI
+:meth:`Strategy.runner`            :func:`~pyg_dist.train.train`: one run
+:meth:`Strategy.candidates`        the planner: predictions from a probe
+=================================  ============================================
+
+A :class:`Runner` is one run of a strategy on one rank: it takes a training
+step (:meth:`Runner.step`), evaluates, saves and restores its own state for
+checkpoints, and on :meth:`Runner.close` leaves the graph as it found it
+(every setting it changed for the run is held in a context of the object
+that owns it).
+"""
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from pyg_dist.data.dist_data import DistData
+from pyg_dist.grads import GradientSync
+from pyg_dist.metrics import global_loss
+from pyg_dist.strategies.cost import Candidate, Probe
+from pyg_dist.strategies.options import Options, as_policy
+from pyg_dist.strategies.settings import Settings
+from pyg_dist.strategies.task import Task, task_of
+
+__all__ = ["Strategy", "Runner", "Step", "STRATEGIES", "as_strategy", "strategy_from_dict",
+           "take_step", "train_step", "HETERO_INSTEAD"]
+
+#: Every strategy, by name (``pyg-dist train --strategy NAME``), in the order
+#: their classes were defined.
+STRATEGIES: dict[str, type[Strategy]] = {}
+
+#: What a strategy that cannot train a heterogeneous graph suggests instead.
+HETERO_INSTEAD = ("train it with strategy=GraphParallel(halo=...) (CLI: --strategy "
+                  "graph-parallel --halo exact|stale:K|auto|...)")
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one training step gives the loop.
+
+    Attributes:
+        loss (float): The global training loss.
+        forward_seconds (float): Seconds of the step's forward (to the loss).
+        logits (torch.Tensor, optional): The forward's logits of this rank's
+            rows, where the strategy has them.
+    """
+
+    loss: float
+    forward_seconds: float = 0.0
+    logits: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Strategy(Options):
+    """Base of the training strategies: an option dataclass whose subclasses
+    register themselves by ``name`` and answer the hooks of the module's
+    table. Every hook but :meth:`runner` has a default: one graph part per
+    rank, no clusters, :meth:`~pyg_dist.DistData.load`, any model, no
+    heterogeneous graph, evaluation by a forward of its own, no predictions.
+    """
+
+    #: The strategy's name (``--strategy NAME``, ``{"name": ...}`` in configs).
+    name: ClassVar[str] = ""
+    #: A few words on when to use it, for help texts (empty: none).
+    summary: ClassVar[str] = ""
+    #: Why the strategy cannot train a heterogeneous graph; empty if it can.
+    hetero_refusal: ClassVar[str] = "it trains homogeneous graphs only"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if name:
+            known = STRATEGIES.get(name)
+            if known is not None and known.__qualname__ != cls.__qualname__:
+                raise ValueError(f"strategy name '{name}' is taken by {known.__name__}; give "
+                                 f"{cls.__name__} another name")
+            STRATEGIES[name] = cls
+
+    def ranks_per_part(self) -> int:
+        """Ranks that share one graph part (1: a part per rank)."""
+        return 1
+
+    def graph_parts(self, world_size: int) -> int:
+        """The parts the graph is cut into when ``world_size`` ranks train;
+        raises :class:`ValueError`, naming the fix, when they cannot.
+
+        Args:
+            world_size (int): The ranks.
+        """
+        share = self.ranks_per_part()
+        if world_size % share:
+            raise ValueError(f"{self} shares each graph part among {share} ranks, which "
+                             f"does not divide the {world_size} ranks; train on a multiple "
+                             f"of {share} ranks")
+        return world_size // share
+
+    def clusters_per_part(self) -> int:
+        """Clusters each part is cut into for this strategy (1: none)."""
+        return 1
+
+    def load(self, folder: Any) -> Any:
+        """This rank's part of the partition folder ``folder``, loaded as this
+        strategy trains it. Collective.
+
+        Args:
+            folder (str or os.PathLike): The partition folder.
+        """
+        return DistData.load(folder)
+
+    def check_model(self, kind: str, layers: int | None = None) -> None:
+        """Raises :class:`ValueError`, naming the fix, when this strategy
+        cannot train a model of ``kind`` (a name of :mod:`pyg_dist.models`).
+
+        Args:
+            kind (str): The model's name (``"gcn"``, ``"gcn2"``, ...).
+            layers (int, optional): Its layers; :obj:`None` for its recipe's.
+                (default: :obj:`None`)
+        """
+
+    def check_settings(self, settings: Settings) -> None:
+        """Raises :class:`ValueError`, naming the fix, on settings this
+        strategy cannot train with.
+
+        Args:
+            settings (Settings): The run's settings.
+        """
+        if settings.hetero and self.hetero_refusal:
+            raise ValueError(f"'train' on a heterogeneous graph: {self.hetero_refusal}; "
+                             f"{HETERO_INSTEAD}")
+        if settings.evaluation.from_training:
+            raise ValueError(f"Evaluation(from_training=True) reads the training forward of "
+                             f"graph-parallel training under one exact policy (got {self}); "
+                             f"evaluate with a forward of its own (from_training=False)")
+
+    def runner(self, model: nn.Module, task: Task, settings: Settings) -> Runner:
+        """One run of this strategy on this rank (collective).
+
+        Args:
+            model (torch.nn.Module): The model.
+            task (Task): What the model trains on.
+            settings (Settings): The run's settings, checked.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no runner")
+
+    @classmethod
+    def candidates(cls, probe: Probe, epochs: int) -> list[Candidate]:
+        """This strategy's options with their predicted step and bytes
+        (pure arithmetic on the probe; none by default).
+
+        Args:
+            probe (Probe): What the probe measured.
+            epochs (int): The planned epochs.
+        """
+        return []
+
+    def describe(self) -> dict[str, Any]:
+        """The strategy as configs write it: ``{"name": ..., **fields}``."""
+        return {"name": self.name, **self.to_dict()}
+
+
+def as_strategy(value: Any) -> Strategy:
+    """The strategy ``train`` was given: :obj:`None` is graph-parallel
+    training under the graph's policies, ``"auto"`` the planner's choice.
+
+    Args:
+        value (Strategy or str, optional): A strategy, :obj:`None` or ``"auto"``.
+    """
+    if value is None:
+        return STRATEGIES["graph-parallel"]()
+    if value == "auto":
+        return STRATEGIES["auto"]()
+    if not isinstance(value, Strategy):
+        spelled = ", ".join(f"{cls.__name__}(...)" for cls in STRATEGIES.values())
+        raise TypeError(f"'train' got strategy={value!r}; pass {spelled} or \"auto\" from "
+                        f"pyg_dist.config")
+    return value
+
+
+def strategy_from_dict(values: dict[str, Any]) -> Strategy:
+    """The strategy ``{"name": ..., **fields}`` spells (what
+    :meth:`Strategy.describe` wrote).
+
+    Args:
+        values (dict): The strategy's fields and its ``"name"`` (a key of
+            :data:`STRATEGIES`; graph-parallel's when missing).
+    """
+    name = values.get("name", "graph-parallel")
+    cls = STRATEGIES.get(name)
+    if cls is None:
+        raise ValueError(f"unknown strategy '{name}'; use one of {', '.join(STRATEGIES)}")
+    return cls.from_dict(values)  # type: ignore[no-any-return]
+
+
+class Runner:
+    """One run of a strategy on one rank, made by :meth:`Strategy.runner`
+    and driven by :func:`~pyg_dist.train.train`: a step per epoch, evaluation
+    on the evaluation's schedule, its state in checkpoints, :meth:`close` at
+    the end. This base trains ``model`` on the task's inputs with a
+    :class:`~pyg_dist.grads.GradientSync` and evaluates with a forward of its
+    own; for the run, the graph's halo registry evaluates under the
+    evaluation's policy and knows the planned steps.
+
+    Args:
+        model (torch.nn.Module): The model.
+        task (Task): What it trains on.
+        settings (Settings): The run's settings.
+        sync (bool, optional): Whether gradients are summed by a
+            :class:`~pyg_dist.grads.GradientSync` of the settings'
+            compression. (default: :obj:`True`)
+
+    Attributes:
+        plan (Plan, optional): The planner's plan, where the run was chosen
+            by one.
+    """
+
+    def __init__(self, model: nn.Module, task: Task, settings: Settings,
+                 sync: bool = True) -> None:
+        self.model, self.task, self.settings = model, task, settings
+        self.plan: Any = None
+        self._held = ExitStack()
+        registry = task.registry
+        if registry is not None:
+            self.hold(registry.using(eval_default=as_policy(settings.evaluation.halo),
+                                     planned_steps=settings.epochs))
+        self.sync = (GradientSync(model, settings.grad_sync.compress, task.ledger,
+                                  planned_steps=settings.epochs) if sync else None)
+
+    def hold(self, context: AbstractContextManager[Any]) -> Any:
+        """Enters ``context`` (a setting of the graph's, say) until :meth:`close`."""
+        return self._held.enter_context(context)
+
+    @property
+    def ledger(self) -> Any:
+        """The ledger the run books into (:obj:`None` in one process)."""
+        return self.task.ledger
+
+    def step(self, epoch: int, optimizer: torch.optim.Optimizer) -> Step:
+        """Epoch ``epoch``'s training step (1-based). Collective.
+
+        Args:
+            epoch (int): The epoch.
+            optimizer (torch.optim.Optimizer): The optimizer to step.
+        """
+        return take_step(self.model, self.task, optimizer, self.sync)
+
+    def evaluate(self, step: Step) -> tuple[float, float, float]:
+        """Global accuracies on the train, validation and test masks after
+        ``step``. Collective.
+
+        Args:
+            step (Step): The epoch's training step.
+        """
+        return self.task.evaluate(self.model)
+
+    def describe(self) -> dict[str, Any]:
+        """How the run trains: the policy of layers that set none (its spec)
+        and whether a static input's halo is fetched once."""
+        registry = self.task.registry
+        if registry is None:
+            return {}
+        policy = registry.policy(None)
+        return {"halo": policy.spec(), "input_cache": bool(getattr(policy, "cache_inputs",
+                                                                   True))}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What checkpoints keep of the run besides the model, optimizer and
+        graph: the gradient sum's state."""
+        return {"grad_sync": self.sync.state_dict() if self.sync is not None else {}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict`.
+
+        Args:
+            state (dict): What :meth:`state_dict` returned.
+        """
+        if self.sync is not None:
+            self.sync.load_state_dict(state.get("grad_sync", {}))
+
+    def close(self) -> None:
+        """Completes exchanges in flight and gives the graph back its settings."""
+        try:
+            if self.task.registry is not None:
+                self.task.registry.flush()
+        finally:
+            self._held.close()
+
+
+def take_step(model: nn.Module, task: Task, optimizer: torch.optim.Optimizer,
+              sync: GradientSync | None = None, inputs: tuple[Any, ...] | None = None,
+              loss_scale: float = 1.0) -> Step:
+    """The training step every strategy takes: the model on ``inputs``
+    (default: the task's), the loss averaged over the training nodes of all
+    ranks, the gradients of this rank's share (times ``loss_scale``) summed
+    over the ranks by ``sync``, one optimizer step. Collective.
+
+    Args:
+        model (torch.nn.Module): The model.
+        task (Task): Its labels, training mask and inputs.
+        optimizer (torch.optim.Optimizer): The optimizer to step.
+        sync (GradientSync, optional): Runs the model and sums its gradients;
+            :obj:`None` for a plain one. (default: :obj:`None`)
+        inputs (tuple, optional): The model's arguments; :obj:`None` for the
+            task's. (default: :obj:`None`)
+        loss_scale (float, optional): Scales this rank's share of the loss.
+            (default: :obj:`1.0`)
+    """
+    sync = sync or GradientSync(model)
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    start = time.perf_counter()
+    out = task.logits(sync(*(inputs or task.inputs)))
+    loss, value = global_loss(out, task.y, task.train_mask)
+    forward = time.perf_counter() - start
+    sync.backward(loss * loss_scale if loss_scale != 1.0 else loss)
+    optimizer.step()
+    return Step(value, forward, out)
+
+
+def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
+               sync: GradientSync | None = None, inputs: tuple[Any, ...] | None = None,
+               loss_scale: float = 1.0) -> float:
+    """One optimisation step on the global loss (:func:`take_step`); returns
+    the global loss. Collective.
+
+    Args:
+        model (torch.nn.Module): The model, called as
+            ``model(data.x, data.edge_index)`` unless ``inputs`` say otherwise.
+        data (DistData or torch_geometric.data.Data): The graph, with ``y``
+            and ``train_mask``.
+        optimizer (torch.optim.Optimizer): The optimizer to step.
+        sync (GradientSync, optional): Runs the model and sums its gradients;
+            :obj:`None` for a plain one. (default: :obj:`None`)
+        inputs (tuple, optional): The model's arguments. (default: :obj:`None`)
+        loss_scale (float, optional): Scales this rank's share of the loss.
+            (default: :obj:`1.0`)
+    """
+    task = task_of(data, model, inputs)
+    return take_step(model, task, optimizer, sync, inputs, loss_scale).loss
