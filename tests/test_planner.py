@@ -9,7 +9,9 @@ from graphs import awkward_graph
 
 from pyg_dist.config import Evaluation, GradSync, Planned
 from pyg_dist.models import GNN
-from pyg_dist.strategies import planner
+from pyg_dist.strategies import GradientOnly, GraphParallel, planner
+from pyg_dist.strategies.cost import Candidate, Probe, Traffic
+from pyg_dist.strategies.graph_parallel import MIN_COVER_SAVING
 from pyg_dist.train import train
 
 EPOCHS = 6
@@ -79,7 +81,8 @@ def plan_and_train(parts):
             match = next(c for c in again if c.label == label)
             runs["auto"].update(strategy=match.strategy, grad_sync=match.grad_sync)
     return {"untouched": untouched, "measured": measured, "probe": plan.probe,
-            "choice": plan.choice.label, "runs": runs}
+            "choice": plan.choice.label, "table": plan.table(), "summary": plan.summary(),
+            "runs": runs}
 
 
 def test_predicted_bytes_equal_the_ledger_and_auto_trains_its_choice(tmp_path):
@@ -104,7 +107,7 @@ def test_predicted_bytes_equal_the_ledger_and_auto_trains_its_choice(tmp_path):
     # on a minimum vertex cover layer 1 sends fewer rows (partial sums
     # included); layer 0's input, dropped out, keeps its cached rows
     assert probe.cover is not None and probe.cover_setup > 0
-    assert probe.cover[1].rows < second.rows and probe.cover_saving > planner.MIN_COVER_SAVING
+    assert probe.cover[1].rows < second.rows and probe.cover_saving > MIN_COVER_SAVING
     for label, (predicted, booked) in out["measured"].items():
         assert predicted == booked, label
     auto, chosen = out["runs"]["auto"], out["runs"]["chosen"]
@@ -113,31 +116,81 @@ def test_predicted_bytes_equal_the_ledger_and_auto_trains_its_choice(tmp_path):
         assert torch.equal(ours, ref)
     plan = auto["plan"]
     assert plan["accept"] == "compressed" and plan["risk"] in ("exact", "compressed")
-    assert plan["predicted_epoch_s"] > plan["predicted_step_s"] > 0
-    assert plan["measured_epoch_s"] > 0 and plan["measured_step_s"] > 0
+    # one meaning per key: the epoch is the step and the evaluations' share
+    # (an evaluation every epoch here), in the plan's rows as in its summary
+    for row in out["table"]:
+        assert row["predicted_epoch_s"] == pytest.approx(
+            row["predicted_step_s"] + probe.eval_seconds, abs=2e-6)
+    chosen_row = next(r for r in out["table"] if r["chosen"])
+    assert chosen_row["strategy"] == out["choice"] == out["summary"]["choice"]
+    for key in ("predicted_step_s", "predicted_epoch_s", "predicted_bytes_per_epoch"):
+        assert out["summary"][key] == chosen_row[key], key
+    assert plan["measured_epoch_s"] >= plan["measured_step_s"] > 0
     assert plan["measured_bytes_per_epoch"] == plan["predicted_bytes_per_epoch"]
 
 
 def _probe(**overrides):
     values = {"world_size": 4, "latency": 1e-4, "bandwidth": 1e8, "compute": 0.1,
-              "layers": [planner.Traffic("convs.0", static_width=128, fill_rows=6e4,
-                                         fill_fwd=2e4, first_width=128, first_rows=6e4,
-                                         moved=4e4),
-                         planner.Traffic("convs.1", 40, 6e4, 4e4)],
+              "layers": [Traffic("convs.0", static_width=128, fill_rows=6e4,
+                                 fill_fwd=2e4, first_width=128, first_rows=6e4,
+                                 moved=4e4),
+                         Traffic("convs.1", 40, 6e4, 4e4)],
               "grad_bytes": 1e5, "clusters": True}
-    return planner.Probe(**{**values, **overrides})
+    return Probe(**{**values, **overrides})
 
 
-@pytest.mark.parametrize("accept", planner.RISKS)
-def test_the_choice_is_the_fastest_at_the_accepted_risk(accept):
-    candidates = planner.predict(_probe(), 100)
-    choice = planner.choose(candidates, accept)
-    level = planner.RISKS.index(accept)
-    allowed = [c for c in candidates if planner.RISKS.index(c.risk) <= level]
-    assert planner.RISKS.index(choice.risk) <= level
-    assert choice.seconds <= min(c.seconds for c in allowed) * (1 + planner.TIE)
-    if accept == "exact":
-        assert choice.label == "graph-parallel exact"
+def test_predictions_are_the_link_model_worked_by_hand():
+    """Two ranks, no latency, 1 MB/s; one layer exchanging 10-wide float32
+    rows (40 B): 1,500 rows an exchange over the ranks, 1,000 moved by the
+    busiest rank. A step's halo takes 1,000 * 40 B / 1 MB/s = 0.04 s, the
+    ring all-reduce of 100 kB 2 * (100 kB / 2) / 1 MB/s = 0.1 s (fp16: 0.05 s),
+    on top of 0.1 s of compute. Bytes over 10 epochs: rows forward and
+    gradients back, 10 * 2 * 1,500 * 40 = 1.2 MB, and 10 * 2 ranks * 100 kB."""
+    probe = Probe(world_size=2, latency=0.0, bandwidth=1e6, compute=0.1,
+                  layers=[Traffic("convs.0", width=10, rows=1500, moved=1000)],
+                  grad_bytes=1e5, clusters=True)
+    by_label = {c.label: c for c in planner.predict(probe, 10)}
+    expected = {  # seconds, bytes
+        "graph-parallel exact": (0.24, 3_200_000),
+        "graph-parallel exact, grad fp16": (0.19, 2_200_000),
+        "graph-parallel stale:2": (0.22, 2_600_000),  # half the exchanges
+        "graph-parallel pipelined": (0.23, 3_200_000),  # a quarter hidden
+        "graph-parallel isolated": (0.2, 2_000_000),
+        "graph-parallel sampled:0.1": (0.204, 2_120_000),
+        "gradient-only": (0.2, 2_000_000),
+        "gradient-only, grad fp16": (0.15, 1_000_000),
+    }
+    for label, (seconds, nbytes) in expected.items():
+        assert by_label[label].seconds == pytest.approx(seconds), label
+        assert by_label[label].bytes == nbytes, label
+    # int8 rows are 10 + 4 bytes: 0.1 + 1,000 * 14 / 1e6 + 0.1
+    assert by_label["graph-parallel exact,compress=int8"].seconds == pytest.approx(0.214)
+    # no clusters, no gradient-only candidate
+    assert not [c for c in planner.predict(Probe(**{**vars(probe), "clusters": False}), 10)
+                if c.label.startswith("gradient-only")]
+
+
+def _candidate(label, risk, seconds, nbytes):
+    return Candidate(label, GraphParallel(), GradSync(), risk, seconds, nbytes, 10)
+
+
+#: Hand-made candidates: the fastest of each risk, and a near tie.
+CANDIDATES = [_candidate("exact", "exact", 1.00, 900),
+              _candidate("exact, fewer bytes", "exact", 1.005, 500),  # within 1%: a tie
+              _candidate("exact, slower", "exact", 1.02, 100),  # not a tie
+              _candidate("compressed", "compressed", 0.80, 800),
+              _candidate("stale", "stale", 0.50, 700),
+              _candidate("approximate", "approximate", 0.90, 10)]
+
+
+@pytest.mark.parametrize("accept, expected", [
+    ("exact", "exact, fewer bytes"),  # 1.005 s ties 1.00 s, and sends fewer bytes
+    ("compressed", "compressed"),
+    ("stale", "stale"),
+    ("approximate", "stale"),  # approximate is allowed, but slower
+])
+def test_the_choice_is_the_fastest_at_the_accepted_risk(accept, expected):
+    assert planner.choose(CANDIDATES, accept).label == expected
 
 
 def test_predictions_follow_the_link():
@@ -152,6 +205,13 @@ def test_predictions_follow_the_link():
     assert planner.choose(fast, "stale").seconds <= (
         {c.label: c for c in fast}["graph-parallel exact"].seconds)
     assert math.isclose(planner.choose(fast, "exact").seconds, 0.1, rel_tol=0.05)
+    assert planner.choose(slow, "exact").label == "graph-parallel exact"
+
+
+def test_every_registered_strategy_is_asked():
+    """The planner ranks what each strategy's own hook predicts."""
+    labels = {c.label.split(" ")[0].rstrip(",") for c in planner.predict(_probe(), 100)}
+    assert labels == {GraphParallel.name, GradientOnly.name}
 
 
 def test_bad_accept_is_named():
