@@ -59,7 +59,7 @@ from pyg_dist.strategies.options import (
 from pyg_dist.strategies.settings import STOPS
 
 __all__ = ["Options", "GraphParallel", "GradientOnly", "LayerPipeline", "Planned", "RISKS",
-           "Strategy", "GradSync",
+           "GradSync",
            "Adam", "LRSchedule", "Evaluation", "Checkpoint", "STRATEGIES", "SCHEDULES", "STOPS",
            "option", "strategy_from_dict", "parse_phases", "as_policy"]
 

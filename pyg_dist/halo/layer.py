@@ -116,7 +116,7 @@ class HaloRegistry:
     def layer(self, name: str, mode: str, policy: HaloPolicy,
               halo: tuple[bool, int] | None = None) -> LayerState:
         """The state of layer ``name`` in ``mode`` under ``policy`` on the
-        halo ``halo`` (:func:`halo_of` its graph); a new one when the policy or
+        halo ``halo`` (``halo_of`` its graph); a new one when the policy or
         the halo changed (the old one's exchanges are completed first): rows
         kept for one halo mean nothing on another, as when a later run of the
         same graph pre-aggregates and this one did not."""
