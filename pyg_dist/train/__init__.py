@@ -10,7 +10,7 @@ from pyg_dist.train.loop import (
     halo_choices,
     sync_parameters,
     train,
-    train_step,
+    train_step,  # noqa: F401 - imported from here, not yet documented as public API
 )
 
 __all__ = ["train", "evaluate", "accuracies", "TrainResult", "EpochStats", "sync_parameters",
