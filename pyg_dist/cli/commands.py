@@ -26,10 +26,19 @@ __all__ = ["partition_command", "distributed_partition_command", "convert_comman
 
 
 def _graph(args: argparse.Namespace) -> Graph:
-    return Graph.from_dict(given(args).get("graph", {}))
+    """The graph the options name; a bad option exits naming the fix."""
+    try:
+        return Graph.from_dict(given(args).get("graph", {}))
+    except ValueError as exc:
+        raise SystemExit(f"pyg-dist {args.command}: {exc}") from None
 
 
 def partition_command(args: argparse.Namespace) -> int:
+    parts = given(args).get("graph", {}).get("parts")
+    if parts is not None and parts < 1:
+        raise SystemExit(f"pyg-dist partition: --parts {parts}: give the number of parts to cut "
+                         f"(one per rank), an integer >= 1, or leave it out for "
+                         f"{DEFAULT_PARTS} (or torchrun's ranks)")
     if args.distributed or args.input is not None:
         return distributed_partition_command(args)
     graph = _graph(args)
@@ -83,7 +92,8 @@ def distributed_partition_command(args: argparse.Namespace) -> int:
         if meta is None:  # not rank 0
             return 0
     else:
-        meta = pyg_dist.launch(partition_distributed, options.get("parts") or DEFAULT_PARTS,
+        parts = options.get("parts")
+        meta = pyg_dist.launch(partition_distributed, DEFAULT_PARTS if parts is None else parts,
                                args=job)[0]
     print(json.dumps(meta_summary(meta)))
     return 0

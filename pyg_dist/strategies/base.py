@@ -204,8 +204,11 @@ def strategy_from_dict(values: dict[str, Any]) -> Strategy:
         values (dict): The strategy's fields and its ``"name"`` (a key of
             :data:`STRATEGIES`; graph-parallel's when missing).
     """
+    if not isinstance(values, dict):
+        raise ValueError(f"a strategy is read from a JSON object of its fields and its name, "
+                         f"e.g. {{'name': 'graph-parallel', 'halo': 'exact'}}, not {values!r}")
     name = values.get("name", "graph-parallel")
-    cls = STRATEGIES.get(name)
+    cls = STRATEGIES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise ValueError(f"unknown strategy '{name}'; use one of {', '.join(STRATEGIES)}")
     return cls.from_dict(values)  # type: ignore[no-any-return]
