@@ -40,6 +40,7 @@ from pyg_dist.cli.commands import (
     layouts_command,
     partition_command,
 )
+from pyg_dist.cli.errors import check_dataset, check_parts_dir, reporting
 from pyg_dist.cli.job import RECIPES, Graph, Job, Model, Run, resolve
 from pyg_dist.cli.run import plan_rank, train_command
 from pyg_dist.config import STRATEGIES, Adam, Checkpoint, Evaluation, GradSync, Planned
@@ -47,12 +48,14 @@ from pyg_dist.datasets.load import HETERO_DATASETS
 from pyg_dist.models.gnn import DEEP_MODELS
 from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.pipeline.pipeline import INITIAL_ROWS
+from pyg_dist.runtime import env
 from pyg_dist.train.legacy import SPELLINGS, translate
 
 __all__ = ["main", "build_parser", "parse_job", "read_config", "RECIPES"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyg-dist", description=__doc__.split("\n")[0])
+    _add_debug(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     part = sub.add_parser("partition", help="cut a graph into a partition folder")
@@ -66,12 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="cut --input on --parts ranks (spawned, or torchrun's), none of "
                            "which holds the whole graph (default method: metis-coarse)")
     part.add_argument("--input", metavar="DIR", help="graph folder read by --distributed")
+    _add_debug(part)
 
     convert = sub.add_parser("convert", help="write a dataset as a graph folder: .npy files "
                                              "every rank memory-maps a slice of")
     add_fields(convert, Graph, "graph", skip={"parts_dir", "parts", "method"})
     convert.add_argument("--out", required=True, help="folder to write")
     convert.add_argument("--overwrite", action="store_true")
+    _add_debug(convert)
 
     _train_parser(sub, "train", "train a GNN on a partitioned graph")
     _train_parser(sub, "plan", "predict every strategy's epoch time and bytes from a short "
@@ -84,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     layouts.add_argument("--layers", type=int, default=32)
     layouts.add_argument("--hidden", type=int, default=64)
     layouts.add_argument("--initial-rows", default=INITIAL_ROWS[0], choices=INITIAL_ROWS)
+    _add_debug(layouts)
 
     check = sub.add_parser("check", help="check this machine before torchrun starts a "
                                          "multi-host job (same flags as its torchrun)")
@@ -93,7 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--master-addr", required=True)
     check.add_argument("--master-port", type=int, default=29500)
     check.add_argument("--parts-dir", default=None, help="this machine's partition folder")
+    _add_debug(check)
     return parser
+
+
+def _add_debug(parser: Any) -> None:
+    """``--debug``, before or after the command's name."""
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help=f"show the traceback of an error (or {env.DEBUG}=1)")
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -115,6 +128,7 @@ def _train_parser(sub: Any, name: str, help: str) -> None:
         formatter_class=_Formatter, add_help=False)
     top = train.add_argument_group("job (on local ranks or torchrun's; the last line is JSON)")
     top.add_argument("-h", "--help", action="help", help="show this help and exit")
+    _add_debug(top)
     top.add_argument("--config", metavar="FILE", help="a job's JSON (a run's last line)")
     top.add_argument("--epochs", dest="top.epochs", type=int, default=argparse.SUPPRESS,
                      metavar="N",
@@ -235,7 +249,16 @@ def _refuse_hetero(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``pyg-dist``: parses ``argv`` and runs the command; errors end as
+    :func:`pyg_dist.cli.errors.reporting` says (exit status 2 and one or two
+    lines naming the flag for the user's own, no traceback without
+    ``--debug``)."""
     args = build_parser().parse_args(argv)
+    return reporting(args.command, lambda: _run(args), getattr(args, "debug", False),
+                     bar=args.command == "train")
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "partition":
         return partition_command(args)
     if args.command in ("plan", "layouts"):
@@ -250,4 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         job = parse_job(args)
     except ValueError as exc:  # before any rank starts
         raise SystemExit(f"pyg-dist {args.command}: {exc}") from None
+    if job.graph.parts_dir is not None:
+        check_parts_dir(args.command, job.graph.parts_dir, job.graph.parts,
+                        job.strategy.ranks_per_part())
+    else:
+        check_dataset(args.command, job.graph)
     return train_command(job, plan_rank if args.command == "plan" else None)
