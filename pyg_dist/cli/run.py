@@ -30,8 +30,10 @@ from pyg_dist.runtime.peers import PeerLost
 from pyg_dist.strategies import planner
 from pyg_dist.strategies.task import labelled_type
 from pyg_dist.train.loop import EpochStats, train
+from pyg_dist.train.progress import destination, summary_lines, write
 
-__all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "load_part"]
+__all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "load_part",
+           "cut_in_words"]
 
 def train_command(job: Job, body: Callable[[Job, str], Any] | None = None) -> int:
     """Runs ``job`` and prints its JSON line (rank 0's); ``body`` is what
@@ -52,13 +54,35 @@ def train_command(job: Job, body: Callable[[Job, str], Any] | None = None) -> in
             folder = graph.parts_dir or str(Path(tmp) / "parts")
             if graph.parts_dir is None:
                 meta = _partition(job, Path(folder))
-                print(f"partitioned {graph.dataset}: {meta_summary(meta)}", file=sys.stderr)
+                print(cut_in_words(graph.dataset, meta_summary(meta)), file=sys.stderr)
+            if job.run.progress:
+                print(f"starting {parts} ranks on this machine (each imports torch, joins the "
+                      f"process group and loads its own part)", file=sys.stderr, flush=True)
             result = pyg_dist.launch(body, parts, args=(job, folder),
                                      timeout=job.run.timeout)[0]
     if result is not None:
         result["seconds"] = round(time.perf_counter() - start, 3)
         print(json.dumps(result), flush=True)
+        if body is train_rank:
+            for line in summary_lines(result, destination(sys.stdout)):
+                print(line, file=sys.stderr)
     return 0
+
+
+def cut_in_words(dataset: str, meta: dict[str, Any]) -> str:
+    """One line on a cut, from :func:`~pyg_dist.cli.commands.meta_summary`'s
+    dictionary ``meta``."""
+    edges = meta["num_edges"]
+    share = f" ({100 * meta['edge_cut'] / edges:.0f}%)" if edges else ""
+    return (f"cut {dataset} ({meta['num_nodes']:,} nodes, {edges:,} edges) into "
+            f"{meta['num_parts']} parts with {meta['method']}: {meta['edge_cut']:,} edges "
+            f"cross parts{share}; {_span(meta['part_sizes'])} nodes and "
+            f"{_span(meta['halo_sizes'])} halo nodes per part")
+
+
+def _span(values: list[int]) -> str:
+    low, high = min(values, default=0), max(values, default=0)
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
 
 
 def _check_ranks(job: Job) -> None:
@@ -180,6 +204,10 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
     strategy, spec = job.strategy, job.model
     data, model = load_part(job, folder)
     rank = distributed.rank()
+    if rank == 0 and job.run.progress:
+        layers, hidden, _, _ = spec.sizes()
+        print(f"ranks ready; training {spec.name} ({layers} layers, {hidden} hidden) for "
+              f"{job.epochs} epochs, {strategy.name}", file=sys.stderr, flush=True)
     result = train(model, data, job.epochs, strategy=strategy, grad_sync=job.grad_sync,
                    optimizer=job.optimizer, checkpoint=job.checkpoint,
                    evaluation=job.evaluation, callback=_logger(job.run.log_every, rank),
@@ -189,8 +217,12 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
     hetero = isinstance(data, pyg_dist.DistHeteroData)
     setup = dict(result.setup)
     halo, input_cache = setup.pop("halo"), setup.pop("input_cache")
+    last = result.history[-1] if result.history else None
     return {
         **result.summary(),
+        "training_seconds": round(result.seconds, 3),
+        "final_val_acc": last.val_acc if last else None,
+        "final_test_acc": last.test_acc if last else None,
         "dataset": job.graph.dataset,
         "parts": distributed.world_size(),
         "method": data.meta.method,
@@ -238,10 +270,9 @@ def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
 def _logger(every: int, rank: int) -> Any:
     def log(stats: EpochStats) -> None:
         if every and stats.epoch % every == 0 and rank == 0:
-            print(f"epoch {stats.epoch:4d}  loss {stats.loss:.4f}  val {stats.val_acc:.4f}  "
+            write(f"epoch {stats.epoch:4d}  loss {stats.loss:.4f}  val {stats.val_acc:.4f}  "
                   f"test {stats.test_acc:.4f}  halo fwd {stats.halo_bytes_fwd / 1e6:.3f} MB  "
                   f"bwd {stats.halo_bytes_bwd / 1e6:.3f} MB  eval "
-                  f"{stats.halo_bytes_eval / 1e6:.3f} MB  comm {stats.comm_seconds:.3f} s",
-                  file=sys.stderr, flush=True)
+                  f"{stats.halo_bytes_eval / 1e6:.3f} MB  comm {stats.comm_seconds:.3f} s")
 
     return log
