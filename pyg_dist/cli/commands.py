@@ -13,7 +13,7 @@ import pyg_dist
 from pyg_dist.cli.args import given
 from pyg_dist.cli.job import DEFAULT_PARTS, Graph
 from pyg_dist.cli.preflight import check_host
-from pyg_dist.datasets import HeteroGraphFolder, load_dataset, write_graph_folder
+from pyg_dist.datasets import GraphFolder, HeteroGraphFolder, load_dataset, write_graph_folder
 from pyg_dist.datasets.graph import edge_key
 from pyg_dist.datasets.ogb import OGB, convert_ogbn
 from pyg_dist.datasets.ogb_mag import MAG_NAME
@@ -56,7 +56,9 @@ def convert_command(args: argparse.Namespace) -> int:
     if graph.dataset in (*OGB, MAG_NAME) and graph.root is None:
         raise SystemExit(f"pyg-dist convert: --dataset {graph.dataset} needs --root, the "
                          f"folder OGB downloaded it into")
+    folder: GraphFolder | HeteroGraphFolder
     if graph.dataset in OGB:
+        assert graph.root is not None, "checked above"
         folder = convert_ogbn(graph.dataset, graph.root, args.out, overwrite=args.overwrite)
     else:
         folder = write_graph_folder(load_graph(graph), args.out, overwrite=args.overwrite,
