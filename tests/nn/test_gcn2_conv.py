@@ -1,5 +1,5 @@
 """DistGCN2Conv against PyG's GCN2Conv: the same layer on a plain edge_index,
-the same rows on one rank, and on 2 and 3 real gloo ranks (one launch per
+the same rows on one rank, and on 2 and 3 real gloo ranks (one battery per
 world size runs every case on METIS and random cuts of an awkward random
 graph and of a tiny graph) the gathered rows, input gradients and parameter
 gradients of GCN2Conv on the whole graph."""

@@ -4,7 +4,7 @@ parameter gradients), under exact and lossy policies and codecs, the rows and
 partial sums the ledger books against the cover's size, and the errors of
 layers that cannot pre-aggregate.
 
-One launch per world size (2 and 4) runs every case on a METIS and a random
+One battery per world size (2 and 4) runs every case on a METIS and a random
 cut of the awkward graph (directed, self-loops, duplicates, isolated nodes,
 weights), a METIS cut of Cora and a random cut of a tiny graph; the test
 process builds the references."""

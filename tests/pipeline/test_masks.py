@@ -3,7 +3,7 @@
 With dropout on, every grid of parts × stages with one chunk trains exactly as
 graph-parallel training (same per-epoch losses, same final weights), with the
 initial rows sent or recomputed; with more chunks the first epoch (whose
-history rows are this epoch's) has graph-parallel training's loss. One launch
+history rows are this epoch's) has graph-parallel training's loss. One battery
 of four ranks runs every layout."""
 import pytest
 import torch
