@@ -104,6 +104,13 @@ class Battery:
         assert self._value is not None, f"{self.name}: no results and no error"
         return self._value
 
+    def release(self) -> None:
+        """Drops the results (a module fixture's teardown: the ranks' outputs
+        of a large graph need not stay for the rest of the session)."""
+        if self._value is not None:
+            self._value = None
+            self._error = RuntimeError(f"{self.name}: results asked for after release()")
+
     def _prepare(self, tmp_path_factory: Any) -> bool:
         """Runs ``prepare``; False (the error kept) when it failed."""
         try:
@@ -123,17 +130,19 @@ class Battery:
 
 
 def once(make: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``make(root)`` computed by its first call only; later calls get that
-    value, whatever folder they give. For what a battery's ``prepare`` and the
-    module's tests both use (whole graphs, references)."""
+    """``make(arg)`` computed by its first call only; later calls get that
+    value, whatever they pass (a folder, say), until ``.clear()``. For what a
+    battery's ``prepare`` and the module's tests both use (whole graphs,
+    references)."""
     value: list[Any] = []
 
     @functools.wraps(make)
-    def get(root: Any) -> Any:
+    def get(arg: Any) -> Any:
         if not value:
-            value.append(make(root))
+            value.append(make(arg))
         return value[0]
 
+    get.clear = value.clear  # type: ignore[attr-defined]
     return get
 
 

@@ -89,7 +89,8 @@ def layer_references(graphs):
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-    return load_graphs(tmp_path_factory.mktemp("graphs"))
+    yield load_graphs(tmp_path_factory.mktemp("graphs"))
+    load_graphs.clear()
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,8 @@ def require_graph(loaded, name):
 
 @pytest.fixture(scope="module")
 def references(graphs):
-    return layer_references(graphs)
+    yield layer_references(graphs)
+    layer_references.clear()
 
 
 def battery(dirs, cases, train_specs):
@@ -165,7 +167,9 @@ def runs(tmp_path_factory):
         (cases, train_specs), per_rank = BATTERIES[world_size].results(tmp_path_factory)
         return cases, [r[0] for r in per_rank], [r[1] for r in per_rank], train_specs
 
-    return get
+    yield get
+    for battery in BATTERIES.values():  # gigabytes of Cora's gradients
+        battery.release()
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)

@@ -178,7 +178,9 @@ def runs(tmp_path_factory):
         (cases, state), per_rank = RUNS[world_size].results(tmp_path_factory)
         return cases, state, per_rank
 
-    return get
+    yield get
+    for battery in RUNS.values():
+        battery.release()
 
 
 def assert_gathered(per_rank, ref, num_nodes, keys, what):

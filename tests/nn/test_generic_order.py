@@ -111,7 +111,9 @@ def whole():
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return lambda world_size: RUNS[world_size].results(tmp_path_factory)[1]
+    yield lambda world_size: RUNS[world_size].results(tmp_path_factory)[1]
+    for battery in RUNS.values():
+        battery.release()
 
 
 def gather(per_rank, method, name, key, num_nodes):

@@ -323,17 +323,21 @@ RUNS = {world_size: Battery(world_size, battery, functools.partial(prepare, worl
 
 @pytest.fixture(scope="module")
 def whole_graphs(tmp_path_factory):
-    return load_graphs(tmp_path_factory.mktemp("graphs"))
+    yield load_graphs(tmp_path_factory.mktemp("graphs"))
+    load_graphs.clear()
 
 
 @pytest.fixture(scope="module")
 def references(whole_graphs):
-    return pyg_references(whole_graphs)
+    yield pyg_references(whole_graphs)
+    pyg_references.clear()
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return lambda world_size: RUNS[world_size].results(tmp_path_factory)[1]
+    yield lambda world_size: RUNS[world_size].results(tmp_path_factory)[1]
+    for battery in RUNS.values():
+        battery.release()
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
