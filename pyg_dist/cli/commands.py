@@ -14,7 +14,7 @@ from pyg_dist.cli.args import given
 from pyg_dist.cli.errors import check_dataset, check_graph_folder, check_out
 from pyg_dist.cli.job import DEFAULT_PARTS, Graph
 from pyg_dist.cli.preflight import check_host
-from pyg_dist.datasets import HeteroGraphFolder, load_dataset, write_graph_folder
+from pyg_dist.datasets import GraphFolder, HeteroGraphFolder, load_dataset, write_graph_folder
 from pyg_dist.datasets.graph import edge_key
 from pyg_dist.datasets.ogb import OGB, convert_ogbn
 from pyg_dist.datasets.ogb_mag import MAG_NAME
@@ -61,7 +61,9 @@ def convert_command(args: argparse.Namespace) -> int:
                          f"folder OGB downloaded it into")
     check_out("convert", args.out, args.overwrite)
     check_dataset("convert", graph)
+    folder: GraphFolder | HeteroGraphFolder
     if graph.dataset in OGB:
+        assert graph.root is not None, "checked above"
         folder = convert_ogbn(graph.dataset, graph.root, args.out, overwrite=args.overwrite)
     else:
         folder = write_graph_folder(load_graph(graph), args.out, overwrite=args.overwrite,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from typing_extensions import Self
 
 __all__ = ["read_info", "require", "entry", "NodeArrays", "EdgeArray", "FolderWriter", "spans",
            "GRAPH_FILE", "FORMAT", "VERSION", "HOMOGENEOUS", "HETEROGENEOUS", "CHUNK"]
@@ -270,7 +271,7 @@ class FolderWriter:
         self.node: dict[str, str] = {}
         self.splits: dict[str, str] = {}
 
-    def __enter__(self) -> FolderWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, kind: Any, *_: Any) -> None:
@@ -328,7 +329,8 @@ def _read(array: np.ndarray, start: int, count: int) -> np.ndarray:
     """Entries ``start:start + count`` of the flattened C-ordered array
     ``array`` (memory-mapped from a ``.npy`` file), read from the file rather
     than through the mapping, so that no page of the mapping becomes resident."""
-    if not isinstance(array, np.memmap) or not array.flags.c_contiguous:
+    if (not isinstance(array, np.memmap) or not array.flags.c_contiguous
+            or array.filename is None):
         return np.array(array.reshape(-1)[start:start + count])
     with open(array.filename, "rb") as f:
         f.seek(array.offset + start * array.itemsize)

@@ -497,8 +497,8 @@ def failing_together(what: str, group: Group = None) -> Iterator[None]:
     slice, writing its part), failed together: any :class:`Exception` the
     block raises on any rank is raised after it on every rank, by
     :func:`raise_together`, so that no rank waits in the next collective for
-    one that gave up. A :class:`~pyg_dist.runtime.peers.PeerLost` (a peer
-    that cannot take part in sharing the error) and what is no
+    one that gave up. A ``pyg_dist.runtime.peers.PeerLost`` (a peer that
+    cannot take part in sharing the error) and what is no
     :class:`Exception` (``KeyboardInterrupt``, ``SystemExit``) pass as they
     are.
 

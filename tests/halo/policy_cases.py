@@ -1,4 +1,4 @@
-"""Rank-side checks of the halo policies, run in one launch of 4 gloo ranks
+"""Rank-side checks of the halo policies, run as one battery of 4 gloo ranks
 (see conftest.py). Each check runs a Dist layer under a policy for a few steps
 and computes, on the same rank, the reference the policy promises: the same
 layer fed prescribed halo rows (:class:`Given`), with halo gradients routed to
