@@ -19,6 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler, 
 import pyg_dist
 from pyg_dist.cli.commands import meta_summary, partition_graph
 from pyg_dist.cli.job import DEFAULT_PARTS, HOMOGENEOUS_MODELS, Job
+from pyg_dist.cli.plan_table import plan_table
 from pyg_dist.config import Planned, as_policy
 from pyg_dist.halo import Exact
 from pyg_dist.models.gnn import DEEP_MODELS, GNN, DeepGNN
@@ -32,12 +33,14 @@ from pyg_dist.strategies.task import labelled_type
 from pyg_dist.train.loop import EpochStats, train
 from pyg_dist.train.progress import destination, summary_lines, write
 
-__all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "load_part",
-           "cut_in_words"]
+__all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "report_plan",
+           "load_part", "cut_in_words"]
 
-def train_command(job: Job, body: Callable[[Job, str], Any] | None = None) -> int:
-    """Runs ``job`` and prints its JSON line (rank 0's); ``body`` is what
-    each rank runs (default: :func:`train_rank`)."""
+def train_command(job: Job, body: Callable[[Job, str], Any] | None = None,
+                  report: Callable[[dict[str, Any]], None] | None = None) -> int:
+    """Runs ``job`` and prints its JSON line (rank 0's) and a summary on
+    stderr; ``body`` is what each rank runs (default: :func:`train_rank`),
+    ``report`` what prints rank 0's result instead."""
     body = body or train_rank
     start = time.perf_counter()
     if env.under_torchrun():
@@ -62,11 +65,32 @@ def train_command(job: Job, body: Callable[[Job, str], Any] | None = None) -> in
                                      timeout=job.run.timeout)[0]
     if result is not None:
         result["seconds"] = round(time.perf_counter() - start, 3)
-        print(json.dumps(result), flush=True)
-        if body is train_rank:
-            for line in summary_lines(result, destination(sys.stdout)):
-                print(line, file=sys.stderr)
+        (report or _report_run)(result)
     return 0
+
+
+def _report_run(result: dict[str, Any]) -> None:
+    """A run's JSON line on stdout, then its summary in words on stderr."""
+    print(json.dumps(result), flush=True)
+    if "best_epoch" in result:
+        for line in summary_lines(result, destination(sys.stdout)):
+            print(line, file=sys.stderr)
+
+
+def report_plan(as_json: bool) -> Callable[[dict[str, Any]], None]:
+    """What prints ``pyg-dist plan``'s result (:func:`plan_rank`'s): with
+    ``as_json`` a JSON line per prediction (fastest first) and the choice's,
+    else the table of :func:`~pyg_dist.cli.plan_table.plan_table`."""
+    def report(result: dict[str, Any]) -> None:
+        rows = result.pop("rows")
+        if as_json:
+            for row in rows:
+                print(json.dumps(row))
+            print(json.dumps(result), flush=True)
+        else:
+            print("\n".join(plan_table(rows, result)), flush=True)
+
+    return report
 
 
 def cut_in_words(dataset: str, meta: dict[str, Any]) -> str:
@@ -245,8 +269,8 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
 
 def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
     """What each rank of ``pyg-dist plan`` runs: the probe on its part and
-    the predictions; rank 0 prints one JSON row per strategy (fastest
-    first) and returns the choice. The job's strategy is the planner's
+    the predictions; rank 0 returns the choice, with every strategy's row
+    (fastest first) under ``rows`` for :func:`report_plan`. The job's strategy is the planner's
     (:func:`pyg_dist.cli.parse_job` makes it so)."""
     if read_meta(folder).types is not None:
         raise SystemExit(f"'pyg-dist plan' ranks homogeneous strategies; '{folder}' holds a "
@@ -258,10 +282,9 @@ def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
                           job.evaluation.every)
     if distributed.rank() != 0:
         return None
-    for row in chosen.table():
-        print(json.dumps(row), flush=True)
     choice = chosen.choice
-    return {**chosen.summary(), "epochs": job.epochs, "parts": distributed.world_size(),
+    return {"rows": chosen.table(), **chosen.summary(), "epochs": job.epochs,
+            "parts": distributed.world_size(),
             "probe": dataclasses.asdict(chosen.probe),
             "train": {"strategy": choice.strategy.describe(),
                       "grad_sync": choice.grad_sync.to_dict()}}
