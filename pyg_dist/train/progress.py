@@ -138,8 +138,9 @@ def _short(path: str) -> str:
 
 def summary_lines(line: dict[str, Any], json_to: str) -> list[str]:
     """A run's summary in words: the best validation accuracy and its epoch,
-    the test accuracy there and why it differs from the last one shown, the
-    time, the bytes, and where the JSON line went.
+    the test accuracy at that epoch (the one reported, so that the test set
+    picks nothing) and the last epoch's, the time, the bytes, and where the
+    JSON line went.
 
     Args:
         line (dict): The run's JSON line: the keys of
@@ -154,12 +155,12 @@ def summary_lines(line: dict[str, Any], json_to: str) -> list[str]:
         f", training {_duration(training)}" if training is not None else "")
     lines = [f"done: {epochs} epochs on {line['parts']} ranks in {took} "
              f"({_STOPPED.get(line['stopped'], 'stopped: ' + str(line['stopped']))})",
-             f"best validation accuracy {line['val_acc']:.4f} at epoch {best}; "
-             f"test accuracy there {line['test_acc']:.4f}"]
+             f"best validation accuracy {line['val_acc']:.4f} at epoch {best}"]
     final = line.get("final_test_acc")
-    if final is not None and best != epochs and round(final, 4) != round(line["test_acc"], 4):
-        lines.append(f"  (reported at the best validation epoch, so that the test set does not "
-                     f"pick the result; the last epoch, {epochs}, had {final:.4f})")
+    last = (f" (the last epoch, {epochs}, had {final:.4f})"
+            if final is not None and best != epochs else "")
+    lines.append(f"test accuracy at the best validation epoch ({best}): "
+                 f"{line['test_acc']:.4f}{last}")
     lines.append(f"sent by all ranks: {_bytes(line['halo_bytes'])} of halo rows (training "
                  f"{_bytes(line['halo_bytes_fwd'] + line['halo_bytes_bwd'])}, evaluation "
                  f"{_bytes(line['halo_bytes_eval'])}) and {_bytes(line['grad_bytes'])} of "
