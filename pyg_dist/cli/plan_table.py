@@ -45,13 +45,14 @@ def plan_table(rows: list[dict[str, Any]], choice: dict[str, Any]) -> list[str]:
         shown += best
     table = [["risk", "", "strategy", "epoch", "vs exact", "bytes/epoch", "vs exact",
               "why not chosen"]]
+    epoch_ref = exact["predicted_epoch_s"] if exact else None
+    bytes_ref = exact["predicted_bytes_per_epoch"] if exact else None
     for row in shown:
         table.append([row["risk"], "*" if row is chosen else "", row["strategy"],
                       _seconds(row["predicted_epoch_s"]),
-                      _ratio(row["predicted_epoch_s"], exact and exact["predicted_epoch_s"]),
+                      _ratio(row["predicted_epoch_s"], epoch_ref),
                       _bytes(row["predicted_bytes_per_epoch"]),
-                      _ratio(row["predicted_bytes_per_epoch"],
-                             exact and exact["predicted_bytes_per_epoch"]),
+                      _ratio(row["predicted_bytes_per_epoch"], bytes_ref),
                       "(chosen)" if row is chosen else _why_not(row, chosen, accept)])
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     right = {3, 4, 5, 6}
