@@ -183,3 +183,28 @@ def test_the_command_line_exits_2_without_a_traceback_and_debug_shows_it(tmp_pat
     assert debug.returncode == 2
     assert debug.stderr.startswith("Traceback (most recent call last):")
     assert debug.stderr.endswith(plain.stderr)
+
+
+def test_ctrl_c_during_training_ends_in_one_line_without_a_traceback(tmp_path):
+    """SIGINT to the whole process group (as a terminal's Ctrl-C) once the
+    bar runs: one line after the bar, status 130, no traceback from any rank."""
+    import select
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        CLI + ["train", "--dataset", "synthetic", "--num-nodes", "300", "--parts", "2",
+               "--epochs", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True, cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen, deadline = b"", time.time() + 240
+    while b"epoch/s, loss" not in seen and time.time() < deadline:
+        if select.select([proc.stderr], [], [], 1)[0]:
+            seen += os.read(proc.stderr.fileno(), 65536)
+    assert b"epoch/s, loss" in seen, seen.decode()[-2000:]
+    os.killpg(proc.pid, signal.SIGINT)
+    out, rest = proc.communicate(timeout=120)
+    err = (seen + rest).decode()
+    assert proc.returncode == EXIT_INTERRUPTED, err[-2000:]
+    assert out == b"" and "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert err.endswith("\npyg-dist train: interrupted (Ctrl-C)\n"), err[-500:]
