@@ -21,7 +21,6 @@ from pyg_dist.datasets import open_graph_folder, synthetic, write_graph_folder
 from pyg_dist.models import GNN
 from pyg_dist.runtime import distributed
 from pyg_dist.train import train
-from pyg_dist.train.checkpoint import load_checkpoint
 
 ROOM = r"no space left on the device of '{}' while writing {} \(it needs about [\d.]+ \w+, " \
        r"[\d.]+ \w+ are free\); nothing was written; free space there"
@@ -195,3 +194,94 @@ def test_a_damaged_checkpoint_is_refused_on_every_rank_before_training(refusals,
         assert (f"'{root / 'ck' / 'rank_1.pt'}' (epoch 2) does not match the sha256 latest.json "
                 f"records for rank 1 at epoch 2: its bytes changed after it was written "
                 f"(flipped or cut off) or it comes from another run") in message
+
+
+#: The communication timeout of the fault worlds: a peer learns of the
+#: failure at the latest when its collective times out.
+COMM_TIMEOUT = 30.0
+PHASES = ("loading", "first exchange", "training", "evaluation", "checkpointing")
+
+
+class Injected(Exception):
+    """The fault a test puts into one rank."""
+
+
+def _faulty(root: str, phase: str) -> dict:
+    """A rank of 2 training, rank 1 failing in ``phase``: each rank's error
+    (type, message) and when it came (``time.monotonic``, one clock for the
+    machine); rank 1 also when its fault struck. Rank 1 then returns, which
+    closes its connections as the end of its process would."""
+    import time
+
+    from pyg_dist.runtime import distributed as dist_mod
+    from pyg_dist.train import checkpoint as ckpt_mod
+
+    root = Path(root)
+    rank = distributed.rank()
+    if rank == 0:
+        pyg_dist.partition(awkward_graph(num_features=16), 2, root / "parts", seed=1)
+    distributed.barrier()
+    struck = {}
+
+    def fault(what):
+        def raise_it(*args, **kwargs):
+            struck["at"] = time.monotonic()
+            raise Injected(f"injected fault in {what}")
+        return raise_it
+
+    failing = rank == 1
+    if failing and phase == "loading":
+        import pyg_dist.data.dist_data as dist_data
+        dist_data.read_part = fault("read_part")
+    if failing and phase == "first exchange":
+        dist_mod.batch_send_recv = fault("the halo exchange")
+    if failing and phase == "checkpointing":
+        ckpt_mod.torch.save = fault("torch.save")
+
+    out = {}
+    try:
+        data = pyg_dist.DistData.load(root / "parts")
+        torch.manual_seed(0)
+        model = GNN("sage", data.x.size(1), 16, 3)
+        forward = model.forward
+
+        def forward_with_fault(*args, **kwargs):
+            if failing and phase == "training" and model.training and forward_with_fault.calls == 2:
+                fault("the model's forward")()
+            if failing and phase == "evaluation" and not model.training:
+                fault("the model's forward")()
+            forward_with_fault.calls += model.training
+            return forward(*args, **kwargs)
+
+        forward_with_fault.calls = 0
+        model.forward = forward_with_fault
+        train(model, data, 4, progress=False, evaluation=None,
+              checkpoint=Checkpoint(root / "ck", every=2))
+        out["error"] = None
+    except Exception as exc:  # noqa: BLE001 - what each rank got is the result
+        out.update(error=(type(exc).__name__, str(exc)), at=time.monotonic())
+    out["struck"] = struck.get("at")
+    return out
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory):
+    """Every phase's world (a launch each: a failure leaves no group to reuse)."""
+    out = {}
+    for phase in PHASES:
+        root = tmp_path_factory.mktemp(phase.replace(" ", "-"))
+        out[phase] = pyg_dist.launch(_faulty, 2, args=(str(root), phase), timeout=240,
+                                     comm_timeout=COMM_TIMEOUT)
+    return out
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_one_rank_failing_is_known_to_every_rank_naming_it(faults, phase):
+    mine, other = faults[phase][1], faults[phase][0]
+    assert mine["error"][0] == "Injected" or "Injected: injected fault" in mine["error"][1]
+    assert other["error"] is not None, "rank 0 finished as if nothing happened"
+    kind, message = other["error"]
+    assert "rank 1 on " in message and "Injected: injected fault in " in message, message
+    took = other["at"] - mine["struck"]
+    assert took < COMM_TIMEOUT + 10, f"{took:.1f} s"
+    print(f"{phase}: rank 0 knew after {took:.1f} s: {kind}: {message[:300]}")
