@@ -557,7 +557,12 @@ def failing_together(what: str, group: Group = None) -> Iterator[None]:
 @dataclass
 class Phase:
     """What a rank is doing inside :func:`announcing_failures`; the block
-    updates ``doing`` as it goes (``"the training step of epoch 3"``)."""
+    updates ``doing`` as it goes.
+
+    Args:
+        doing (str): What the rank is doing, as a peer's error names it
+            (``"the training step of epoch 3"``).
+    """
 
     doing: str
 
@@ -568,9 +573,9 @@ def announcing_failures(doing: str) -> Iterator[Phase]:
     others waiting in their next collective: an :class:`Exception` the block
     raises on this rank alone is left, with what the rank was doing, in the
     process group's store before it propagates
-    (:func:`~pyg_dist.runtime.peers.report_failure`). A peer whose collective
+    (``pyg_dist.runtime.peers.report_failure``). A peer whose collective
     fails meanwhile (at once when this rank's process ends, at the timeout
-    if it lingers) raises :class:`~pyg_dist.runtime.peers.PeerFailed` naming
+    if it lingers) raises ``pyg_dist.runtime.peers.PeerFailed`` naming
     this rank, what it was doing and its error, instead of waiting or only
     finding it gone. Errors raised on every rank together
     (:func:`raise_together`), a lost peer, and what is no :class:`Exception`

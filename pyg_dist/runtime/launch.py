@@ -59,14 +59,14 @@ def launch(
     shipped to the ranks by value (cloudpickle). If a rank raises, the other
     ranks are stopped and the exception is re-raised here, with the rank's
     traceback attached as its cause (a rank's own error is preferred to the
-    :class:`~pyg_dist.runtime.peers.PeerLost` of a rank that waited for it); a
+    ``pyg_dist.runtime.peers.PeerLost`` of a rank that waited for it); a
     rank that dies without returning (killed, crashed) raises
     :class:`RankFailed`. Output the ranks print is shown here when this
     process's output is not a terminal file (e.g. in Jupyter). SIGTERM and
     SIGUSR1 sent to this process are passed on to the ranks, and this process
     keeps waiting for them: :func:`~pyg_dist.train.train` in the ranks then
     stops every rank after the same epoch, saving its checkpoint, and each
-    raises :class:`~pyg_dist.train.preemption.Preempted`, re-raised here.
+    raises ``pyg_dist.train.preemption.Preempted``, re-raised here.
 
     Args:
         fn (Callable): The function every rank runs.

@@ -105,10 +105,10 @@ def train(
     limit) stop every rank after the same epoch, which the rank that got the
     signal finishes first; each saves its checkpoint of that epoch when
     ``checkpoint`` is given, rank 0 prints how to resume, and every rank
-    raises :class:`~pyg_dist.train.preemption.Preempted` (exit status 75
+    raises ``pyg_dist.train.preemption.Preempted`` (exit status 75
     when uncaught). An error one rank raises alone is left for the others,
     whose next collective then fails naming it
-    (:class:`~pyg_dist.runtime.peers.PeerFailed`).
+    (``pyg_dist.runtime.peers.PeerFailed``).
 
     The keywords of earlier releases (``lr``, ``weight_decay``, ``mode``,
     ``eval_every``, ``grad_compress``, ``stages``, ...) still work for this
@@ -167,7 +167,7 @@ def train(
                 result.val_acc, result.test_acc = stats.val_acc, stats.test_acc
             result.seconds = _clock() - start
             stopped = rules.after(stats, result, elapsed) if evaluated else None
-            doing = f"the checkpoint of epoch {epoch}"
+            doing = f"saving the checkpoint of epoch {epoch}"
             saved = bool(checkpoint and checkpoint.every and epoch % checkpoint.every == 0)
             if saved:
                 save(epoch)
@@ -177,12 +177,14 @@ def train(
                                 halo_MB=f"{result.halo_bytes / 1e6:.1f}")
                 bar.update(1)
             if callback is not None:
+                doing = f"the callback after epoch {epoch}"
                 callback(stats)
             if stopped is not None:
                 result.stopped = stopped
                 break
             if any(signalled) and epoch < epochs:  # the same epoch on every rank
                 if checkpoint is not None and not saved:
+                    doing = f"saving the checkpoint of epoch {epoch}"
                     save(epoch)
                 raise _preempted(signalled, epoch, epochs, checkpoint, bar)
         if bar is not None:
