@@ -207,11 +207,12 @@ class Injected(Exception):
     """The fault a test puts into one rank."""
 
 
-def _faulty(root: str, phase: str) -> dict:
+def _faulty(root: str, phase: str, linger: float = 0.0) -> dict:
     """A rank of 2 training, rank 1 failing in ``phase``: each rank's error
     (type, message) and when it came (``time.monotonic``, one clock for the
-    machine); rank 1 also when its fault struck. Rank 1 then returns, which
-    closes its connections as the end of its process would."""
+    machine); rank 1 also when its fault struck. Rank 1 then waits
+    ``linger`` seconds (its connections open, as a process stuck in clean-up)
+    and returns, which closes its connections as the end of its process would."""
     import time
 
     from pyg_dist.runtime import distributed as dist_mod
@@ -261,6 +262,8 @@ def _faulty(root: str, phase: str) -> dict:
         out["error"] = None
     except Exception as exc:  # noqa: BLE001 - what each rank got is the result
         out.update(error=(type(exc).__name__, str(exc)), at=time.monotonic())
+    if failing:
+        time.sleep(linger)
     out["struck"] = struck.get("at")
     return out
 
@@ -286,3 +289,17 @@ def test_one_rank_failing_is_known_to_every_rank_naming_it(faults, phase):
     took = other["at"] - mine["struck"]
     assert took < COMM_TIMEOUT + 10, f"{took:.1f} s"
     print(f"{phase}: rank 0 knew after {took:.1f} s: {kind}: {message[:300]}")
+
+
+def test_a_failing_rank_that_lingers_is_named_at_the_timeout(tmp_path):
+    """Rank 1 fails in training but its process stays (connections open):
+    rank 0 learns of it when its exchange times out, not later."""
+    timeout = 8.0
+    other, mine = pyg_dist.launch(_faulty, 2, args=(str(tmp_path), "training", timeout + 8),
+                                  timeout=240, comm_timeout=timeout)
+    kind, message = other["error"]
+    assert kind == "PeerFailed" and "rank 1 on " in message, message
+    assert "Injected: injected fault in the model's forward (while the training step" in message
+    took = other["at"] - mine["struck"]
+    assert timeout - 1 < took < timeout + 4, f"{took:.1f} s"
+    print(f"lingering: rank 0 knew after {took:.1f} s (timeout {timeout:g} s)")
