@@ -61,8 +61,14 @@ def train_command(job: Job, body: Callable[[Job, str], Any] | None = None,
             if job.run.progress:
                 print(f"starting {parts} ranks on this machine (each imports torch, joins the "
                       f"process group and loads its own part)", file=sys.stderr, flush=True)
-            result = pyg_dist.launch(body, parts, args=(job, folder),
-                                     timeout=job.run.timeout)[0]
+            try:
+                result = pyg_dist.launch(body, parts, args=(job, folder),
+                                         timeout=job.run.timeout)[0]
+            except KeyboardInterrupt:
+                # a new line first: the bar's line has none
+                print(("\n" if job.run.progress else "") + interrupted_message(job),
+                      file=sys.stderr, flush=True)
+                raise SystemExit(INTERRUPTED) from None
     if result is not None:
         result["seconds"] = round(time.perf_counter() - start, 3)
         (report or _report_run)(result)
@@ -107,6 +113,23 @@ def cut_in_words(dataset: str, meta: dict[str, Any]) -> str:
 def _span(values: list[int]) -> str:
     low, high = min(values, default=0), max(values, default=0)
     return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+
+#: The exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+
+
+def interrupted_message(job: Job) -> str:
+    """The line a run stopped by Ctrl-C ends with: every rank was stopped,
+    and what there is to resume from."""
+    ckpt = job.checkpoint
+    if ckpt is None:
+        return ("pyg-dist train: interrupted (Ctrl-C); every rank was stopped. No checkpoint is "
+                "configured, so a rerun starts at epoch 1 (add --checkpoint DIR to resume "
+                "after a stop)")
+    return (f"pyg-dist train: interrupted (Ctrl-C); every rank was stopped. To continue from "
+            f"the last complete checkpoint in '{ckpt.dir}' (none before the first is written), "
+            f"run the same command with --resume")
 
 
 def _check_ranks(job: Job) -> None:
