@@ -207,4 +207,7 @@ def test_ctrl_c_during_training_ends_in_one_line_without_a_traceback(tmp_path):
     err = (seen + rest).decode()
     assert proc.returncode == EXIT_INTERRUPTED, err[-2000:]
     assert out == b"" and "Traceback" not in err and "KeyboardInterrupt" not in err
-    assert err.endswith("\npyg-dist train: interrupted (Ctrl-C)\n"), err[-500:]
+    assert err.endswith(
+        "]\npyg-dist train: interrupted (Ctrl-C); every rank was stopped. No checkpoint is "
+        "configured, so a rerun starts at epoch 1 (add --checkpoint DIR to resume after a "
+        "stop)\n"), err[-500:]  # on a line of its own below the bar
