@@ -29,7 +29,9 @@ objects and of :mod:`pyg_dist.cli.job`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import re
 import sys
 from typing import Any
 
@@ -40,20 +42,35 @@ from pyg_dist.cli.commands import (
     layouts_command,
     partition_command,
 )
+from pyg_dist.cli.errors import check_dataset, check_parts_dir, reporting
+from pyg_dist.cli.help import (
+    DESCRIPTION,
+    EPILOG,
+    Formatter,
+    TopFormatter,
+    asked_strategy,
+    recipe_default,
+)
 from pyg_dist.cli.job import RECIPES, Graph, Job, Model, Run, resolve
-from pyg_dist.cli.run import plan_rank, train_command
+from pyg_dist.cli.run import plan_rank, report_plan, train_command
 from pyg_dist.config import STRATEGIES, Adam, Checkpoint, Evaluation, GradSync, Planned
 from pyg_dist.datasets.load import HETERO_DATASETS
 from pyg_dist.models.gnn import DEEP_MODELS
 from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.pipeline.pipeline import INITIAL_ROWS
+from pyg_dist.runtime import env
 from pyg_dist.train.legacy import SPELLINGS, translate
 
 __all__ = ["main", "build_parser", "parse_job", "read_config", "RECIPES"]
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pyg-dist", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser(strategy: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``pyg-dist``; ``train --help`` (and ``plan --help``)
+    shows the options of the default strategy, or of ``strategy``."""
+    parser = argparse.ArgumentParser(prog="pyg-dist", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=TopFormatter)
+    _add_debug(parser)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands",
+                                metavar="COMMAND")
 
     part = sub.add_parser("partition", help="cut a graph into a partition folder")
     add_fields(part, Graph, "graph", skip={"parts_dir"})
@@ -61,21 +78,23 @@ def build_parser() -> argparse.ArgumentParser:
                       type=int, default=1, metavar="M",
                       help="also cut M clusters per part, for gradient-only training")
     part.add_argument("--out", "--out-dir", dest="out", required=True, help="folder to write")
-    part.add_argument("--overwrite", action="store_true")
+    part.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     part.add_argument("--distributed", action="store_true",
                       help="cut --input on --parts ranks (spawned, or torchrun's), none of "
                            "which holds the whole graph (default method: metis-coarse)")
     part.add_argument("--input", metavar="DIR", help="graph folder read by --distributed")
+    _add_debug(part)
 
     convert = sub.add_parser("convert", help="write a dataset as a graph folder: .npy files "
                                              "every rank memory-maps a slice of")
     add_fields(convert, Graph, "graph", skip={"parts_dir", "parts", "method"})
     convert.add_argument("--out", required=True, help="folder to write")
-    convert.add_argument("--overwrite", action="store_true")
+    convert.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    _add_debug(convert)
 
-    _train_parser(sub, "train", "train a GNN on a partitioned graph")
+    _train_parser(sub, "train", "train a GNN on a partitioned graph", strategy)
     _train_parser(sub, "plan", "predict every strategy's epoch time and bytes from a short "
-                               "probe on the ranks, and choose (train's options)")
+                               "probe on the ranks, and choose (train's options)", strategy)
 
     layouts = sub.add_parser("layouts", help="bytes per epoch of every grid of graph parts x "
                                              "layer stages for a deep model, and the best")
@@ -84,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     layouts.add_argument("--layers", type=int, default=32)
     layouts.add_argument("--hidden", type=int, default=64)
     layouts.add_argument("--initial-rows", default=INITIAL_ROWS[0], choices=INITIAL_ROWS)
+    _add_debug(layouts)
 
     check = sub.add_parser("check", help="check this machine before torchrun starts a "
                                          "multi-host job (same flags as its torchrun)")
@@ -93,36 +113,47 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--master-addr", required=True)
     check.add_argument("--master-port", type=int, default=29500)
     check.add_argument("--parts-dir", default=None, help="this machine's partition folder")
+    _add_debug(check)
     return parser
 
 
-class _Formatter(argparse.HelpFormatter):
-    """Option names up to 24 characters wide share a line with their help;
-    ``--x, --no-x`` is shown as ``--[no-]x``."""
-
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=26)
-
-    def _format_action_invocation(self, action: argparse.Action) -> str:
-        if isinstance(action, argparse.BooleanOptionalAction) and len(action.option_strings) == 2:
-            return "--[no-]" + action.option_strings[0][2:]
-        return super()._format_action_invocation(action)
+def _add_debug(parser: Any) -> None:
+    """``--debug``, before or after the command's name."""
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help=f"show the traceback of an error (or {env.DEBUG}=1)")
 
 
-def _train_parser(sub: Any, name: str, help: str) -> None:
+#: The options whose default is the model's recipe, by ``dest``.
+_RECIPE_OPTIONS = {"model.layers": "layers", "model.hidden": "hidden", "model.heads": "heads",
+                   "model.dropout": "dropout", "optimizer.lr": "lr",
+                   "optimizer.weight_decay": "weight_decay"}
+
+
+def _train_parser(sub: Any, name: str, help: str, shown: str | None = None) -> None:
+    """``train``'s options (and ``plan``'s), one argument group per part of the
+    job; of the strategies' own groups, the help shows the default one's and
+    ``shown``'s (``--strategy NAME --help``)."""
     train = sub.add_parser(
-        name, help=help, usage=f"pyg-dist {name} [--config FILE] [options]",
-        formatter_class=_Formatter, add_help=False)
-    top = train.add_argument_group("job (on local ranks or torchrun's; the last line is JSON)")
-    top.add_argument("-h", "--help", action="help", help="show this help and exit")
+        name, help=help, usage=f"pyg-dist {name} [-h] [--config FILE] [options]",
+        formatter_class=Formatter, add_help=False)
+    graph = train.add_argument_group("graph and model")
+    first = ("dataset", "root", "parts", "parts_dir")
+    rest = {f.name for f in dataclasses.fields(Graph)} - set(first)
+    add_fields(graph, Graph, "graph", order=first, skip=rest)
+    add_fields(graph, Model, "model", flags={"name": "--model"})
+    add_fields(graph, Graph, "graph", skip=set(first))
+    top = train.add_argument_group("job (on local ranks or torchrun's; the last line of "
+                                   "stdout is JSON)")
+    top.add_argument("-h", "--help", action="help", help=argparse.SUPPRESS)
     top.add_argument("--config", metavar="FILE", help="a job's JSON (a run's last line)")
     top.add_argument("--epochs", dest="top.epochs", type=int, default=argparse.SUPPRESS,
                      metavar="N",
                      help="optimisation steps (default: 200)")
     add_fields(top, Run, "run")
-    graph = train.add_argument_group("graph and model")
-    add_fields(graph, Graph, "graph")
-    add_fields(graph, Model, "model", flags={"name": "--model"})
+    if name == "plan":
+        top.add_argument("--json", action="store_true",
+                         help="print every prediction as a JSON line, then the choice")
+    _add_debug(top)
     steps = train.add_argument_group("optimisation and evaluation")
     add_fields(steps, Adam, "optimizer", flags={"schedule": "--lr-schedule"})
     add_fields(steps, GradSync, "grad_sync", prefix="grad-")
@@ -137,11 +168,20 @@ def _train_parser(sub: Any, name: str, help: str) -> None:
         f"strategy (default: the one whose options are given, else {default.name})")
     strategy.add_argument("--strategy", dest="strategy.name", choices=list(STRATEGIES),
                           default=argparse.SUPPRESS, metavar="NAME",
-                          help="|".join(STRATEGIES))
+                          help=f"{'|'.join(STRATEGIES)} (its options: --strategy NAME "
+                               f"--help)")
     add_fields(strategy, default, "strategy", seen=seen)
     for cls in others:
         title = f"strategy: {cls.name}" + (f" ({cls.summary})" if cls.summary else "")
-        add_fields(train.add_argument_group(title), cls, "strategy", seen=seen)
+        group = train.add_argument_group(title)
+        add_fields(group, cls, "strategy", seen=seen)
+        if cls.name != shown:
+            for action in group._group_actions:
+                action.help = argparse.SUPPRESS
+    for action in train._actions:
+        if action.dest in _RECIPE_OPTIONS and action.help is not argparse.SUPPRESS:
+            text = re.sub(r" \(default:[^)]*\)$", "", action.help or "")
+            action.help = f"{text} ({recipe_default(_RECIPE_OPTIONS[action.dest])})"
     hidden = train.add_argument_group()
     hidden.add_argument("--mode", dest="old.mode", choices=["exact", "gradient-only"],
                         default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -235,7 +275,17 @@ def _refuse_hetero(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """``pyg-dist``: parses ``argv`` and runs the command; errors end as
+    :func:`pyg_dist.cli.errors.reporting` says (exit status 2 and one or two
+    lines naming the flag for the user's own, no traceback without
+    ``--debug``)."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(asked_strategy(argv, list(STRATEGIES))).parse_args(argv)
+    return reporting(args.command, lambda: _run(args), getattr(args, "debug", False),
+                     bar=args.command == "train")
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "partition":
         return partition_command(args)
     if args.command in ("plan", "layouts"):
@@ -250,4 +300,11 @@ def main(argv: list[str] | None = None) -> int:
         job = parse_job(args)
     except ValueError as exc:  # before any rank starts
         raise SystemExit(f"pyg-dist {args.command}: {exc}") from None
-    return train_command(job, plan_rank if args.command == "plan" else None)
+    if job.graph.parts_dir is not None:
+        check_parts_dir(args.command, job.graph.parts_dir, job.graph.parts,
+                        job.strategy.ranks_per_part())
+    else:
+        check_dataset(args.command, job.graph)
+    if args.command == "plan":
+        return train_command(job, plan_rank, report_plan(args.json))
+    return train_command(job)

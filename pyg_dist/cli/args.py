@@ -20,12 +20,16 @@ def flag_of(prefix: str, name: str, flags: dict[str, str] | None = None) -> str:
 
 def add_fields(group: Any, cls: type, section: str, prefix: str = "",
                flags: dict[str, str] | None = None, seen: set[str] | None = None,
-               skip: set[str] | frozenset[str] = frozenset()) -> None:
+               skip: set[str] | frozenset[str] = frozenset(),
+               order: tuple[str, ...] = ()) -> None:
     """Adds one option per field of dataclass ``cls`` to ``group``, with
     ``dest`` ``"<section>.<field>"`` and no default: the namespace holds only
     what was given, so a config file and recipes can fill in the rest. A flag
-    in ``seen`` is added once (fields that several classes share)."""
-    for f in dataclasses.fields(cls):
+    in ``seen`` is added once (fields that several classes share). The
+    fields named in ``order`` come first, in that order (help lists them so)."""
+    fields = dataclasses.fields(cls)
+    first = [f for name in order for f in fields if f.name == name]
+    for f in first + [f for f in fields if f not in first]:
         meta = f.metadata
         if "help" not in meta or f.name in skip:
             continue

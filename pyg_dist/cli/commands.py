@@ -11,6 +11,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 import pyg_dist
 from pyg_dist.cli.args import given
+from pyg_dist.cli.errors import check_dataset, check_graph_folder, check_out
 from pyg_dist.cli.job import DEFAULT_PARTS, Graph
 from pyg_dist.cli.preflight import check_host
 from pyg_dist.datasets import GraphFolder, HeteroGraphFolder, load_dataset, write_graph_folder
@@ -42,6 +43,8 @@ def partition_command(args: argparse.Namespace) -> int:
     if args.distributed or args.input is not None:
         return distributed_partition_command(args)
     graph = _graph(args)
+    check_out("partition", args.out, args.overwrite)
+    check_dataset("partition", graph)
     meta = partition_graph(graph, Path(args.out), graph.parts or DEFAULT_PARTS, args.clusters,
                            overwrite=args.overwrite)
     print(json.dumps(meta_summary(meta)))
@@ -56,6 +59,8 @@ def convert_command(args: argparse.Namespace) -> int:
     if graph.dataset in (*OGB, MAG_NAME) and graph.root is None:
         raise SystemExit(f"pyg-dist convert: --dataset {graph.dataset} needs --root, the "
                          f"folder OGB downloaded it into")
+    check_out("convert", args.out, args.overwrite)
+    check_dataset("convert", graph)
     folder: GraphFolder | HeteroGraphFolder
     if graph.dataset in OGB:
         assert graph.root is not None, "checked above"
@@ -87,6 +92,8 @@ def distributed_partition_command(args: argparse.Namespace) -> int:
             ["--clusters-per-part"] if args.clusters != 1 else [])
         raise SystemExit(f"pyg-dist partition --distributed reads the graph from --input; "
                          f"drop {' '.join(flags)}")
+    check_graph_folder("partition", args.input)
+    check_out("partition", args.out, args.overwrite)
     job = (args.input, args.out, options.get("method", "metis-coarse"),
            options.get("seed", 0), args.overwrite)
     if env.under_torchrun():
@@ -149,6 +156,7 @@ def layouts_command(args: argparse.Namespace) -> int:
     """Cuts the graph into every part count dividing --parts (in a temporary
     folder) and prints each layout's predicted bytes per epoch, then the best."""
     graph = _graph(args)
+    check_dataset("layouts", graph)
     ranks = graph.parts or DEFAULT_PARTS
     data = load_graph(graph)
     halo = {}

@@ -135,7 +135,7 @@ class Model(Options):
                                 metavar="L")
     hidden: int | None = option(None, "hidden features (per head for gat)", type=int,
                                 metavar="H")
-    heads: int | None = option(None, "attention heads of gat", type=int, metavar="N")
+    heads: int | None = option(None, "attention heads", type=int, metavar="N")
     dropout: float | None = option(None, "dropout (default: the model's recipe)", type=float,
                                    metavar="P")
     edge_dropout: float = option(0.0, "DropEdge rate, shared hash", metavar="P")

@@ -19,6 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler, 
 import pyg_dist
 from pyg_dist.cli.commands import meta_summary, partition_graph
 from pyg_dist.cli.job import DEFAULT_PARTS, HOMOGENEOUS_MODELS, Job
+from pyg_dist.cli.plan_table import plan_table
 from pyg_dist.config import Planned, as_policy
 from pyg_dist.halo import Exact
 from pyg_dist.models.gnn import DEEP_MODELS, GNN, DeepGNN
@@ -30,12 +31,16 @@ from pyg_dist.runtime.peers import PeerLost
 from pyg_dist.strategies import planner
 from pyg_dist.strategies.task import labelled_type
 from pyg_dist.train.loop import EpochStats, train
+from pyg_dist.train.progress import destination, summary_lines, write
 
-__all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "load_part"]
+__all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "report_plan",
+           "load_part", "cut_in_words"]
 
-def train_command(job: Job, body: Callable[[Job, str], Any] | None = None) -> int:
-    """Runs ``job`` and prints its JSON line (rank 0's); ``body`` is what
-    each rank runs (default: :func:`train_rank`)."""
+def train_command(job: Job, body: Callable[[Job, str], Any] | None = None,
+                  report: Callable[[dict[str, Any]], None] | None = None) -> int:
+    """Runs ``job`` and prints its JSON line (rank 0's) and a summary on
+    stderr; ``body`` is what each rank runs (default: :func:`train_rank`),
+    ``report`` what prints rank 0's result instead."""
     body = body or train_rank
     start = time.perf_counter()
     if env.under_torchrun():
@@ -52,17 +57,62 @@ def train_command(job: Job, body: Callable[[Job, str], Any] | None = None) -> in
             folder = graph.parts_dir or str(Path(tmp) / "parts")
             if graph.parts_dir is None:
                 meta = _partition(job, Path(folder))
-                print(f"partitioned {graph.dataset}: {meta_summary(meta)}", file=sys.stderr)
+                print(cut_in_words(graph.dataset, meta_summary(meta)), file=sys.stderr)
+            if job.run.progress:
+                print(f"starting {parts} ranks on this machine (each imports torch, joins the "
+                      f"process group and loads its own part)", file=sys.stderr, flush=True)
             try:
                 result = pyg_dist.launch(body, parts, args=(job, folder),
                                          timeout=job.run.timeout)[0]
             except KeyboardInterrupt:
-                print(interrupted_message(job), file=sys.stderr, flush=True)
+                # a new line first: the bar's line has none
+                print(("\n" if job.run.progress else "") + interrupted_message(job),
+                      file=sys.stderr, flush=True)
                 raise SystemExit(INTERRUPTED) from None
     if result is not None:
         result["seconds"] = round(time.perf_counter() - start, 3)
-        print(json.dumps(result), flush=True)
+        (report or _report_run)(result)
     return 0
+
+
+def _report_run(result: dict[str, Any]) -> None:
+    """A run's JSON line on stdout, then its summary in words on stderr."""
+    print(json.dumps(result), flush=True)
+    if "best_epoch" in result:
+        for line in summary_lines(result, destination(sys.stdout)):
+            print(line, file=sys.stderr)
+
+
+def report_plan(as_json: bool) -> Callable[[dict[str, Any]], None]:
+    """What prints ``pyg-dist plan``'s result (:func:`plan_rank`'s): with
+    ``as_json`` a JSON line per prediction (fastest first) and the choice's,
+    else the table of :func:`~pyg_dist.cli.plan_table.plan_table`."""
+    def report(result: dict[str, Any]) -> None:
+        rows = result.pop("rows")
+        if as_json:
+            for row in rows:
+                print(json.dumps(row))
+            print(json.dumps(result), flush=True)
+        else:
+            print("\n".join(plan_table(rows, result)), flush=True)
+
+    return report
+
+
+def cut_in_words(dataset: str, meta: dict[str, Any]) -> str:
+    """One line on a cut, from :func:`~pyg_dist.cli.commands.meta_summary`'s
+    dictionary ``meta``."""
+    edges = meta["num_edges"]
+    share = f" ({100 * meta['edge_cut'] / edges:.0f}%)" if edges else ""
+    return (f"cut {dataset} ({meta['num_nodes']:,} nodes, {edges:,} edges) into "
+            f"{meta['num_parts']} parts with {meta['method']}: {meta['edge_cut']:,} edges "
+            f"cross parts{share}; {_span(meta['part_sizes'])} nodes and "
+            f"{_span(meta['halo_sizes'])} halo nodes per part")
+
+
+def _span(values: list[int]) -> str:
+    low, high = min(values, default=0), max(values, default=0)
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
 
 
 #: The exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
@@ -201,6 +251,10 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
     strategy, spec = job.strategy, job.model
     data, model = load_part(job, folder)
     rank = distributed.rank()
+    if rank == 0 and job.run.progress:
+        layers, hidden, _, _ = spec.sizes()
+        print(f"ranks ready; training {spec.name} ({layers} layers, {hidden} hidden) for "
+              f"{job.epochs} epochs, {strategy.name}", file=sys.stderr, flush=True)
     result = train(model, data, job.epochs, strategy=strategy, grad_sync=job.grad_sync,
                    optimizer=job.optimizer, checkpoint=job.checkpoint,
                    evaluation=job.evaluation, callback=_logger(job.run.log_every, rank),
@@ -210,8 +264,12 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
     hetero = isinstance(data, pyg_dist.DistHeteroData)
     setup = dict(result.setup)
     halo, input_cache = setup.pop("halo"), setup.pop("input_cache")
+    last = result.history[-1] if result.history else None
     return {
         **result.summary(),
+        "training_seconds": round(result.seconds, 3),
+        "final_val_acc": last.val_acc if last else None,
+        "final_test_acc": last.test_acc if last else None,
         "dataset": job.graph.dataset,
         "parts": distributed.world_size(),
         "method": data.meta.method,
@@ -234,8 +292,8 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
 
 def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
     """What each rank of ``pyg-dist plan`` runs: the probe on its part and
-    the predictions; rank 0 prints one JSON row per strategy (fastest
-    first) and returns the choice. The job's strategy is the planner's
+    the predictions; rank 0 returns the choice, with every strategy's row
+    (fastest first) under ``rows`` for :func:`report_plan`. The job's strategy is the planner's
     (:func:`pyg_dist.cli.parse_job` makes it so)."""
     if read_meta(folder).types is not None:
         raise SystemExit(f"'pyg-dist plan' ranks homogeneous strategies; '{folder}' holds a "
@@ -247,10 +305,9 @@ def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
                           job.evaluation.every)
     if distributed.rank() != 0:
         return None
-    for row in chosen.table():
-        print(json.dumps(row), flush=True)
     choice = chosen.choice
-    return {**chosen.summary(), "epochs": job.epochs, "parts": distributed.world_size(),
+    return {"rows": chosen.table(), **chosen.summary(), "epochs": job.epochs,
+            "parts": distributed.world_size(),
             "probe": dataclasses.asdict(chosen.probe),
             "train": {"strategy": choice.strategy.describe(),
                       "grad_sync": choice.grad_sync.to_dict()}}
@@ -259,10 +316,9 @@ def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
 def _logger(every: int, rank: int) -> Any:
     def log(stats: EpochStats) -> None:
         if every and stats.epoch % every == 0 and rank == 0:
-            print(f"epoch {stats.epoch:4d}  loss {stats.loss:.4f}  val {stats.val_acc:.4f}  "
+            write(f"epoch {stats.epoch:4d}  loss {stats.loss:.4f}  val {stats.val_acc:.4f}  "
                   f"test {stats.test_acc:.4f}  halo fwd {stats.halo_bytes_fwd / 1e6:.3f} MB  "
                   f"bwd {stats.halo_bytes_bwd / 1e6:.3f} MB  eval "
-                  f"{stats.halo_bytes_eval / 1e6:.3f} MB  comm {stats.comm_seconds:.3f} s",
-                  file=sys.stderr, flush=True)
+                  f"{stats.halo_bytes_eval / 1e6:.3f} MB  comm {stats.comm_seconds:.3f} s")
 
     return log

@@ -41,8 +41,10 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
             (default: :obj:`None`)
         seed (int, optional): Seed of the synthetic graphs. (default: :obj:`0`)
         **kwargs (optional): Parameters of the synthetic graphs (e.g.
-            ``num_nodes``, ``avg_degree``) and of ogbn-mag (``to_undirected``,
-            ``features``); :obj:`None` values keep the default.
+            ``num_nodes``, ``avg_degree``), of ogbn-mag (``to_undirected``,
+            ``features``) and of the Planetoid graphs (``download=True``
+            fetches missing raw files; nothing downloads otherwise);
+            :obj:`None` values keep the default.
     """
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     if name == "synthetic":
@@ -56,7 +58,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
             raise ValueError(
                 f"dataset '{name}' needs a root folder holding {PLANETOID[name]}/raw; pass --root"
             )
-        return planetoid(name, root)
+        return planetoid(name, root, download=kwargs.get("download", False))
     if name in OGB:
         if root is None:
             raise ValueError(f"dataset '{name}' needs the folder OGB downloaded it into "

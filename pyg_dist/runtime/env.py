@@ -10,6 +10,7 @@ variable                       effect
 ``PYG_DIST_VERBOSE_BUILD``     ``1``: show the C++ build's commands and output
 ``PYG_DIST_TRITON_AUTOTUNE``   ``0``: one default Triton config, no autotuning
 ``PYG_DIST_LAUNCH_STORE``      set by :func:`pyg_dist.launch` in its ranks
+``PYG_DIST_DEBUG``             ``1``: ``pyg-dist`` shows the traceback of an error
 =============================  ==================================================
 """
 from __future__ import annotations
@@ -18,9 +19,9 @@ import os
 
 __all__ = [
     "TIMEOUT", "TRANSPORT", "SPMM_BACKEND", "DISABLE_CPU_EXT", "VERBOSE_BUILD",
-    "TRITON_AUTOTUNE", "LAUNCH_STORE", "TRANSPORTS", "DEFAULT_TIMEOUT",
+    "TRITON_AUTOTUNE", "LAUNCH_STORE", "DEBUG", "TRANSPORTS", "DEFAULT_TIMEOUT",
     "timeout", "transport", "spmm_backend", "cpu_ext_disabled", "verbose_build",
-    "triton_autotune", "launch_store", "under_torchrun",
+    "triton_autotune", "launch_store", "under_torchrun", "debug",
 ]
 
 TIMEOUT = "PYG_DIST_TIMEOUT"
@@ -30,6 +31,7 @@ DISABLE_CPU_EXT = "PYG_DIST_DISABLE_CPU_EXT"
 VERBOSE_BUILD = "PYG_DIST_VERBOSE_BUILD"
 TRITON_AUTOTUNE = "PYG_DIST_TRITON_AUTOTUNE"
 LAUNCH_STORE = "PYG_DIST_LAUNCH_STORE"
+DEBUG = "PYG_DIST_DEBUG"
 
 TRANSPORTS = ("p2p", "all_to_all")
 #: Collectives that wait longer than this raise instead of hanging (seconds).
@@ -82,6 +84,11 @@ def verbose_build() -> bool:
 
 def triton_autotune() -> bool:
     return _get(TRITON_AUTOTUNE) != "0"
+
+
+def debug() -> bool:
+    """Whether ``PYG_DIST_DEBUG=1``: ``pyg-dist`` shows an error's traceback."""
+    return _get(DEBUG) not in ("", "0")
 
 
 def under_torchrun() -> bool:

@@ -21,6 +21,7 @@ from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint, save_che
 from pyg_dist.train.legacy import legacy_keywords
 from pyg_dist.train.optim import make_optimizer
 from pyg_dist.train.preemption import Preempted, StopSignals, stop_message
+from pyg_dist.train.progress import start_progress
 from pyg_dist.train.result import EpochStats, TrainResult
 from pyg_dist.train.stopping import StopRules
 
@@ -58,7 +59,9 @@ def train(
     global. Training stops after ``epochs`` steps, or earlier under the
     evaluation's stop rules (a target accuracy, patience, a time budget). The
     returned ``test_acc`` is taken at the epoch of best validation accuracy.
-    Rank 0 shows a tqdm bar.
+    Rank 0 shows a progress bar (:mod:`pyg_dist.train.progress`; lines
+    printed with :func:`~pyg_dist.train.progress.write` go above it), whose
+    estimate of the time left leaves out the first epoch.
 
     On a heterogeneous graph, loss and accuracies are those of the one node
     type with labels ``y`` and a ``train_mask``; the model is called as
@@ -136,8 +139,8 @@ def train(
 
         rules = StopRules(settings.evaluation, result)
         every, ledger = settings.evaluation.every, runner.ledger
+        bar = start_progress(model, epochs, result.epochs) if progress else None
         start = _clock() - result.seconds
-        bar = _progress(epochs, result.epochs) if progress and distributed.rank() == 0 else None
         accs = result.last_accuracies
         for epoch in range(result.epochs + 1, epochs + 1):
             epoch_start = _clock()
@@ -172,10 +175,7 @@ def train(
             if saved:
                 save(epoch)
             if bar is not None:
-                bar.set_postfix(loss=f"{step.loss:.4f}", val=f"{stats.val_acc:.3f}",
-                                test=f"{stats.test_acc:.3f}",
-                                halo_MB=f"{result.halo_bytes / 1e6:.1f}")
-                bar.update(1)
+                bar.update(stats, result.halo_bytes)
             if callback is not None:
                 doing = f"the callback after epoch {epoch}"
                 callback(stats)
@@ -320,9 +320,3 @@ def _epoch_totals(ledger: Any, step: int, times: tuple[float, float, float],
     for name, value in zip([*_BOOKED.values(), *_TIMED], stats):
         out[name] = int(value) if "bytes" in name else value / ranks
     return out, stats[len(stats) - len(signals):]
-
-
-def _progress(total: int, done: int) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=done, desc="train", unit="epoch", dynamic_ncols=True)

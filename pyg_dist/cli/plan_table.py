@@ -1,0 +1,111 @@
+"""``pyg-dist plan``'s table: the best few strategies of each accuracy risk,
+their predicted epoch time and bytes per epoch each against exact training,
+the choice marked, and why each of the others lost (``--json`` prints the
+rows as JSON lines instead)."""
+from __future__ import annotations
+
+from typing import Any
+
+from pyg_dist.strategies.cost import RISKS
+
+__all__ = ["plan_table", "EXACT", "PER_RISK"]
+
+#: The row every other is measured against: plain exact training.
+EXACT = "graph-parallel exact"
+#: Rows shown per risk, fastest first (the choice always among them).
+PER_RISK = 3
+#: Two predictions this close (relative) are equally fast to the planner
+#: (:data:`pyg_dist.strategies.planner.TIE`).
+_TIE = 0.01
+
+
+def plan_table(rows: list[dict[str, Any]], choice: dict[str, Any]) -> list[str]:
+    """The lines of the table.
+
+    Args:
+        rows (list[dict]): Every candidate's row (``Plan.table()``, fastest
+            first): ``strategy``, ``risk``, ``predicted_step_s``,
+            ``predicted_epoch_s``, ``predicted_bytes_per_epoch``, ``chosen``.
+        choice (dict): The plan's summary: ``choice``, ``accept``,
+            ``epochs``, ``parts``, ``probe_seconds``, ``probe`` (with
+            ``step_seconds`` measured).
+    """
+    chosen = next(r for r in rows if r["chosen"])
+    exact = next((r for r in rows if r["strategy"] == EXACT),
+                 next((r for r in rows if r["risk"] == "exact"), None))
+    accept = choice["accept"]
+    shown: list[dict[str, Any]] = []
+    for risk in RISKS:
+        of_risk = [r for r in rows if r["risk"] == risk]
+        best = of_risk[:PER_RISK]
+        if chosen in of_risk and chosen not in best:
+            best = of_risk[:PER_RISK - 1] + [chosen]
+        if exact in of_risk and exact not in best:
+            best = best + [exact]
+        shown += best
+    table = [["risk", "", "strategy", "epoch", "vs exact", "bytes/epoch", "vs exact",
+              "why not chosen"]]
+    epoch_ref = exact["predicted_epoch_s"] if exact else None
+    bytes_ref = exact["predicted_bytes_per_epoch"] if exact else None
+    for row in shown:
+        table.append([row["risk"], "*" if row is chosen else "", row["strategy"],
+                      _seconds(row["predicted_epoch_s"]),
+                      _ratio(row["predicted_epoch_s"], epoch_ref),
+                      _bytes(row["predicted_bytes_per_epoch"]),
+                      _ratio(row["predicted_bytes_per_epoch"], bytes_ref),
+                      "(chosen)" if row is chosen else _why_not(row, chosen, accept)])
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    right = {3, 4, 5, 6}
+    lines = [*_head(choice, len(rows)), ""]
+    for line in table:
+        cells = [cell.rjust(w) if i in right else cell.ljust(w)
+                 for i, (cell, w) in enumerate(zip(line, widths))]
+        lines.append(("  ".join(cells[:2]) + " " + "  ".join(cells[2:])).rstrip())
+    left = len(rows) - len(shown)
+    lines.append("")
+    lines.append(f"* chosen at --accept {accept}: {chosen['strategy']}")
+    lines.append(f"  'pyg-dist train --strategy auto --accept {accept}' with the same options "
+                 f"probes again and trains it")
+    if left:
+        lines.append(f"{left} more predictions, slower than those shown of their risk; "
+                     f"--json prints every one")
+    return lines
+
+
+def _head(choice: dict[str, Any], count: int) -> list[str]:
+    probe = choice.get("probe", {})
+    return [f"{count} strategies predicted for {choice['epochs']} epochs on {choice['parts']} "
+            f"ranks (probe {choice.get('probe_seconds', 0):.1f} s, measured step "
+            f"{_seconds(probe.get('step_seconds', 0))})",
+            f"epoch: a training step and the evaluations' share; vs exact: against {EXACT}"]
+
+
+def _why_not(row: dict[str, Any], chosen: dict[str, Any], accept: str) -> str:
+    """Why the planner took ``chosen`` over ``row``: its risk, its speed, or
+    (equally fast) its bytes."""
+    if RISKS.index(row["risk"]) > RISKS.index(accept):
+        return f"risk {row['risk']} above --accept {accept}"
+    step, best = row["predicted_step_s"], chosen["predicted_step_s"]
+    if step > best * (1 + _TIE):
+        slower = 100 * (row["predicted_epoch_s"] / chosen["predicted_epoch_s"] - 1)
+        return f"{slower:.1f}% slower per epoch"
+    return "as fast (within 1%), more bytes"
+
+
+def _seconds(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _ratio(value: float, reference: float | None) -> str:
+    if not reference:
+        return "-"
+    return f"{value / reference:.2f}x"
+
+
+def _bytes(count: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{int(count)} B"
