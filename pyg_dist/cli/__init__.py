@@ -137,7 +137,7 @@ def _train_parser(sub: Any, name: str, help: str) -> None:
         f"strategy (default: the one whose options are given, else {default.name})")
     strategy.add_argument("--strategy", dest="strategy.name", choices=list(STRATEGIES),
                           default=argparse.SUPPRESS, metavar="NAME",
-                          help="|".join(STRATEGIES))
+                          help=f"{default.name} or a name below")
     add_fields(strategy, default, "strategy", seen=seen)
     for cls in others:
         title = f"strategy: {cls.name}" + (f" ({cls.summary})" if cls.summary else "")
