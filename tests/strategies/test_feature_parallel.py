@@ -7,9 +7,15 @@ self-loops, duplicates and isolated nodes; dropout on. Outputs, parameter
 gradients and norm statistics; three training steps end with PyG's weights;
 the planner's bytes are the ledger's; halo policies apply per slice.
 
-One launch per world size runs every case (the test process builds the
-references); the checks that need no ranks run in this process."""
+One rank battery per world size (tests/worlds.py) runs every case (the test
+process builds the references); the checks that need no ranks run in this
+process, the command line's in subprocesses."""
 import dataclasses
+import functools
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -18,6 +24,7 @@ from graphs import awkward_graph
 from tolerances import assert_close
 from torch_geometric.nn import GraphConv, SAGEConv
 from torch_geometric.nn.models import GCN
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.config import Adam, FeatureParallel, GradSync
@@ -102,25 +109,34 @@ def upstream(num_nodes):
     return torch.randn(num_nodes, CLASSES, generator=torch.Generator().manual_seed(5))
 
 
+def reference_run(data, name):
+    """Case ``name`` on the whole graph: its initial state, output, parameter
+    gradients and buffers."""
+    model, weighted = model_of(name)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train()
+    result = reference_forward(model, data, weighted)
+    (result * upstream(data.num_nodes)).sum().backward()
+    return {"state": state, "out": result.detach(),
+            "grads": {n: p.grad.clone() for n, p in model.named_parameters()},
+            "buffers": {n: b.clone() for n, b in model.named_buffers()}}
+
+
+@functools.cache
+def whole_graph():
+    """The graph and every case's reference (for the batteries and the tests)."""
+    data = graph()
+    return data, {name: reference_run(data, name) for name in CASES}
+
+
 @pytest.fixture(scope="module")
 def data():
-    return graph()
+    return whole_graph()[0]
 
 
 @pytest.fixture(scope="module")
-def references(data):
-    """Per case: the initial state, output, parameter gradients and buffers."""
-    out = {}
-    for name in CASES:
-        model, weighted = model_of(name)
-        state = {k: v.clone() for k, v in model.state_dict().items()}
-        model.train()
-        result = reference_forward(model, data, weighted)
-        (result * upstream(data.num_nodes)).sum().backward()
-        out[name] = {"state": state, "out": result.detach(),
-                     "grads": {n: p.grad.clone() for n, p in model.named_parameters()},
-                     "buffers": {n: b.clone() for n, b in model.named_buffers()}}
-    return out
+def references():
+    return whole_graph()[1]
 
 
 def reference_training(data, state):
@@ -213,30 +229,32 @@ def battery(folders, states, world):
     return out
 
 
+def prepare(world, root):
+    """The folders every grid of ``world`` ranks reads: METIS folders with
+    the grid's parts; one random folder with the world's parts, merged into
+    the grid's (one folder serves every grid); a graph folder."""
+    data, references = whole_graph()
+    folders = {"num_nodes": data.num_nodes}
+    for parts in {p for p, _ in GRIDS[world]}:
+        folders["metis", parts] = root / f"metis{parts}"
+        pyg_dist.partition(data, parts, folders["metis", parts], method="metis", seed=3)
+        folders["random", parts] = root / "random"
+    pyg_dist.partition(data, world, root / "random", method="random", seed=3)
+    write_graph_folder(data, root / "graph")
+    folders["graph"] = root / "graph"
+    states = {name: ref["state"] for name, ref in references.items()}
+    return (folders, states, world), None
+
+
+BATTERIES = {world: Battery(world, battery, functools.partial(prepare, world), timeout=1500)
+        for world in GRIDS}
+
+
 @pytest.fixture(scope="module")
-def runs(data, references, tmp_path_factory):
-    cache = {}
-
-    def get(world):
-        if world not in cache:
-            root = tmp_path_factory.mktemp(f"fp{world}")
-            folders = {"num_nodes": data.num_nodes}
-            # METIS folders have the grid's parts; random ones the world's parts,
-            # merged into the grid's (one folder serves every grid)
-            for parts in {p for p, _ in GRIDS[world]}:
-                folders["metis", parts] = root / f"metis{parts}"
-                pyg_dist.partition(data, parts, folders["metis", parts], method="metis", seed=3)
-                folders["random", parts] = root / "random"
-            pyg_dist.partition(data, world, root / "random", method="random", seed=3)
-            write_graph_folder(data, root / "graph")
-            folders["graph"] = root / "graph"
-            states = {name: ref["state"] for name, ref in references.items()}
-            per_rank = pyg_dist.launch(battery, world, args=(folders, states, world),
-                                       timeout=1500, comm_timeout=300)
-            cache[world] = per_rank
-        return cache[world]
-
-    return get
+def runs(tmp_path_factory):
+    yield lambda world: BATTERIES[world].results(tmp_path_factory)[1]
+    for world_battery in BATTERIES.values():
+        world_battery.release()
 
 
 def gather(per_rank, key, num_nodes):
@@ -397,3 +415,40 @@ def test_options_read_back_from_configs():
     assert dataclasses.asdict(strategy)["slices"] == 4
     with pytest.raises(ValueError, match=r"FeatureParallel\(slices=0\)"):
         FeatureParallel(slices=0)
+
+
+# -- the command line -----------------------------------------------------------------------
+
+CLI = [sys.executable, "-m", "pyg_dist.cli"]
+
+
+def cli(args, cwd):
+    out = subprocess.run(CLI + args, capture_output=True, text=True, timeout=600, cwd=cwd,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_the_cli_trains_a_grid_as_one_process_trains_the_whole_graph(tmp_path):
+    """4 ranks, --slices 2: a 2x2 grid (the graph cut into 2 parts, each rank
+    32 of the 64 features) trains as one process does; the run's line, given
+    as --config with one rank and graph-parallel on top, is the same job there
+    (the same accuracies, since both are exact), and without halos."""
+    args = ["train", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "4",
+            "--strategy", "feature-parallel", "--slices", "2", "--epochs", "8", "--lr", "0.05",
+            "--no-progress"]
+    grid = cli(args, tmp_path)[-1]
+    assert grid["strategy"] == "feature-parallel" and grid["grid"] == "2x2"
+    assert grid["config"]["strategy"] == {"name": "feature-parallel", "slices": 2,
+                                          "halo": None, "pre_aggregate": None}
+    assert grid["all_to_all_bytes"] > 0 and grid["halo_bytes_fwd"] > 0
+    (tmp_path / "run.json").write_text(json.dumps(grid))
+    one = cli(["train", "--config", "run.json", "--parts", "1", "--strategy", "graph-parallel",
+               "--no-progress"], tmp_path)[-1]
+    assert one["config"]["strategy"]["name"] == "graph-parallel"
+    for key in ("model", "optimizer", "evaluation"):
+        assert one["config"][key] == grid["config"][key], key
+    assert one["all_to_all_bytes"] == one["halo_bytes"] == 0
+    assert (one["test_acc"], one["val_acc"], one["best_epoch"]) == (
+        grid["test_acc"], grid["val_acc"], grid["best_epoch"])
+    assert one["val_acc"] > 0.4  # trained: 8 classes, chance is 0.125
