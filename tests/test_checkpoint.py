@@ -110,15 +110,21 @@ def test_resume_equals_uninterrupted(results, spec):
 
 
 def test_checkpoint_files_are_complete(tmp_path):
-    """A run's folder holds one file per rank and latest.json with the epoch."""
+    """A run's folder holds one file per rank (and its previous one) and
+    latest.json with the epoch and the sha256 of every rank's file of the
+    newest two epochs."""
     import json
 
     pyg_dist.partition(awkward_graph(num_features=4), 1, tmp_path / "parts")
     data = pyg_dist.DistData.load(tmp_path / "parts")
     model = GNN("sage", 4, 4, 3)
     train(model, data, 4, progress=False, checkpoint=Checkpoint(tmp_path / "ck", every=2))
-    assert json.loads((tmp_path / "ck" / "latest.json").read_text()) == {"epoch": 4,
-                                                                          "world_size": 1}
+    from pyg_dist.utils.files import file_sha256
+
+    ck = tmp_path / "ck"
+    assert json.loads((ck / "latest.json").read_text()) == {
+        "epoch": 4, "world_size": 1, "sha256": {"4": [file_sha256(ck / "rank_0.pt")],
+                                                "2": [file_sha256(ck / "rank_0.prev.pt")]}}
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["latest.json", "rank_0.prev.pt",
                                                                  "rank_0.pt"]
     with pytest.raises(ValueError, match="name the folder for checkpoints"):

@@ -53,12 +53,33 @@ def train_command(job: Job, body: Callable[[Job, str], Any] | None = None) -> in
             if graph.parts_dir is None:
                 meta = _partition(job, Path(folder))
                 print(f"partitioned {graph.dataset}: {meta_summary(meta)}", file=sys.stderr)
-            result = pyg_dist.launch(body, parts, args=(job, folder),
-                                     timeout=job.run.timeout)[0]
+            try:
+                result = pyg_dist.launch(body, parts, args=(job, folder),
+                                         timeout=job.run.timeout)[0]
+            except KeyboardInterrupt:
+                print(interrupted_message(job), file=sys.stderr, flush=True)
+                raise SystemExit(INTERRUPTED) from None
     if result is not None:
         result["seconds"] = round(time.perf_counter() - start, 3)
         print(json.dumps(result), flush=True)
     return 0
+
+
+#: The exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+
+
+def interrupted_message(job: Job) -> str:
+    """The line a run stopped by Ctrl-C ends with: every rank was stopped,
+    and what there is to resume from."""
+    ckpt = job.checkpoint
+    if ckpt is None:
+        return ("pyg-dist train: interrupted (Ctrl-C); every rank was stopped. No checkpoint is "
+                "configured, so a rerun starts at epoch 1 (add --checkpoint DIR to resume "
+                "after a stop)")
+    return (f"pyg-dist train: interrupted (Ctrl-C); every rank was stopped. To continue from "
+            f"the last complete checkpoint in '{ckpt.dir}' (none before the first is written), "
+            f"run the same command with --resume")
 
 
 def _check_ranks(job: Job) -> None:

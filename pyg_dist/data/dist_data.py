@@ -411,15 +411,14 @@ class DistData:
 
 def _read(out_dir: Any, rank: int | None, group: Any) -> tuple[PartitionMeta, int, Any]:
     """This rank's metadata and part, read by every rank on its own machine;
-    if any rank cannot, every rank raises one error that lists them all."""
-    error: Exception | None = None
-    try:
+    if any rank cannot, whatever the error (a missing or damaged file, a
+    part without a key it needs), every rank raises one error that lists
+    them all."""
+    meta = content = None
+    with distributed.failing_together(f"'DistData.load' of '{out_dir}'", group):
         meta = read_meta(out_dir)
         rank = _check_rank(out_dir, meta, rank, group)
         content = read_part(out_dir, rank, meta)
-    except (OSError, ValueError) as exc:
-        error = exc
-    distributed.raise_together(error, f"'DistData.load' of '{out_dir}'", group)
     return meta, rank, content  # type: ignore[return-value]
 
 

@@ -9,11 +9,14 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from typing_extensions import Self
+
+from pyg_dist.utils.files import disk_error, fsync_folder
 
 __all__ = ["read_info", "require", "entry", "NodeArrays", "EdgeArray", "FolderWriter", "spans",
            "GRAPH_FILE", "FORMAT", "VERSION", "HOMOGENEOUS", "HETEROGENEOUS", "CHUNK"]
@@ -28,6 +31,8 @@ HOMOGENEOUS, HETEROGENEOUS = "homogeneous", "hetero"
 CHUNK = 1 << 20
 #: File names of the usual splits; any other ``<name>_mask`` is ``split/<name>.npy``.
 _SPLIT_FILES = {"train_mask": "train", "val_mask": "valid", "test_mask": "test"}
+#: What to do when a graph folder does not fit.
+DISK_FIX = "free space there or choose an out_dir on a filesystem with room for the graph"
 
 
 def read_info(path: str | os.PathLike) -> dict[str, Any]:
@@ -282,16 +287,38 @@ class FolderWriter:
         """A new ``.npy`` file ``file`` of ``shape`` and ``dtype``, as a
         writable memory map."""
         path = self.tmp / file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+        with self._room(f"writing {file}", int(np.prod(shape)) * np.dtype(dtype).itemsize):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+            # The room is taken now: a memory map filled past a full disk
+            # would end the process (SIGBUS) instead of raising.
+            with open(path, "r+b") as f:
+                os.posix_fallocate(f.fileno(), 0, os.path.getsize(path))
+        return array
+
+    @contextmanager
+    def _room(self, doing: str, size: int) -> Iterator[None]:
+        """Turns a full disk while ``doing`` into an error naming
+        ``out_dir``, the room the folder needs so far and ``size`` more, and
+        what to do."""
+        try:
+            yield
+        except OSError as exc:
+            written = sum(f.stat().st_size for f in self.tmp.rglob("*") if f.is_file())
+            full = disk_error(exc, self.out_dir, doing, written + size, fix=DISK_FIX)
+            if full is exc:
+                raise
+            raise full from exc
 
     def split(self, mask_name: str, ids: np.ndarray, folder: str = "") -> str:
         """Writes the node ids of split ``mask_name`` (e.g. ``"train_mask"``)
         under ``folder`` and returns the file's relative path."""
         file = f"{folder}split/{_SPLIT_FILES.get(mask_name, mask_name.removesuffix('_mask'))}.npy"
         path = self.tmp / file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, np.asarray(ids, dtype=np.int64))
+        ids = np.asarray(ids, dtype=np.int64)
+        with self._room(f"writing {file}", ids.nbytes):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.save(path, ids)
         if not folder:
             self.splits[mask_name] = file
         return file
@@ -302,14 +329,18 @@ class FolderWriter:
         returns it opened with ``reader``."""
         try:
             reader(self.tmp, info)  # the shapes agree before anything is in place
-            (self.tmp / GRAPH_FILE).write_text(json.dumps(info, indent=2))
+            with self._room(f"writing {GRAPH_FILE}", 0):
+                (self.tmp / GRAPH_FILE).write_text(json.dumps(info, indent=2))
+                _sync(self.tmp)
             if self.out_dir.exists():
                 old = self.out_dir.parent / f".{self.out_dir.name}.old-{uuid.uuid4().hex[:8]}"
                 os.replace(self.out_dir, old)
                 os.replace(self.tmp, self.out_dir)
+                fsync_folder(self.out_dir.parent)
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 os.replace(self.tmp, self.out_dir)
+                fsync_folder(self.out_dir.parent)
         except BaseException:
             self.abort()
             raise
@@ -318,6 +349,17 @@ class FolderWriter:
     def abort(self) -> None:
         """Removes what was written."""
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _sync(folder: Path) -> None:
+    """Makes every file under ``folder`` durable before it is renamed into place."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb+") as f:
+                os.fsync(f.fileno())
+        elif path.is_dir():
+            fsync_folder(path)
+    fsync_folder(folder)
 
 
 def spans(length: int) -> Iterator[tuple[int, int]]:

@@ -51,6 +51,7 @@ from pyg_dist.partitioning.dist_hetero import build_hetero_part
 from pyg_dist.partitioning.dist_meta import edge_block_digests, max_label
 from pyg_dist.partitioning.dist_plan import build_local_part, shuffle_in_edges, shuffle_nodes
 from pyg_dist.partitioning.io import (
+    DISK_FIX,
     FORMAT_VERSION,
     META_FILE,
     PartitionMeta,
@@ -308,7 +309,8 @@ def _write(out_dir: Path, content: dict[str, Any], meta: PartitionMeta, overwrit
                     (tmp / META_FILE).write_text(meta.to_json())
                     replace_folder(tmp, out_dir, overwrite)
                 except OSError as exc:
-                    full = disk_error(exc, tmp, f"rank {rank} finished the folder")
+                    full = disk_error(exc, out_dir.parent, f"rank {rank} finished the folder",
+                                      fix=DISK_FIX)
                     if full is exc:
                         raise
                     raise full from exc

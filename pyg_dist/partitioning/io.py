@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import errno
-import hashlib
 import json
 import os
 import pickle
@@ -29,9 +27,12 @@ from typing import Any
 
 import torch
 
+from pyg_dist.utils.files import disk_error, file_sha256, fsync_folder, payload_bytes, write_file
+
 __all__ = ["PartitionMeta", "HeteroTypes", "write_folder", "read_meta", "read_part",
            "read_part_columns", "FORMAT_VERSION", "CLUSTERS_DIR", "META_FILE", "part_file",
-           "file_sha256", "replace_folder", "COLUMN_CHUNK_BYTES"]
+           "file_sha256", "replace_folder", "save_part", "disk_error", "DISK_FIX",
+           "COLUMN_CHUNK_BYTES"]
 
 FORMAT_VERSION = 2
 META_FILE = "meta.json"
@@ -166,41 +167,38 @@ def write_folder(out_dir: Path, meta: PartitionMeta, parts: Iterable[dict[str, A
 
 def _write_parts(folder: Path, meta: PartitionMeta, parts: Iterable[dict[str, Any]]) -> None:
     meta.part_sha256 = []
+    written = 0
     for content in parts:  # no enumerate: its reused tuple would keep the last part alive
-        path = folder / part_file(len(meta.part_sha256))
-        save_part(content, path, f"writing {path.name}")
+        done = len(meta.part_sha256)
+        path = folder / part_file(done)
+        # the folder's size, estimated from the parts so far and this one
+        needed = (written + payload_bytes(content)) * meta.num_parts // (done + 1)
+        save_part(content, path, f"writing {path.name}", needed)
         del content  # before the next part is made
+        written += path.stat().st_size
         meta.part_sha256.append(file_sha256(path))
-    (folder / META_FILE).write_text(meta.to_json())
+    try:
+        (folder / META_FILE).write_text(meta.to_json())
+    except OSError as exc:
+        raise disk_error(exc, folder.parent, f"writing {META_FILE}", written,
+                         fix=DISK_FIX) from exc
 
 
-def save_part(content: dict[str, Any], path: Path, doing: str) -> None:
+#: What to do when a partition folder does not fit.
+DISK_FIX = "free space there or choose an out_dir on a filesystem with room for every part"
+
+
+def save_part(content: dict[str, Any], path: Path, doing: str,
+              needed: int | None = None) -> None:
     """``torch.save(content, path)``, raising the :class:`OSError` of a
     failed write (torch reports it as a :class:`RuntimeError` of its own),
-    and for a full disk one that says so and what to do; ``doing`` names the
-    step in that message (e.g. ``"writing part_3.pt"``)."""
-    try:
-        with open(path, "wb") as f:
-            torch.save(content, f)
-    except RuntimeError as exc:
-        cause = exc.__context__
-        if isinstance(cause, OSError):
-            raise disk_error(cause, path.parent, doing) from exc
-        raise
-    except OSError as exc:
-        raise disk_error(exc, path.parent, doing) from exc
-
-
-def disk_error(exc: OSError, folder: Path, doing: str) -> OSError:
-    """``exc``, or for a full disk an error that says so and what to do."""
-    if exc.errno != errno.ENOSPC:
-        return exc
-    return OSError(
-        errno.ENOSPC,
-        f"no space left on the device of '{folder.parent}' while {doing}; nothing was "
-        f"written; free space there or choose an out_dir on a filesystem with room for "
-        f"every part",
-    )
+    and for a full disk one that says so, how much room the folder needs
+    (``needed`` bytes; this part's when not given) and what to do; ``doing``
+    names the step in that message (e.g. ``"writing part_3.pt"``). The
+    folder ``path`` is in is a temporary sibling of the one being made."""
+    needed = payload_bytes(content) if needed is None else needed
+    write_file(path, lambda f: torch.save(content, f), doing, needed, DISK_FIX,
+               where=path.parent.parent)
 
 
 def replace_folder(tmp: Path, out_dir: Path, overwrite: bool) -> None:
@@ -208,6 +206,7 @@ def replace_folder(tmp: Path, out_dir: Path, overwrite: bool) -> None:
     replacing an existing ``out_dir`` only if ``overwrite``."""
     if not out_dir.exists():
         os.replace(tmp, out_dir)
+        fsync_folder(out_dir.parent)
         return
     if not overwrite:
         raise FileExistsError(
@@ -217,6 +216,7 @@ def replace_folder(tmp: Path, out_dir: Path, overwrite: bool) -> None:
     old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
     os.replace(out_dir, old)
     os.replace(tmp, out_dir)
+    fsync_folder(out_dir.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -383,11 +383,3 @@ def _record_offset(f: Any, path: Path, key: str) -> int:
     name_len, extra_len = struct.unpack("<HH", header[26:30])
     return int(info.header_offset + 30 + name_len + extra_len)
 
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of the file at ``path``, read in blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -28,7 +29,8 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "world_size", "is_distributed", "default_device",
     "collective_device", "all_reduce", "all_reduce_with_grad", "all_reduce_values", "broadcast",
     "barrier", "differing_ranks", "all_gather_objects", "raise_together",
-    "failing_together", "sync_tensors",
+    "failing_together", "announcing_failures", "announce_failure", "forget_failure", "Phase",
+    "raised_together", "sync_tensors",
     "all_reduce_gradients", "new_group", "host_store", "DEFAULT_TIMEOUT", "Group", "GradBucket",
     "backend", "group_id", "all_reduce_future", "all_to_all_single", "send", "recv", "isend",
     "batch_send_recv", "wait_all",
@@ -81,7 +83,16 @@ def init(backend: str | None = None, timeout: float | timedelta | None = None) -
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
                                 timeout=timeout)
     if is_distributed():
-        peers.publish(all_gather_objects, rank(), timeout.total_seconds())
+        peers.publish(all_gather_objects, rank(), timeout.total_seconds(), _default_store())
+
+
+def _default_store() -> Any:
+    """The default group's key-value store (where ranks that give up leave
+    their error), or :obj:`None` where torch does not say."""
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError, ValueError):
+        return None
 
 
 def _store(timeout: timedelta) -> Any:
@@ -459,8 +470,9 @@ def all_gather_objects(obj: Any, group: Group = None) -> list[Any]:
 def raise_together(error: BaseException | None, what: str, group: Group = None) -> None:
     """A check every rank makes on its own (its part file, its checkpoint),
     failed together: if any rank passes an ``error``, every rank raises one
-    error listing each failing rank, its host and its message, so that no
-    rank waits in the next collective for one that gave up. The error has
+    error listing each failing rank, its host, the error's type and its
+    message, so that no rank waits in the next collective for one that gave
+    up (:func:`raised_together` tells such errors). The error has
     the type of this rank's error, else that of the first failing rank when
     it is a built-in exception, else :class:`RuntimeError`. In a group of
     one, ``error`` itself is raised.
@@ -481,14 +493,39 @@ def raise_together(error: BaseException | None, what: str, group: Group = None) 
     failed = [(r, report) for r, report in enumerate(reports) if report is not None]
     if not failed:
         return
-    lines = "\n".join(f"  {peers.name(r)}: {message}" for r, (_, message) in failed)
+    lines = "\n".join(f"  {peers.name(r)}: {kind}: {message}" for r, (kind, message) in failed)
     message = f"{what} failed on {len(failed)} of {len(reports)} ranks:\n{lines}"
     kind = type(error) if error is not None else _builtin(failed[0][1][0])
+    if issubclass(kind, KeyError):  # whose str() would be the repr of the message
+        kind = _SharedKeyError
     try:
         exc = kind(message)
     except Exception:
         exc = RuntimeError(message)
+    setattr(exc, _SHARED, True)
     raise exc from error
+
+
+#: Set on the errors :func:`raise_together` raises (on every rank at once).
+_SHARED = "_pyg_dist_raised_together"
+
+
+def raised_together(error: BaseException) -> bool:
+    """Whether ``error`` was raised on every rank at once by
+    :func:`raise_together` (or :func:`failing_together`), so the ranks are
+    still in step.
+
+    Args:
+        error (BaseException): The error.
+    """
+    return bool(getattr(error, _SHARED, False))
+
+
+class _SharedKeyError(KeyError):
+    """A :class:`KeyError` shared by :func:`raise_together`, shown as its message."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 @contextmanager
@@ -515,6 +552,67 @@ def failing_together(what: str, group: Group = None) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - every rank raises it below
         error = exc
     raise_together(error, what, group)
+
+
+@dataclass
+class Phase:
+    """What a rank is doing inside :func:`announcing_failures`; the block
+    updates ``doing`` as it goes.
+
+    Args:
+        doing (str): What the rank is doing, as a peer's error names it
+            (``"the training step of epoch 3"``).
+    """
+
+    doing: str
+
+
+@contextmanager
+def announcing_failures(doing: str) -> Iterator[Phase]:
+    """Work the ranks do together, where one rank's error would leave the
+    others waiting in their next collective: an :class:`Exception` the block
+    raises on this rank alone is left, with what the rank was doing, in the
+    process group's store before it propagates
+    (``pyg_dist.runtime.peers.report_failure``). A peer whose collective
+    fails meanwhile (at once when this rank's process ends, at the timeout
+    if it lingers) raises ``pyg_dist.runtime.peers.PeerFailed`` naming
+    this rank, what it was doing and its error, instead of waiting or only
+    finding it gone. Errors raised on every rank together
+    (:func:`raise_together`), a lost peer, and what is no :class:`Exception`
+    (``KeyboardInterrupt``, ``SystemExit``) pass unreported.
+
+    Args:
+        doing (str): What the block does, as errors name it (``"training"``);
+            the yielded :class:`Phase` updates it.
+    """
+    forget_failure()
+    phase = Phase(doing)
+    try:
+        yield phase
+    except Exception as exc:
+        announce_failure(phase.doing, exc)
+        raise
+
+
+def announce_failure(doing: str, error: BaseException) -> None:
+    """What :func:`announcing_failures` does with an error its block
+    raised: leaves it for the peers unless it was raised together, is a
+    lost peer, or is no :class:`Exception`.
+
+    Args:
+        doing (str): What this rank was doing (``"the training step of epoch 3"``).
+        error (BaseException): The error.
+    """
+    if (is_distributed() and isinstance(error, Exception)
+            and not isinstance(error, peers.PeerLost) and not raised_together(error)):
+        peers.report_failure(doing, error)
+
+
+def forget_failure() -> None:
+    """Takes back this rank's earlier report (:func:`announce_failure`), at
+    the start of new work together: that error was handled, and must not be
+    blamed for a later failure."""
+    peers.clear_failure()
 
 
 def _builtin(name: str) -> type[BaseException]:

@@ -13,14 +13,20 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, cast
 
 from pyg_dist.runtime import env
+from pyg_dist.runtime.peers import PeerLost
 
 __all__ = ["launch", "RankFailed"]
 
 _GRACE_SECONDS = 5.0  # SIGTERM -> SIGKILL for ranks that are being stopped
 _PARENT_POLL_SECONDS = 1.0  # how often a rank checks that its launcher still lives
+#: After a rank reports a peer lost or failed, how long the launcher waits for
+#: that peer's own error (the cause) before raising the report.
+_CAUSE_SECONDS = 2.0
+#: The signals passed on to the ranks: a scheduler's stop (and SLURM's warning).
+_FORWARDED = (signal.SIGTERM, signal.SIGUSR1)
 
 
 class RankFailed(RuntimeError):
@@ -52,9 +58,15 @@ def launch(
     ``fn`` may be defined in a notebook cell or a script's ``__main__``: it is
     shipped to the ranks by value (cloudpickle). If a rank raises, the other
     ranks are stopped and the exception is re-raised here, with the rank's
-    traceback attached as its cause; a rank that dies without returning (killed,
-    crashed) raises :class:`RankFailed`. Output the ranks print is shown here
-    when this process's output is not a terminal file (e.g. in Jupyter).
+    traceback attached as its cause (a rank's own error is preferred to the
+    ``pyg_dist.runtime.peers.PeerLost`` of a rank that waited for it); a
+    rank that dies without returning (killed, crashed) raises
+    :class:`RankFailed`. Output the ranks print is shown here when this
+    process's output is not a terminal file (e.g. in Jupyter). SIGTERM and
+    SIGUSR1 sent to this process are passed on to the ranks, and this process
+    keeps waiting for them: :func:`~pyg_dist.train.train` in the ranks then
+    stops every rank after the same epoch, saving its checkpoint, and each
+    raises ``pyg_dist.train.preemption.Preempted``, re-raised here.
 
     Args:
         fn (Callable): The function every rank runs.
@@ -82,7 +94,9 @@ def launch(
     forward_output = not _has_real_stdout()
     store = host_store("127.0.0.1")
     ctx = mp.get_context("spawn")
-    procs, conns = [], []
+    procs: list[Any] = []
+    conns: list[Connection] = []
+    forwarding = _Forwarding(procs)
     try:
         for rank in range(world_size):
             parent_end, child_end = ctx.Pipe(duplex=False)
@@ -106,6 +120,7 @@ def launch(
             conns.append(parent_end)
         return _collect(procs, conns, timeout)
     finally:
+        forwarding.restore()
         _stop(procs)
         for conn in conns:
             conn.close()
@@ -143,7 +158,8 @@ def _collect(procs: list, conns: list[Connection], timeout: float | None) -> lis
                     results[rank] = pickle.loads(body)
                     del open_conns[obj]
                 else:
-                    raise _rank_exception(rank, world_size, body)
+                    del open_conns[obj]
+                    raise _cause(_rank_exception(rank, world_size, body), open_conns, world_size)
         for sentinel, rank in sentinels.items():
             if sentinel in ready and rank not in results and procs[rank].exitcode is not None:
                 # Drain a result that raced with the exit.
@@ -165,6 +181,64 @@ def _collect(procs: list, conns: list[Connection], timeout: float | None) -> lis
                         f"before returning; the other ranks were stopped"
                     )
     return [results[r] for r in range(world_size)]
+
+
+def _cause(first: BaseException, open_conns: dict[Connection, int],
+           world_size: int) -> BaseException:
+    """The error to raise: ``first``, unless it reports a peer lost or
+    failed; then the own error of another rank, if one arrives within
+    :data:`_CAUSE_SECONDS` (the cause, with its traceback)."""
+    if not isinstance(first, PeerLost):
+        return first
+    deadline = time.monotonic() + _CAUSE_SECONDS
+    waiting = dict(open_conns)
+    while waiting and (left := deadline - time.monotonic()) > 0:
+        for ready in wait(list(waiting), timeout=left):
+            conn = cast(Connection, ready)
+            rank = waiting[conn]
+            try:
+                kind, body = conn.recv()
+            except (EOFError, OSError):
+                del waiting[conn]
+                continue
+            if kind == "out":
+                stream, text = body
+                (sys.stdout if stream == "stdout" else sys.stderr).write(text)
+            elif kind == "ok":
+                del waiting[conn]
+            else:
+                exc = _rank_exception(rank, world_size, body)
+                if not isinstance(exc, PeerLost):
+                    return exc
+                del waiting[conn]
+    return first
+
+
+class _Forwarding:
+    """Passes :data:`_FORWARDED` signals this process gets on to the ranks
+    in ``procs`` alive then (from the main thread only, where Python runs
+    signal handlers; an ignored signal stays ignored) until :meth:`restore`."""
+
+    def __init__(self, procs: list[Any]) -> None:
+        self.procs = procs
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in _FORWARDED:
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self.previous[sig] = signal.signal(sig, self._forward)
+
+    def _forward(self, signum: int, frame: Any) -> None:
+        for proc in self.procs:
+            if proc.is_alive():
+                try:
+                    os.kill(proc.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
 
 
 def _rank_exception(rank: int, world_size: int, body: tuple[bytes | None, str]) -> BaseException:
@@ -280,3 +354,17 @@ def _run_rank(
         conn.close()
         if message[0] == "ok":
             shutdown()
+    if message[0] != "ok":
+        _exit_at_once()
+
+
+def _exit_at_once() -> None:
+    """Ends a rank whose error has been sent: tearing down a process group
+    whose peers stopped or died can hold the process until the launcher's
+    grace period ends, and the error is all the caller needs."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(1)

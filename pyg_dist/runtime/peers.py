@@ -10,9 +10,13 @@ beacon port and package versions. Two things use the directory:
   instead of failing later in ways that hide the cause;
 * :func:`guard`: when a collective or a halo exchange fails (a peer's process
   died, or the network dropped it and the wait ran into the timeout), every
-  rank knocks on every peer's beacon and raises :class:`PeerLost` naming the
-  ranks and hosts it cannot reach (no answer: link down, host unreachable) or
-  whose process is gone (the host refuses the connection).
+  rank first reads the reports of peers that gave up with an error of their
+  own (:func:`report_failure`, left in the process group's store) and raises
+  :class:`PeerFailed` naming each such rank, what it was doing and its
+  error; without a report it knocks on every peer's beacon and raises
+  :class:`PeerLost` naming the ranks and hosts it cannot reach (no answer:
+  link down, host unreachable) or whose process is gone (the host refuses
+  the connection).
 
 A beacon answers from the kernel's TCP stack, so a rank busy computing or
 blocked in a collective still answers.
@@ -20,6 +24,7 @@ blocked in a collective still answers.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import socket
 import struct
@@ -33,13 +38,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "Peer", "PeerLost", "VersionMismatch", "publish", "close", "directory", "name", "probe",
-    "guard", "lost_peers", "describe_loss",
+    "Peer", "PeerLost", "PeerFailed", "VersionMismatch", "publish", "close", "directory",
+    "name", "probe", "guard", "lost_peers", "describe_loss", "report_failure",
+    "clear_failure", "failures", "describe_failures",
     "check_versions", "package_versions", "local_address", "PROBE_TIMEOUT",
 ]
 
-#: Seconds a peer's beacon has to answer before it counts as unreachable.
+#: Seconds a peer's beacon has to answer before it counts as unreachable
+#: (and the most a rank waits for the store to tell which peers gave up).
 PROBE_TIMEOUT = 2.0
+#: Where a rank that gives up leaves its error in the process group's store.
+_FAILED = "pyg_dist/failed/"
 _SIOCGIFADDR = 0x8915
 
 
@@ -66,6 +75,23 @@ class PeerLost(RuntimeError):
         super().__init__(message)
         self.lost = lost
 
+    def __reduce__(self) -> Any:  # pickled with its fields (pyg_dist.launch sends it back)
+        return type(self), (str(self), self.lost)
+
+
+class PeerFailed(PeerLost):
+    """Raised when a collective or halo exchange failed because peers gave
+    up with an error of their own (see :func:`report_failure`);
+    ``failures`` maps each such rank to what it was doing and its error."""
+
+    def __init__(self, message: str, lost: list[tuple[Peer, str]],
+                 failures: dict[int, dict[str, str]]) -> None:
+        super().__init__(message, lost)
+        self.failures = failures
+
+    def __reduce__(self) -> Any:  # pickled with its fields (pyg_dist.launch sends it back)
+        return type(self), (str(self), self.lost, self.failures)
+
 
 class VersionMismatch(RuntimeError):
     """Ranks run different versions of the packages training depends on."""
@@ -77,6 +103,8 @@ class _State:
     peers: list[Peer] = field(default_factory=list)
     beacon: socket.socket | None = None
     timeout: float = 0.0
+    store: Any = None
+    reported: bool = False
 
 
 _state = _State()
@@ -94,12 +122,15 @@ def package_versions() -> dict[str, str]:
             "torch_geometric": torch_geometric.__version__, "pyg_dist": __version__}
 
 
-def publish(all_gather: Callable[[Any], list[Any]], rank: int, timeout: float) -> list[Peer]:
+def publish(all_gather: Callable[[Any], list[Any]], rank: int, timeout: float,
+            store: Any = None) -> list[Peer]:
     """Opens this rank's beacon and exchanges :class:`Peer` records with
     ``all_gather`` (an all-gather of picklable objects over the group), then
     checks the versions (:func:`check_versions`). ``timeout`` is the process
-    group's, quoted in errors."""
+    group's, quoted in errors; ``store`` is the group's key-value store,
+    where ranks that give up leave their error (:func:`report_failure`)."""
     close()
+    _state.store = store
     address = local_address()
     beacon = socket.create_server(("0.0.0.0", 0), backlog=128)
     threading.Thread(target=_answer, args=(beacon,), name="pyg_dist-beacon", daemon=True).start()
@@ -118,7 +149,8 @@ def close() -> None:
         except OSError:
             pass
         _state.beacon.close()
-    _state.me, _state.beacon, _state.peers = None, None, []
+    _state.me, _state.beacon, _state.peers, _state.store = None, None, [], None
+    _state.reported = False
 
 
 def directory() -> list[Peer]:
@@ -190,19 +222,110 @@ def probe(peers: list[Peer], timeout: float = PROBE_TIMEOUT) -> dict[int, str]:
 
 @contextmanager
 def guard(what: str) -> Iterator[None]:
-    """Runs a collective; if it fails, probes the peers and raises
-    :class:`PeerLost` naming those lost (the original error as its cause),
-    or re-raises the error unchanged when every peer answers."""
+    """Runs a collective; if it fails, raises :class:`PeerFailed` naming
+    the peers that reported giving up (:func:`failures`), else probes the
+    peers and raises :class:`PeerLost` naming those lost (the original
+    error as its cause), or re-raises the error unchanged when every peer
+    answers."""
     start = time.monotonic()
     try:
         yield
     except RuntimeError as exc:
         if isinstance(exc, PeerLost) or _state.me is None:
             raise
+        failed = failures()
+        if failed:
+            lost = [(p, "failed") for p in _state.peers if p.rank in failed]
+            raise PeerFailed(describe_failures(what, failed, time.monotonic() - start), lost,
+                             failed) from exc
         lost = lost_peers()
         if not lost:
             raise
         raise PeerLost(describe_loss(what, lost, time.monotonic() - start), lost) from exc
+
+
+def report_failure(doing: str, error: BaseException) -> None:
+    """Leaves this rank's ``error`` (and what it was ``doing``) in the
+    process group's store, where peers whose collectives fail meanwhile read
+    it (:func:`guard`): they raise :class:`PeerFailed` naming this rank and
+    the cause instead of only "gone". Does nothing without a store or when
+    its host cannot be reached."""
+    store, me = _state.store, _state.me
+    if store is None or me is None:
+        return
+    report = json.dumps({"doing": doing, "error": describe_error(error)})
+    _bounded(lambda: store.set(f"{_FAILED}{me.rank}", report), None)
+    _state.reported = True
+
+
+def clear_failure() -> None:
+    """Removes this rank's report (at the start of new work together, so an
+    error that was handled is not blamed for a later failure)."""
+    store, me = _state.store, _state.me
+    if store is None or me is None or not _state.reported:
+        return
+    key = f"{_FAILED}{me.rank}"
+    _bounded(lambda: store.delete_key(key), None)
+    _state.reported = False
+
+
+def failures(timeout: float = PROBE_TIMEOUT) -> dict[int, dict[str, str]]:
+    """The reports of peers that gave up (:func:`report_failure`): rank ->
+    ``{"doing": ..., "error": ...}``; empty without a store, or when the
+    store does not answer within ``timeout`` seconds (its host is gone or cut
+    off: the beacons tell the rest)."""
+    store, me = _state.store, _state.me
+    if store is None or me is None:
+        return {}
+
+    def read() -> dict[int, dict[str, str]]:
+        out = {}
+        for peer in _state.peers:
+            key = f"{_FAILED}{peer.rank}"
+            if peer.rank != me.rank and store.check([key]):
+                out[peer.rank] = json.loads(store.get(key))
+        return out
+
+    return _bounded(read, {}, timeout)
+
+
+def _bounded(fn: Callable[[], Any], default: Any, timeout: float = PROBE_TIMEOUT) -> Any:
+    """``fn()`` on a helper thread, or ``default`` when it raises or takes
+    longer than ``timeout`` seconds (a store on a host that went away blocks
+    for the store's own timeout)."""
+    result: list[Any] = []
+
+    def run() -> None:
+        try:
+            result.append(fn())
+        except Exception:  # noqa: BLE001 - the store is gone: nothing to read or leave
+            pass
+
+    worker = threading.Thread(target=run, name="pyg_dist-store", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return result[0] if result else default
+
+
+def describe_error(error: BaseException) -> str:
+    """``"KeyError: 'w'"``: the error's type and message on one line, shortened."""
+    text = " ".join(str(error).split())
+    text = text if len(text) <= 400 else text[:397] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def describe_failures(what: str, failed: dict[int, dict[str, str]], waited: float) -> str:
+    """The error of :func:`guard` when peers reported giving up: each one,
+    what it was doing and its error, and what to do."""
+    me = _state.me
+    where = f" on {me}" if me is not None else ""
+    causes = "; ".join(f"{name(r)} gave up with {f['error']} (while {f['doing']})"
+                       for r, f in sorted(failed.items()))
+    return (
+        f"{what} failed{where} after {waited:.1f} s: {causes}. Every rank stops: fix the "
+        f"cause (that rank's own output has the traceback) and restart; with checkpoints, "
+        f"from the last one (pyg-dist train --checkpoint DIR --resume)"
+    )
 
 
 def lost_peers(timeout: float = PROBE_TIMEOUT) -> list[tuple[Peer, str]]:

@@ -20,6 +20,7 @@ from pyg_dist.strategies import Settings, Strategy, as_strategy, task_of, train_
 from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from pyg_dist.train.legacy import legacy_keywords
 from pyg_dist.train.optim import make_optimizer
+from pyg_dist.train.preemption import Preempted, StopSignals, stop_message
 from pyg_dist.train.result import EpochStats, TrainResult
 from pyg_dist.train.stopping import StopRules
 
@@ -100,6 +101,15 @@ def train(
             (default: :obj:`None`)
         progress (bool, optional): Show progress on rank 0. (default: :obj:`True`)
 
+    SIGTERM and SIGUSR1 (a preemption, SLURM's warning before the time
+    limit) stop every rank after the same epoch, which the rank that got the
+    signal finishes first; each saves its checkpoint of that epoch when
+    ``checkpoint`` is given, rank 0 prints how to resume, and every rank
+    raises ``pyg_dist.train.preemption.Preempted`` (exit status 75
+    when uncaught). An error one rank raises alone is left for the others,
+    whose next collective then fails naming it
+    (``pyg_dist.runtime.peers.PeerFailed``).
+
     The keywords of earlier releases (``lr``, ``weight_decay``, ``mode``,
     ``eval_every``, ``grad_compress``, ``stages``, ...) still work for this
     release, with a :class:`DeprecationWarning` naming the new spelling.
@@ -112,9 +122,18 @@ def train(
     optimizer, scheduler = make_optimizer(model, optimizer, epochs)
     plateau = isinstance(scheduler, lr_scheduler.ReduceLROnPlateau)
     runner = strategy.runner(model, task, settings)
+    signals, doing = StopSignals().install(), "resuming"
+    distributed.forget_failure()
     try:
         sync_parameters(model)
         result = _resume(runner, optimizer, scheduler, checkpoint)
+
+        def save(epoch: int) -> None:
+            assert checkpoint is not None, "saved only when checkpoints are configured"
+            save_checkpoint(checkpoint.dir, epoch, model, optimizer, task.data,
+                            extra={**result.state_dict(), **runner.state_dict(),
+                                   "schedule": scheduler.state_dict() if scheduler else None})
+
         rules = StopRules(settings.evaluation, result)
         every, ledger = settings.evaluation.every, runner.ledger
         start = _clock() - result.seconds
@@ -124,6 +143,7 @@ def train(
             epoch_start = _clock()
             booked = ledger.step if ledger is not None else 0
             lr = float(optimizer.param_groups[0]["lr"])
+            doing = f"the training step of epoch {epoch}"
             step = runner.step(epoch, optimizer)
             if scheduler is not None and not plateau:
                 scheduler.step()
@@ -131,11 +151,12 @@ def train(
             elapsed = rules.elapsed(trained - start)  # the same on every rank
             evaluated = epoch % every == 0 or epoch == epochs or rules.over_budget(elapsed)
             if evaluated:
+                doing = f"the evaluation after epoch {epoch}"
                 accs = runner.evaluate(step)
                 if plateau:
                     scheduler.step(accs[1])
             times = (trained - epoch_start, step.forward_seconds, _clock() - trained)
-            totals = _epoch_totals(ledger, booked, times)
+            totals, signalled = _epoch_totals(ledger, booked, times, signals.flags())
             if ledger is not None:
                 ledger.next_step()
             stats = EpochStats(epoch, step.loss, *accs, seconds=_clock() - epoch_start,
@@ -146,24 +167,34 @@ def train(
                 result.val_acc, result.test_acc = stats.val_acc, stats.test_acc
             result.seconds = _clock() - start
             stopped = rules.after(stats, result, elapsed) if evaluated else None
-            if checkpoint is not None and checkpoint.every and epoch % checkpoint.every == 0:
-                save_checkpoint(checkpoint.dir, epoch, model, optimizer, task.data,
-                                extra={**result.state_dict(), **runner.state_dict(),
-                                       "schedule": scheduler.state_dict() if scheduler else None})
+            doing = f"saving the checkpoint of epoch {epoch}"
+            saved = bool(checkpoint and checkpoint.every and epoch % checkpoint.every == 0)
+            if saved:
+                save(epoch)
             if bar is not None:
                 bar.set_postfix(loss=f"{step.loss:.4f}", val=f"{stats.val_acc:.3f}",
                                 test=f"{stats.test_acc:.3f}",
                                 halo_MB=f"{result.halo_bytes / 1e6:.1f}")
                 bar.update(1)
             if callback is not None:
+                doing = f"the callback after epoch {epoch}"
                 callback(stats)
             if stopped is not None:
                 result.stopped = stopped
                 break
+            if any(signalled) and epoch < epochs:  # the same epoch on every rank
+                if checkpoint is not None and not saved:
+                    doing = f"saving the checkpoint of epoch {epoch}"
+                    save(epoch)
+                raise _preempted(signalled, epoch, epochs, checkpoint, bar)
         if bar is not None:
             bar.close()
         result.setup = runner.describe()
+    except Exception as exc:
+        distributed.announce_failure(doing, exc)
+        raise
     finally:
+        signals.restore()
         runner.close()
     if ledger is not None:
         result.halo_choices = halo_choices(ledger, result.history)
@@ -191,6 +222,19 @@ def _resume(runner: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     if scheduler is not None and extra.get("schedule") is not None:
         scheduler.load_state_dict(extra["schedule"])
     return TrainResult.from_state(extra)
+
+
+def _preempted(signalled: list[float], epoch: int, epochs: int,
+               checkpoint: Checkpoint | None, bar: Any) -> Preempted:
+    """The stop every rank agreed on after ``epoch``: rank 0 says what was
+    saved and how to resume."""
+    if bar is not None:
+        bar.close()
+    folder = os.fspath(checkpoint.dir) if checkpoint is not None else None
+    message = stop_message(signalled, distributed.world_size(), epoch, epochs, folder)
+    if distributed.rank() == 0:
+        print(message, file=sys.stderr, flush=True)
+    return Preempted(message, epoch, checkpoint is not None)
 
 
 def _measured(result: TrainResult) -> dict[str, Any]:
@@ -259,7 +303,8 @@ _BOOKED = {"bytes_fwd": "halo_bytes_fwd", "bytes_bwd": "halo_bytes_bwd",
 _TIMED = ("train_seconds", "forward_seconds", "eval_seconds")
 
 
-def _epoch_totals(ledger: Any, step: int, times: tuple[float, float, float]) -> dict[str, Any]:
+def _epoch_totals(ledger: Any, step: int, times: tuple[float, float, float],
+                  signals: list[float]) -> tuple[dict[str, Any], list[float]]:
     """The :class:`EpochStats` fields of ``step`` from the ledger and this
     rank's ``times`` (training step, its forward, evaluation), in one
     all-reduce: halo bytes sent forward, backward and in evaluation (all
@@ -267,15 +312,17 @@ def _epoch_totals(ledger: Any, step: int, times: tuple[float, float, float]) -> 
     all-reduce's bytes (all ranks) and wait (average rank); regrouping seconds
     (average rank); stage-boundary bytes (all ranks) and wait (average rank)
     of a layer pipeline; feature-parallel all-to-alls' bytes (all ranks) and
-    wait (average rank); and the average rank's times."""
+    wait (average rank); and the average rank's times. The same all-reduce
+    sums the stop ``signals`` (:meth:`StopSignals.flags`), so every rank
+    learns of a signal any rank got after the same epoch; returned second."""
     totals = ledger.totals(step) if ledger is not None else {}
-    values = [float(totals.get(k, 0.0)) for k in _BOOKED] + list(times)
+    values = [float(totals.get(k, 0.0)) for k in _BOOKED] + list(times) + list(signals)
     stats = distributed.all_reduce_values(values) if ledger is not None else values
     ranks = distributed.world_size() if ledger is not None else 1
     out: dict[str, Any] = {}
     for name, value in zip([*_BOOKED.values(), *_TIMED], stats):
         out[name] = int(value) if "bytes" in name else value / ranks
-    return out
+    return out, stats[len(stats) - len(signals):]
 
 
 def _progress(total: int, done: int) -> Any:

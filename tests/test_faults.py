@@ -1,0 +1,305 @@
+"""Faults that lose nothing: a filesystem that fills while a partition
+folder, a graph folder or a checkpoint is written (a small tmpfs) fails with
+an error naming the folder and the room needed, keeps the previous folder or
+checkpoint whole and loadable, and leaves no temporary file; a part or a
+checkpoint file with flipped bytes, cut short or taken from another run is
+refused on every rank together, naming the file, before any training step."""
+import gc
+import json
+import shutil
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+from graphs import awkward_graph
+
+import pyg_dist
+from pyg_dist.config import Checkpoint
+from pyg_dist.datasets import open_graph_folder, synthetic, write_graph_folder
+from pyg_dist.models import GNN
+from pyg_dist.runtime import distributed
+from pyg_dist.train import train
+
+ROOM = r"no space left on the device of '{}' while writing {} \(it needs about [\d.]+ \w+, " \
+       r"[\d.]+ \w+ are free\); nothing was written; free space there"
+
+
+@contextmanager
+def small_disk(folder: Path, size: int):
+    """A tmpfs of ``size`` bytes mounted on ``folder``, unmounted after."""
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                              str(folder)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        gc.collect()  # parts are memory-mapped while loaded
+        if subprocess.run(["umount", str(folder)]).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(folder)], check=True)
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def _page_up(size: int) -> int:
+    return (size + 4095) // 4096 * 4096
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if ".tmp" in p.name or ".old" in p.name)
+
+
+def test_a_partition_folder_that_does_not_fit_keeps_the_one_before(tmp_path):
+    graph = synthetic(num_nodes=600, seed=0)
+    pyg_dist.partition(graph, 4, tmp_path / "measure")
+    size = _size(tmp_path / "measure")
+    with small_disk(tmp_path / "disk", _page_up(size * 3 // 2)) as disk:
+        pyg_dist.partition(graph, 4, disk / "parts")  # fits once, not twice
+        before = (disk / "parts" / "meta.json").read_text()
+        with pytest.raises(OSError, match=ROOM.format(disk, r"part_\d.pt")) as caught:
+            pyg_dist.partition(graph, 4, disk / "parts", overwrite=True, seed=1)
+        print(caught.value)
+        assert (disk / "parts" / "meta.json").read_text() == before
+        for rank in range(4):  # whole: every checksum matches
+            assert pyg_dist.DistData.load(disk / "parts", rank=rank).num_nodes > 0
+        assert _leftovers(disk) == []
+
+
+def test_a_graph_folder_that_does_not_fit_keeps_the_one_before(tmp_path):
+    graph = synthetic(num_nodes=2000, seed=0)
+    write_graph_folder(graph, tmp_path / "measure")
+    size = _size(tmp_path / "measure")
+    # Room for the folder and a tenth: the next one's first array does not fit.
+    with small_disk(tmp_path / "disk", _page_up(size * 11 // 10)) as disk:
+        write_graph_folder(graph, disk / "graph")
+        # A memory map filled past a full disk would end this process (SIGBUS).
+        with pytest.raises(OSError, match=ROOM.format(disk / "graph", r"\S+")) as caught:
+            write_graph_folder(graph, disk / "graph", overwrite=True)
+        print(caught.value)
+        folder = open_graph_folder(disk / "graph")
+        assert torch.equal(folder.to_data().edge_index.long(), graph.edge_index.long())
+        assert _leftovers(disk) == []
+
+
+def _run(parts, folder, epochs, init_seed=0):
+    data = pyg_dist.DistData.load(parts, rank=0 if distributed.world_size() == 1 else None)
+    torch.manual_seed(init_seed)
+    model = GNN("sage", data.x.size(1), 32, 3)
+    steps = []
+    result = train(model, data, epochs, progress=False, callback=lambda s: steps.append(s.epoch),
+                   checkpoint=Checkpoint(folder, every=1, resume=True))
+    return model, result, steps
+
+
+def test_a_checkpoint_that_does_not_fit_keeps_the_one_before(tmp_path):
+    pyg_dist.partition(awkward_graph(num_features=16), 1, tmp_path / "parts")
+    _run(tmp_path / "parts", tmp_path / "measure", 1)
+    size = (tmp_path / "measure" / "rank_0.pt").stat().st_size
+    # Room for two files and a half: the third save (a new file beside the
+    # current and the previous one) does not fit.
+    with small_disk(tmp_path / "disk", _page_up(size * 5 // 2)) as disk:
+        with pytest.raises(OSError, match=ROOM.format(disk / "ck", r"rank_0.pt.tmp")) as caught:
+            _run(tmp_path / "parts", disk / "ck", 3)
+        print(caught.value)
+        assert json.loads((disk / "ck" / "latest.json").read_text())["epoch"] == 2
+        assert _leftovers(disk) == []
+        model, result, steps = _run(tmp_path / "parts", disk / "ck", 2)  # loads, nothing to do
+        assert steps == [] and len(result.history) == 2
+        saved = torch.load(disk / "ck" / "rank_0.pt", weights_only=True)["model"]
+        assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
+
+
+def _damage(path: Path, how: str, other: Path) -> None:
+    blob = bytearray(path.read_bytes())
+    if how == "flipped":
+        blob[len(blob) // 2] ^= 0xFF
+        path.write_bytes(bytes(blob))
+    elif how == "truncated":
+        path.write_bytes(bytes(blob[: len(blob) // 2]))
+    else:  # swapped with another run's
+        shutil.copyfile(other, path)
+
+
+HOW = ("flipped", "truncated", "swapped")
+
+
+def _refusals(root: str) -> dict:
+    """A rank of 2: damages rank 1's part, then rank 1's checkpoint file,
+    each way of :data:`HOW` (rank 0 does, between barriers, and puts the
+    file back), and records the error every rank got and whether any
+    training step ran."""
+    root = Path(root)
+    rank = distributed.rank()
+    if rank == 0:
+        pyg_dist.partition(awkward_graph(num_features=16), 2, root / "parts", seed=1)
+        pyg_dist.partition(awkward_graph(num_features=16), 2, root / "other", seed=2)
+    distributed.barrier()
+    _run(root / "parts", root / "ck", 2)
+    _run(root / "parts", root / "ck-other", 2, init_seed=1)
+    got = {}
+    for kind, victim, other in (("part", "parts/part_1.pt", "other/part_1.pt"),
+                                ("checkpoint", "ck/rank_1.pt", "ck-other/rank_1.pt")):
+        for how in HOW:
+            if rank == 0:
+                shutil.copyfile(root / victim, root / "backup")
+                _damage(root / victim, how, root / other)
+            distributed.barrier()
+            steps = []
+            try:
+                _, _, steps = _run(root / "parts", root / "ck", 3)
+                got[kind, how] = ("trained", steps)
+            except Exception as exc:  # noqa: BLE001 - what each rank got is the result
+                got[kind, how] = (type(exc).__name__, str(exc), steps)
+            distributed.barrier()
+            if rank == 0:
+                shutil.copyfile(root / "backup", root / victim)
+            distributed.barrier()
+    return got
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+    root = tmp_path_factory.mktemp("refusals")
+    return root, pyg_dist.launch(_refusals, 2, args=(str(root),), timeout=300)
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_damaged_part_is_refused_on_every_rank(refusals, how):
+    root, got = refusals
+    results = [g["part", how] for g in got]
+    assert results[0] == results[1]  # the same error, on both ranks
+    kind, message, steps = results[0]
+    assert kind == "ValueError" and steps == []
+    assert message.startswith(f"'DistData.load' of '{root / 'parts'}' failed on 1 of 2 ranks:")
+    assert (f"ValueError: part 1 in '{root / 'parts'}' is corrupted or from another "
+            f"partitioning (part_1.pt does not match the checksum in meta.json)") in message
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_damaged_checkpoint_is_refused_on_every_rank_before_training(refusals, how):
+    root, got = refusals
+    results = [g["checkpoint", how] for g in got]
+    assert results[0] == results[1]
+    kind, message, steps = results[0]
+    assert kind == "ValueError" and steps == []
+    assert message.startswith(f"the checkpoint of epoch 2 in '{root / 'ck'}' is incomplete: "
+                              f"rank 1")
+    if how == "truncated":
+        assert f"'{root / 'ck' / 'rank_1.pt'}' cannot be read" in message
+    else:
+        assert (f"'{root / 'ck' / 'rank_1.pt'}' (epoch 2) does not match the sha256 latest.json "
+                f"records for rank 1 at epoch 2: its bytes changed after it was written "
+                f"(flipped or cut off) or it comes from another run") in message
+
+
+#: The communication timeout of the fault worlds: a peer learns of the
+#: failure at the latest when its collective times out.
+COMM_TIMEOUT = 30.0
+PHASES = ("loading", "first exchange", "training", "evaluation", "checkpointing")
+
+
+class Injected(Exception):
+    """The fault a test puts into one rank."""
+
+
+def _faulty(root: str, phase: str, linger: float = 0.0) -> dict:
+    """A rank of 2 training, rank 1 failing in ``phase``: each rank's error
+    (type, message) and when it came (``time.monotonic``, one clock for the
+    machine); rank 1 also when its fault struck. Rank 1 then waits
+    ``linger`` seconds (its connections open, as a process stuck in clean-up)
+    and returns, which closes its connections as the end of its process would."""
+    import time
+
+    from pyg_dist.runtime import distributed as dist_mod
+    from pyg_dist.train import checkpoint as ckpt_mod
+
+    root = Path(root)
+    rank = distributed.rank()
+    if rank == 0:
+        pyg_dist.partition(awkward_graph(num_features=16), 2, root / "parts", seed=1)
+    distributed.barrier()
+    struck = {}
+
+    def fault(what):
+        def raise_it(*args, **kwargs):
+            struck["at"] = time.monotonic()
+            raise Injected(f"injected fault in {what}")
+        return raise_it
+
+    failing = rank == 1
+    if failing and phase == "loading":
+        import pyg_dist.data.dist_data as dist_data
+        dist_data.read_part = fault("read_part")
+    if failing and phase == "first exchange":
+        dist_mod.batch_send_recv = fault("the halo exchange")
+    if failing and phase == "checkpointing":
+        ckpt_mod.torch.save = fault("torch.save")
+
+    out = {}
+    try:
+        data = pyg_dist.DistData.load(root / "parts")
+        torch.manual_seed(0)
+        model = GNN("sage", data.x.size(1), 16, 3)
+        forward = model.forward
+
+        def forward_with_fault(*args, **kwargs):
+            if failing and phase == "training" and model.training and forward_with_fault.calls == 2:
+                fault("the model's forward")()
+            if failing and phase == "evaluation" and not model.training:
+                fault("the model's forward")()
+            forward_with_fault.calls += model.training
+            return forward(*args, **kwargs)
+
+        forward_with_fault.calls = 0
+        model.forward = forward_with_fault
+        train(model, data, 4, progress=False, evaluation=None,
+              checkpoint=Checkpoint(root / "ck", every=2))
+        out["error"] = None
+    except Exception as exc:  # noqa: BLE001 - what each rank got is the result
+        out.update(error=(type(exc).__name__, str(exc)), at=time.monotonic())
+    if failing:
+        time.sleep(linger)
+    out["struck"] = struck.get("at")
+    return out
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory):
+    """Every phase's world (a launch each: a failure leaves no group to reuse)."""
+    out = {}
+    for phase in PHASES:
+        root = tmp_path_factory.mktemp(phase.replace(" ", "-"))
+        out[phase] = pyg_dist.launch(_faulty, 2, args=(str(root), phase), timeout=240,
+                                     comm_timeout=COMM_TIMEOUT)
+    return out
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_one_rank_failing_is_known_to_every_rank_naming_it(faults, phase):
+    mine, other = faults[phase][1], faults[phase][0]
+    assert mine["error"][0] == "Injected" or "Injected: injected fault" in mine["error"][1]
+    assert other["error"] is not None, "rank 0 finished as if nothing happened"
+    kind, message = other["error"]
+    assert "rank 1 on " in message and "Injected: injected fault in " in message, message
+    took = other["at"] - mine["struck"]
+    assert took < COMM_TIMEOUT + 10, f"{took:.1f} s"
+    print(f"{phase}: rank 0 knew after {took:.1f} s: {kind}: {message[:300]}")
+
+
+def test_a_failing_rank_that_lingers_is_named_at_the_timeout(tmp_path):
+    """Rank 1 fails in training but its process stays (connections open):
+    rank 0 learns of it when its exchange times out, not later."""
+    timeout = 8.0
+    other, mine = pyg_dist.launch(_faulty, 2, args=(str(tmp_path), "training", timeout + 8),
+                                  timeout=240, comm_timeout=timeout)
+    kind, message = other["error"]
+    assert kind == "PeerFailed" and "rank 1 on " in message, message
+    assert "Injected: injected fault in the model's forward (while the training step" in message
+    took = other["at"] - mine["struck"]
+    assert timeout - 1 < took < timeout + 4, f"{took:.1f} s"
+    print(f"lingering: rank 0 knew after {took:.1f} s (timeout {timeout:g} s)")
