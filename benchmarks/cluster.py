@@ -15,6 +15,9 @@ validation epoch) and its difference to exact, training halo bytes per epoch
 same run, and the fraction of communication time hidden behind compute.
 ``gradient-only`` trains on groups of METIS clusters (4 per host, no halo:
 its bytes are the parameter gradients'), every other row graph-parallel.
+``feature-parallel`` adds a row per grid of the H ranks (``feature-parallel
+DxT``, D = H/T graph parts x T feature slices, every host holding the whole
+partition folder; its bytes include the all-to-alls).
 ``auto`` adds its choice per layer; each table ends with the fastest policy
 within 1 point of exact (overall and keeping every edge) and ``auto``'s time
 and bytes against both. The baseline is measured in the same run.
@@ -65,12 +68,15 @@ POLICIES = [
     ("auto", "auto", None, True),
     ("gradient-only", "exact", None, True),
     ("planned:stale", "exact", None, True),
+    ("feature-parallel", "exact", None, True),
 ]
 EXACT = "exact"
 #: Model per dataset: (hidden width, layers).
 MODELS = {"cora": (16, 2), "community": (128, 2)}
 #: Label of the gradient-only row, which loads the clustered folder.
 GRADIENT_ONLY = "gradient-only"
+#: Label of the rows trained feature parallel, one per grid ("feature-parallel DxT").
+FEATURE_PARALLEL = "feature-parallel"
 #: Label of the row trained with strategy="auto" (Planned(accept="stale")).
 PLANNED = "planned:stale"
 #: The planner's label of each row's strategy (rows it does not rank are absent).
@@ -97,7 +103,7 @@ def worker(args):
     """Every policy and seed on this rank's part; rank 0 prints one JSON row
     each (``--calibrate``: the calibration's one row instead)."""
     import pyg_dist
-    from pyg_dist.config import Evaluation, GradientOnly, GraphParallel, Planned
+    from pyg_dist.config import Evaluation, FeatureParallel, GradientOnly, GraphParallel, Planned
     from pyg_dist.halo import parse_policy
 
     pyg_dist.init()
@@ -105,25 +111,37 @@ def worker(args):
     if args.calibrate:
         return calibrate(args)
     chosen = [p for p in POLICIES if p[0] in args.policies]
+    if any(p[0] == FEATURE_PARALLEL for p in chosen):  # a row per grid
+        world = int(os.environ["WORLD_SIZE"])
+        grids = [(f"{FEATURE_PARALLEL} {world // t}x{t}", *p[1:])
+                 for p in chosen if p[0] == FEATURE_PARALLEL
+                 for t in range(1, world + 1) if world % t == 0]
+        chosen = [p for p in chosen if p[0] != FEATURE_PARALLEL] + grids
     predictions(args)
     for seed in range(args.seeds):  # seeds outside: a change of machine load hits every policy
         # odd seeds run the policies in reverse order, so a drift in load evens out
         for label, spec, compress, cache in (chosen if seed % 2 == 0 else chosen[::-1]):
             folder = args.clusters_dir if label == GRADIENT_ONLY else args.parts_dir
-            strategy = (GradientOnly() if label == GRADIENT_ONLY
-                        else Planned(accept="stale") if label == PLANNED
-                        else GraphParallel(pre_aggregate=label.endswith("pre-aggregated")))
-            data = pyg_dist.DistData.load(folder, halo=parse_policy(spec, compress, cache))
+            if label.startswith(FEATURE_PARALLEL):
+                strategy = FeatureParallel(slices=int(label.split("x")[-1]))
+                data = strategy.load(args.whole_dir)
+            else:
+                strategy = (GradientOnly() if label == GRADIENT_ONLY
+                            else Planned(accept="stale") if label == PLANNED
+                            else GraphParallel(pre_aggregate=label.endswith("pre-aggregated")))
+                data = pyg_dist.DistData.load(folder, halo=parse_policy(spec, compress, cache))
             result = run_policy(data, args, seed, strategy, Evaluation(every=args.eval_every))
             summary = result.summary()
             if data.rank == 0:
                 print("ROW " + json.dumps({
                     "policy": label, "seed": seed, "test_acc": result.test_acc,
                     "train_bytes": (summary["halo_bytes_fwd"] + summary["halo_bytes_bwd"]
-                                    + summary["grad_bytes"]) / result.epochs,
+                                    + summary["grad_bytes"]
+                                    + summary["all_to_all_bytes"]) / result.epochs,
                     "eval_bytes": summary["halo_bytes_eval"] / result.epochs,
                     "epoch_s": statistics.median(e.seconds for e in result.history[1:]),
-                    "comm_s": summary["comm_seconds"] / result.epochs,
+                    "comm_s": (summary["comm_seconds"]
+                               + summary["all_to_all_seconds"]) / result.epochs,
                     "overlap": summary["overlap_fraction"],
                     "choices": summary.get("halo_choices", {}),
                     "plan": summary.get("plan"),
@@ -149,7 +167,8 @@ def predictions(args):
     model = GNN("gcn", data.x.size(1), args.hidden, data.meta.num_classes, layers=args.layers)
     measured = dataclasses.replace(planner.probe(model, data), clusters=True)
     candidates = planner.predict(measured, args.epochs)
-    measurable = [c for c in candidates if c.label in PLANNER_LABELS.values()]
+    measurable = [c for c in candidates if c.label in PLANNER_LABELS.values()
+                  or c.label.startswith(FEATURE_PARALLEL)]
     if data.rank == 0:
         print("PLAN " + json.dumps({
             "rows": [c.row() for c in candidates],
@@ -164,7 +183,9 @@ def run_policy(data, args, seed, strategy, evaluation):
     from pyg_dist.train import train
 
     torch.manual_seed(seed)
-    model = GNN("gcn", data.x.size(1), args.hidden, data.meta.num_classes, layers=args.layers)
+    # a feature-parallel rank's x holds its columns only
+    width = getattr(data, "num_features", None) or data.x.size(1)
+    model = GNN("gcn", width, args.hidden, data.meta.num_classes, layers=args.layers)
     torch.manual_seed(seed * 1000 + data.rank)
     return train(model, data, args.epochs, strategy=strategy, progress=False,
                  evaluation=evaluation)
@@ -222,6 +243,7 @@ def run_job(dataset, hosts, link, folders, epochs, seeds, args, calibrate=False)
     hidden, layers = MODELS[dataset]
     worker_args = [str(Path(__file__).resolve()), "--worker", "--parts-dir", "parts",
                    "--clusters-dir", "clusters", "--floor-dir", "floor",
+                   "--whole-dir", "whole",
                    "--epochs", str(epochs), "--seeds", str(seeds), "--eval-every",
                    str(args.eval_every), "--hidden", str(hidden), "--layers", str(layers),
                    "--policies", *args.policies] + (["--calibrate"] if calibrate else [])
@@ -232,6 +254,8 @@ def run_job(dataset, hosts, link, folders, epochs, seeds, args, calibrate=False)
         cluster.distribute(folders["floor"], nproc_per_node=per_host, name="floor")
         for host in cluster.hosts:  # regrouping may read any cluster
             shutil.copytree(folders["clusters"], host.workdir / "clusters", dirs_exist_ok=True)
+            if FEATURE_PARALLEL in args.policies and not calibrate:  # a grid merges parts
+                shutil.copytree(folders["parts"], host.workdir / "whole", dirs_exist_ok=True)
         command = cluster.torchrun(worker_args, nproc_per_node=per_host)
         results = cluster.run(command, env={"OMP_NUM_THREADS": "1",
                                             "PYG_DIST_TIMEOUT": "1800"}, timeout=6 * 3600)
@@ -323,7 +347,8 @@ def table(dataset, hosts, link, rows, extra=None, plan=None):
             "choice": _choice(runs[0]["choices"]), "choices": runs[0]["choices"],
             **(extra or {}),
         }
-        guess = predicted.get(PLANNER_LABELS.get(label, ""))
+        guess = predicted.get(label if label.startswith(FEATURE_PARALLEL)
+                              else PLANNER_LABELS.get(label, ""))
         if label == PLANNED and runs[0].get("plan"):
             line["choice"] = runs[0]["plan"]["choice"]
             guess = predicted.get(line["choice"])
@@ -349,7 +374,10 @@ def _plan_verdict(lines, plan):
              "stale:4 + int8": "stale",
              "pipelined": "stale", "pipelined + int8": "stale", "sampled:0.1": "approximate",
              "isolated": "approximate", "gradient-only": "approximate"}
-    by_planner = {PLANNER_LABELS[x["policy"]]: x for x in lines if x["policy"] in PLANNER_LABELS}
+    risks.update({x["policy"]: "exact" for x in lines
+                  if x["policy"].startswith(FEATURE_PARALLEL)})
+    by_planner = {PLANNER_LABELS.get(x["policy"], x["policy"]): x for x in lines
+                  if x["policy"] in PLANNER_LABELS or x["policy"].startswith(FEATURE_PARALLEL)}
     order = ["exact", "compressed", "stale", "approximate"]
     parts = []
     for risk in order:
@@ -438,6 +466,7 @@ def main():
     parser.add_argument("--parts-dir", help=argparse.SUPPRESS)
     parser.add_argument("--clusters-dir", help=argparse.SUPPRESS)
     parser.add_argument("--floor-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--whole-dir", help=argparse.SUPPRESS)
     parser.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--hidden", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--layers", type=int, help=argparse.SUPPRESS)

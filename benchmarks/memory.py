@@ -3,6 +3,7 @@ against single-process PyG on the whole graph and our own code on one rank.
 
     python benchmarks/memory.py [--dataset synthetic-arxiv] [--num-nodes N]
                                 [--parts 4] [--hidden 128] [--epochs 3]
+                                [--slices T [T ...]]
     python benchmarks/memory.py --probe PARTS_DIR [--rank 0] [--hidden 128]
 
 Every run is a fresh process (so each peak includes importing torch, PyG and
@@ -11,6 +12,12 @@ graph's ``edge_index``), our code on 1 rank (a 1-part folder), our code on
 ``--parts`` ranks. Each process reports its resident size after the imports,
 after loading its data, and its peak (VmHWM) after ``--epochs`` training steps
 and evaluations.
+
+``--slices`` adds feature-parallel grids on the same ``--parts`` ranks: for
+each :math:`T`, ``--parts``/T graph parts × T feature slices, each grid from
+a folder of its own part count, trained by
+``train(..., strategy=FeatureParallel(slices=T))`` (evaluations included);
+one row per rank, and per grid the largest rank's peak above its imports.
 
 ``--probe`` runs one rank of an existing partition folder alone, its halo
 exchanges answered with zeros (no peers, no network): what that rank would
@@ -91,6 +98,34 @@ def rank_process(parts_dir: str, hidden: int, epochs: int) -> dict:
             "halo": data.edge_index.num_halo, "edges": data.edge_index.num_edges}
 
 
+def grid_process(parts_dir: str, slices: int, hidden: int, epochs: int) -> dict:
+    """One rank of a feature-parallel grid: its columns of its part's rows."""
+    sys.path.insert(0, BENCH_DIR)
+    import rss as rank_rss  # the benchmark's helper, in the spawned rank
+
+    _imports()
+
+    import pyg_dist  # noqa: F401 - the floor of rank_process's ranks
+
+    after_import = rank_rss.current()
+    import torch
+
+    from pyg_dist.config import FeatureParallel
+    from pyg_dist.models import GNN
+    from pyg_dist.train import train
+
+    strategy = FeatureParallel(slices=slices)
+    data = strategy.load(parts_dir)
+    after_load = rank_rss.current()
+    torch.manual_seed(0)
+    model = GNN("gcn", data.num_features, hidden, data.meta.num_classes)
+    result = train(model, data, epochs, strategy=strategy, progress=False)
+    return {"after_import": after_import, "after_load": after_load, "peak": rank_rss.peak(),
+            "seconds": sum(e.train_seconds for e in result.history),
+            "owned": data.edge_index.num_owned, "halo": data.edge_index.num_halo,
+            "edges": data.edge_index.num_edges, "columns": data.columns, "rows": data.rows}
+
+
 def probe_process(parts_dir: str, rank: int, hidden: int, epochs: int) -> dict:
     """One rank of ``parts_dir`` alone; exchanges answered with zeros."""
     _imports()
@@ -135,6 +170,8 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slices", type=int, nargs="*", default=[], metavar="T",
+                        help="feature-parallel grids of --parts/T parts x T slices to add")
     parser.add_argument("--probe", default=None, metavar="PARTS_DIR",
                         help="run one rank of this partition folder alone (see above)")
     parser.add_argument("--rank", type=int, default=0, help="the rank --probe runs")
@@ -157,7 +194,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         graph_file = str(Path(tmp) / "graph.pt")
         torch.save(data.to_dict(), graph_file)
-        for parts in (1, args.parts):
+        grids = [(args.parts // t, t) for t in args.slices]
+        for parts in sorted({1, args.parts} | {d for d, _ in grids}):
             pyg_dist.partition(data, parts, Path(tmp) / f"p{parts}", method=args.method,
                                seed=args.seed)
         del data
@@ -167,7 +205,12 @@ def main() -> None:
                                        args=(str(Path(tmp) / f"p{parts}"), args.hidden,
                                              args.epochs))
                 for parts in (1, args.parts)}
+        feature = {(d, t): pyg_dist.launch(grid_process, args.parts,
+                                           args=(str(Path(tmp) / f"p{d}"), t, args.hidden,
+                                                 args.epochs))
+                   for d, t in grids}
     report(pyg, ours, args.parts)
+    report_grids(feature, ours, args.parts)
 
 
 def report(pyg: dict, ours: dict, parts: int) -> None:
@@ -190,6 +233,29 @@ def report(pyg: dict, ours: dict, parts: int) -> None:
     for k, r in enumerate(ours[parts]):
         print(f"  rank {k}: {r['owned']} owned, {r['halo']} halo, {r['edges']} edges, "
               f"{r['seconds']:.1f} s")
+
+
+def report_grids(feature: dict, ours: dict, parts: int) -> None:
+    """A row per rank of each feature-parallel grid; per grid its largest
+    rank's peak above the imports, against our graph-parallel ranks'."""
+    if not feature:
+        return
+    mib = 2**20
+    above = max(r["peak"] - r["after_import"] for r in ours[parts])
+    print(f"{'grid, rank':>22} {'import MiB':>10} {'loaded MiB':>10} {'peak MiB':>9} "
+          f"{'peak-import':>11} {'rows x columns':>16} {'halo':>7} {'train s':>7}")
+    for (d, t), ranks in feature.items():
+        for k, r in enumerate(ranks):
+            shape = f"{r['rows'][1] - r['rows'][0]} x {r['columns'][1] - r['columns'][0]}"
+            print(f"{f'{d}x{t} rank {k}/{parts}':>22} {r['after_import'] / mib:>10.0f} "
+                  f"{r['after_load'] / mib:>10.0f} {r['peak'] / mib:>9.0f} "
+                  f"{(r['peak'] - r['after_import']) / mib:>11.0f} {shape:>16} "
+                  f"{r['halo']:>7} {r['seconds']:>7.1f}")
+    for (d, t), ranks in feature.items():
+        largest = max(r["peak"] - r["after_import"] for r in ranks)
+        print(f"grid {d}x{t}: largest rank {largest / mib:.0f} MiB above its imports, "
+              f"{largest / above:.2f}x of our graph-parallel {parts} ranks' largest "
+              f"({above / mib:.0f} MiB)")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ strategy                                what crosses the network each step
                                         halo rows within a stage (deep models)
 :class:`Planned` (``"auto"``)           what the strategy it chooses sends: the
                                         fastest predicted at the accepted risk
+:class:`FeatureParallel`                feature slices of halo rows among a
+                                        slice's ranks; all-to-alls between column
+                                        slices and row blocks among a part's ranks
 ======================================  ==========================================
 
 Each strategy is one file of :mod:`pyg_dist.strategies`, re-exported here.
@@ -39,6 +42,7 @@ from pyg_dist.strategies import (
     STRATEGIES,
     Checkpoint,
     Evaluation,
+    FeatureParallel,
     GradientOnly,
     GradSync,
     GraphParallel,
@@ -58,7 +62,8 @@ from pyg_dist.strategies.options import (
 )
 from pyg_dist.strategies.settings import STOPS
 
-__all__ = ["Options", "GraphParallel", "GradientOnly", "LayerPipeline", "Planned", "RISKS",
+__all__ = ["Options", "GraphParallel", "GradientOnly", "LayerPipeline", "Planned",
+           "FeatureParallel", "RISKS",
            "GradSync",
            "Adam", "LRSchedule", "Evaluation", "Checkpoint", "STRATEGIES", "SCHEDULES", "STOPS",
            "option", "strategy_from_dict", "parse_phases", "as_policy"]

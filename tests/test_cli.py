@@ -13,6 +13,7 @@ from graphs import CORA_RAW
 
 import pyg_dist
 from pyg_dist.datasets import synthetic
+from pyg_dist.strategies.feature_parallel import RUNS as FEATURE_PARALLEL_RUNS
 
 CLI = [sys.executable, "-m", "pyg_dist.cli"]
 DATA = Path(__file__).parent / "data"
@@ -323,6 +324,8 @@ def test_plan_prints_every_strategy_fastest_first_then_the_choice():
     seconds = [r["predicted_epoch_s"] for r in rows]
     assert seconds == sorted(seconds) and len(rows) >= 26
     assert [r["strategy"] for r in rows if r["chosen"]] == [choice["choice"]]
+    # a row per grid of graph parts x feature slices
+    assert {"feature-parallel 2x1", "feature-parallel 1x2"} <= {r["strategy"] for r in rows}
     assert choice["risk"] in ("exact", "compressed") and choice["epochs"] == 50
     assert choice["train"]["strategy"]["name"] == "graph-parallel"
 
@@ -442,3 +445,22 @@ def test_configs_of_the_previous_release_are_the_same_jobs(name):
     earlier = json.loads((DATA / "configs" / "earlier_jobs.json").read_text())[name]
     job = resolve(earlier, {})
     assert job.to_dict() == earlier
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--parts", "6", "--slices", "4"],
+     "pyg-dist train: --slices 4 does not divide the 6 ranks; the grid is ranks / slices graph "
+     "parts x slices, so use --slices 1|2|3|6"),
+    (["--slices", "2", "--model", "gat"],
+     f"pyg-dist train: --strategy feature-parallel trains --model gcn|sage|gin (it runs "
+     f"{FEATURE_PARALLEL_RUNS}); got --model gat"),
+    (["--slices", "0"],
+     "pyg-dist train: FeatureParallel(slices=0): slices must be an integer >= 1; it counts the "
+     "ranks of a graph part"),
+])
+def test_bad_slices_are_one_line_naming_the_fix_before_any_rank_starts(argv, message):
+    from pyg_dist.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--strategy", "feature-parallel", "--dataset", "synthetic", *argv])
+    assert str(exit_.value) == message

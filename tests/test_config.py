@@ -59,7 +59,8 @@ def test_a_policy_object_is_written_as_its_spec():
 def test_strategies_are_read_back_by_name():
     for strategy in EXAMPLES[:6]:
         assert strategy_from_dict({"name": strategy.name, **strategy.to_dict()}) == strategy
-    assert set(STRATEGIES) == {"graph-parallel", "gradient-only", "layer-pipeline", "auto"}
+    assert set(STRATEGIES) == {"graph-parallel", "gradient-only", "layer-pipeline", "auto",
+                               "feature-parallel"}
     with pytest.raises(ValueError, match="use one of graph-parallel, gradient-only"):
         strategy_from_dict({"name": "model-parallel"})
 

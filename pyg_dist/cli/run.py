@@ -215,11 +215,13 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
     torch.manual_seed(job.graph.seed)
     model: Any
     layers, hidden, heads, dropout = spec.sizes()
+    # a rank of a feature-parallel grid holds a slice of the features' columns
+    features = getattr(data, "num_features", None) or data.x.size(1)
     if spec.name in DEEP_MODELS:
-        model = DeepGNN(spec.name, data.x.size(1), hidden, data.meta.num_classes,
+        model = DeepGNN(spec.name, features, hidden, data.meta.num_classes,
                         layers=layers, dropout=dropout)
     else:
-        model = GNN(spec.name, data.x.size(1), hidden, data.meta.num_classes, layers=layers,
+        model = GNN(spec.name, features, hidden, data.meta.num_classes, layers=layers,
                     dropout=dropout, heads=heads, edge_dropout=spec.edge_dropout)
     model = model.to(data.x.device)
     torch.manual_seed(job.graph.seed * 1000 + distributed.rank())  # dropout differs per rank

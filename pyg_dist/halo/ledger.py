@@ -7,7 +7,8 @@ from typing import Any
 
 from pyg_dist.halo.choices import HaloChoices
 
-__all__ = ["Ledger", "LedgerEntry", "DIRECTIONS", "GRADIENTS", "REGROUP", "STAGE"]
+__all__ = ["Ledger", "LedgerEntry", "DIRECTIONS", "GRADIENTS", "REGROUP", "STAGE",
+           "ALL_TO_ALL"]
 
 #: Directions of halo traffic.
 DIRECTIONS = ("fwd", "bwd", "eval")
@@ -21,8 +22,11 @@ REGROUP = "regroup"
 #: stage to the next in a layer pipeline (layers ``"stages/fwd"``,
 #: ``"stages/bwd"``; seconds are the waits for them).
 STAGE = "stage"
+#: The direction of feature-parallel training's all-to-alls between column
+#: slices and row blocks (forward and backward; seconds are the waits).
+ALL_TO_ALL = "all_to_all"
 #: Directions counted apart from halo traffic.
-APART = (GRADIENTS, REGROUP, STAGE)
+APART = (GRADIENTS, REGROUP, STAGE, ALL_TO_ALL)
 
 
 @dataclass
@@ -40,8 +44,10 @@ class LedgerEntry:
         direction: ``"fwd"`` (halo rows in training), ``"bwd"`` (halo gradients),
             ``"eval"`` (halo rows in evaluation), ``"grad"`` (the parameter
             gradients' all-reduce, layer ``"gradients"``), ``"regroup"``
-            (loading clusters in gradient-only training) or ``"stage"`` (a
-            layer pipeline's activations and gradients between stages).
+            (loading clusters in gradient-only training), ``"stage"`` (a
+            layer pipeline's activations and gradients between stages) or
+            ``"all_to_all"`` (feature-parallel training's all-to-alls between
+            column slices and row blocks, ``<layer>/rows`` and ``<layer>/columns``).
         bytes_sent / bytes_recv: Payload bytes this rank sent / received (for
             ``"grad"``: the bytes this rank hands the all-reduce).
         rows_sent: Halo rows this rank sent as they are (node rows forward,

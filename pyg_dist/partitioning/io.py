@@ -11,11 +11,15 @@
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
+import pickle
 import shutil
+import struct
 import uuid
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,14 +30,18 @@ import torch
 from pyg_dist.utils.files import disk_error, file_sha256, fsync_folder, payload_bytes, write_file
 
 __all__ = ["PartitionMeta", "HeteroTypes", "write_folder", "read_meta", "read_part",
-           "FORMAT_VERSION", "CLUSTERS_DIR", "META_FILE", "part_file", "file_sha256",
-           "replace_folder", "save_part", "disk_error", "DISK_FIX"]
+           "read_part_columns", "FORMAT_VERSION", "CLUSTERS_DIR", "META_FILE", "part_file",
+           "file_sha256", "replace_folder", "save_part", "disk_error", "DISK_FIX",
+           "COLUMN_CHUNK_BYTES"]
 
 FORMAT_VERSION = 2
 META_FILE = "meta.json"
 #: The subfolder of a partition folder cut with ``clusters_per_part > 1``: a
 #: folder of the same format with one part per cluster.
 CLUSTERS_DIR = "clusters"
+#: Bytes of whole rows :func:`read_part_columns` reads at a time (the
+#: transient beside the columns it keeps).
+COLUMN_CHUNK_BYTES = 1 << 24
 
 
 @dataclass
@@ -271,3 +279,107 @@ def read_part(out_dir: str | os.PathLike, p: int, meta: PartitionMeta) -> dict[s
             f"mixed; {fix}"
         )
     return content
+
+
+def read_part_columns(out_dir: str | os.PathLike, p: int, key: str, lo: int,
+                      hi: int) -> torch.Tensor:
+    """Columns ``lo:hi`` of node attribute ``key`` of part ``p``, read from
+    the part file a block of whole rows at a time (:data:`COLUMN_CHUNK_BYTES`):
+    the process holds the columns it keeps and one block, never the part's
+    whole matrix (the file is read, not mapped, so no page of it stays
+    resident). Check the part with :func:`read_part` first.
+
+    Args:
+        out_dir (str or os.PathLike): The partition folder.
+        p (int): The part.
+        key (str): A 2-d node attribute (e.g. ``"x"``).
+        lo (int): The first column.
+        hi (int): One past the last column.
+
+    Shapes:
+        - **output:** ``[rows of part p, hi - lo]``, the attribute's dtype
+    """
+    path = Path(out_dir) / part_file(p)
+    ref = _tensor_refs(path)["node"].get(key)
+    if ref is None or len(ref.size) != 2:
+        raise ValueError(f"part {p} in '{out_dir}' has no 2-d node attribute '{key}'; "
+                         f"re-create the folder with pyg_dist.partition")
+    rows, width = ref.size
+    if not 0 <= lo <= hi <= width:
+        raise ValueError(f"'read_part_columns' got columns {lo}:{hi} of '{key}', which has "
+                         f"{width}; ask for columns within 0:{width}")
+    out = torch.empty(rows, hi - lo, dtype=ref.dtype)
+    if ref.stride != (width, 1):
+        raise ValueError(f"'{key}' of part {p} in '{out_dir}' is not stored row by row; "
+                         f"re-create the folder with pyg_dist.partition")
+    itemsize = out.element_size()
+    block = max(1, COLUMN_CHUNK_BYTES // max(width * itemsize, 1))
+    with open(path, "rb") as f:
+        start = _record_offset(f, path, ref.key) + ref.offset * itemsize
+        for first in range(0, rows, block):
+            count = min(block, rows - first)
+            f.seek(start + first * width * itemsize)
+            raw = bytearray(count * width * itemsize)
+            if f.readinto(raw) != len(raw):
+                raise ValueError(f"'{path}' ends inside '{key}'; re-create the folder with "
+                                 f"pyg_dist.partition")
+            whole = torch.frombuffer(raw, dtype=ref.dtype).view(count, width)
+            out[first : first + count] = whole[:, lo:hi]
+    return out
+
+
+@dataclass(frozen=True)
+class _TensorRef:
+    """Where a tensor of a part file lies: its storage's record, its offset
+    in the storage (elements), its size, stride and dtype."""
+
+    key: str
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+
+_STORAGE_DTYPES = {"FloatStorage": torch.float32, "DoubleStorage": torch.float64,
+                   "HalfStorage": torch.float16, "BFloat16Storage": torch.bfloat16,
+                   "LongStorage": torch.int64, "IntStorage": torch.int32,
+                   "ShortStorage": torch.int16, "CharStorage": torch.int8,
+                   "ByteStorage": torch.uint8, "BoolStorage": torch.bool}
+
+
+class _RefReader(pickle.Unpickler):
+    """Reads a part file's ``data.pkl`` with every tensor as a
+    :class:`_TensorRef` (nothing else than the format's own classes)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return lambda storage, offset, size, stride, *_: _TensorRef(
+                storage[0], int(offset), tuple(size), tuple(stride), storage[1])
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _STORAGE_DTYPES[name]
+        raise pickle.UnpicklingError(f"unexpected {module}.{name} in a part file")
+
+    def persistent_load(self, pid: Any) -> Any:
+        _, dtype, key, _, _ = pid
+        return str(key), dtype
+
+
+def _tensor_refs(path: Path) -> dict[str, Any]:
+    """The part file's content with every tensor as a :class:`_TensorRef`."""
+    with zipfile.ZipFile(path) as archive:
+        name = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
+        return _RefReader(archive.open(name)).load()  # type: ignore[no-any-return]
+
+
+def _record_offset(f: Any, path: Path, key: str) -> int:
+    """Byte offset in the part file of storage record ``key`` (stored
+    uncompressed: its data follows the record's local zip header)."""
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith(f"/data/{key}"))
+    f.seek(info.header_offset)
+    header = f.read(30)
+    name_len, extra_len = struct.unpack("<HH", header[26:30])
+    return int(info.header_offset + 30 + name_len + extra_len)
+

@@ -16,6 +16,9 @@ strategy                                    what crosses the network each step
                                             halo rows within a stage (deep models)
 :class:`~pyg_dist.config.Planned`           what the strategy it chooses sends: the
                                             fastest predicted at the accepted risk
+:class:`~pyg_dist.config.FeatureParallel`   feature slices of halo rows among a
+                                            slice's ranks; all-to-alls between column
+                                            slices and row blocks among a part's ranks
 ==========================================  ==========================================
 
 A strategy of your own subclasses :class:`Strategy` with a ``name`` and a
@@ -41,6 +44,7 @@ from pyg_dist.strategies.graph_parallel import GraphParallel
 from pyg_dist.strategies.gradient_only import GradientOnly
 from pyg_dist.strategies.layer_pipeline import LayerPipeline
 from pyg_dist.strategies.planned import Planned
+from pyg_dist.strategies.feature_parallel import FeatureParallel
 # isort: on
 from pyg_dist.strategies.settings import Checkpoint, Evaluation, GradSync, Settings
 from pyg_dist.strategies.task import HeteroTask, Task, task_of
@@ -51,6 +55,7 @@ __all__ = [
     "GradientOnly",
     "LayerPipeline",
     "Planned",
+    "FeatureParallel",
     "STRATEGIES",
     "RISKS",
     "as_strategy",

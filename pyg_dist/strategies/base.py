@@ -15,6 +15,7 @@ hook                               asked by
 :meth:`Strategy.check_model`       the CLI, before any rank starts
 :meth:`Strategy.check_settings`    :func:`~pyg_dist.train.train` and the CLI
 :meth:`Strategy.runner`            :func:`~pyg_dist.train.train`: one run
+:meth:`Strategy.measure`           the planner's probe: what the predictions need
 :meth:`Strategy.candidates`        the planner: predictions from a probe
 =================================  ============================================
 
@@ -161,6 +162,19 @@ class Strategy(Options):
             settings (Settings): The run's settings, checked.
         """
         raise NotImplementedError(f"{type(self).__name__} has no runner")
+
+    @classmethod
+    def measure(cls, model: nn.Module, data: Any) -> Any:
+        """What this strategy's :meth:`candidates` need beyond the probe's
+        common measurements, the same on every rank (plain values: the
+        probe is printed as JSON); :obj:`None` for nothing (the default).
+        Called by the planner's probe on every rank, collective.
+
+        Args:
+            model (torch.nn.Module): The model.
+            data (DistData): This rank's part.
+        """
+        return None
 
     @classmethod
     def candidates(cls, probe: Probe, epochs: int) -> list[Candidate]:

@@ -12,7 +12,7 @@ ring all-reduce of :math:`g` gradient bytes per rank over :math:`P` ranks
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyg_dist.halo.auto.cost import row_bytes
@@ -82,6 +82,10 @@ class Probe:
             vertex cover (:obj:`None`: not probed, no layer can).
         cover_setup: Bytes of the pre-aggregation's one setup exchange (all ranks).
         cover_compute: :math:`C` with pre-aggregation.
+        exact_compute: The slowest rank's median exact step less its waits
+            (every halo edge aggregated).
+        measured: What strategies measured for their own predictions
+            (:meth:`~pyg_dist.strategies.base.Strategy.measure`), by name.
     """
 
     world_size: int
@@ -96,6 +100,8 @@ class Probe:
     cover: list[Traffic] | None = None
     cover_setup: float = 0.0
     cover_compute: float = 0.0
+    exact_compute: float = 0.0
+    measured: dict[str, Any] = field(default_factory=dict)
 
     @property
     def cover_saving(self) -> float:

@@ -17,7 +17,10 @@ parameters untouched) and measures, reduced over the ranks:
   fetched a static input once, and the gradients' bytes;
 * **the cover**: the same steps again with the graph pre-aggregated on a
   minimum vertex cover (:meth:`~pyg_dist.DistEdgeIndex.pre_aggregated`),
-  where a layer can: its rows, its compute and its one setup exchange.
+  where a layer can: its rows, its compute and its one setup exchange;
+* **what strategies ask for**: each registered strategy's
+  :meth:`~pyg_dist.strategies.base.Strategy.measure` (sizes its own
+  predictions need).
 
 :func:`predict` asks every strategy of
 :data:`~pyg_dist.strategies.STRATEGIES` for its candidates
@@ -183,9 +186,11 @@ def probe(model: nn.Module, data: Any, steps: int = 3) -> Probe:
         # that are not the link's, the same on both graphs); never less,
         # since on small graphs the difference is noise
         cover_compute = compute + max(0.0, cover_waited - waited)
+    measured = {name: m for name, cls in STRATEGIES.items()
+                if (m := cls.measure(model, data)) is not None}
     return Probe(ranks, latency, bandwidth, max(compute, 1e-6), layers, grad,
                  data.meta.clusters_per_part > 1, step_seconds, eval_seconds, cover, setup,
-                 max(cover_compute, 1e-6))
+                 max(cover_compute, 1e-6), max(waited, 1e-6), measured)
 
 
 def _probe_steps(model: nn.Module, task: Task, steps: int,

@@ -243,7 +243,8 @@ def _measured(result: TrainResult) -> dict[str, Any]:
     epoch (all ranks)."""
     epochs = result.history[1:] or result.history
     steps = sorted(e.train_seconds for e in epochs)
-    trained = sum(e.halo_bytes_fwd + e.halo_bytes_bwd + e.grad_bytes for e in result.history)
+    trained = sum(e.halo_bytes_fwd + e.halo_bytes_bwd + e.grad_bytes + e.all_to_all_bytes
+                  for e in result.history)
     return {"measured_step_s": round(steps[len(steps) // 2], 6) if steps else 0.0,
             "measured_epoch_s": round(sum(e.seconds for e in epochs) / max(len(epochs), 1), 6),
             "measured_bytes_per_epoch": int(trained / max(len(result.history), 1))}
@@ -297,7 +298,8 @@ _BOOKED = {"bytes_fwd": "halo_bytes_fwd", "bytes_bwd": "halo_bytes_bwd",
            "bytes_eval": "halo_bytes_eval", "seconds": "comm_seconds",
            "overlapped": "overlapped_seconds", "bytes_grad": "grad_bytes",
            "seconds_grad": "grad_seconds", "seconds_regroup": "regroup_seconds",
-           "bytes_stage": "stage_bytes", "seconds_stage": "stage_seconds"}
+           "bytes_stage": "stage_bytes", "seconds_stage": "stage_seconds",
+           "bytes_all_to_all": "all_to_all_bytes", "seconds_all_to_all": "all_to_all_seconds"}
 _TIMED = ("train_seconds", "forward_seconds", "eval_seconds")
 
 
@@ -309,7 +311,8 @@ def _epoch_totals(ledger: Any, step: int, times: tuple[float, float, float],
     ranks); blocked and overlapped halo seconds (average rank); the gradient
     all-reduce's bytes (all ranks) and wait (average rank); regrouping seconds
     (average rank); stage-boundary bytes (all ranks) and wait (average rank)
-    of a layer pipeline; and the average rank's times. The same all-reduce
+    of a layer pipeline; feature-parallel all-to-alls' bytes (all ranks) and
+    wait (average rank); and the average rank's times. The same all-reduce
     sums the stop ``signals`` (:meth:`StopSignals.flags`), so every rank
     learns of a signal any rank got after the same epoch; returned second."""
     totals = ledger.totals(step) if ledger is not None else {}

@@ -23,7 +23,11 @@ class EpochStats:
     average rank spent loading clusters (gradient-only mode). In a layer
     pipeline, ``stage_bytes`` are the activations and gradients all ranks sent
     between stages in training (evaluation's count as ``halo_bytes_eval``),
-    ``stage_seconds`` the time the average rank waited for them.
+    ``stage_seconds`` the time the average rank waited for them. In
+    feature-parallel training, ``all_to_all_bytes`` are the bytes all ranks
+    sent between column slices and row blocks in training (forward and
+    backward; evaluation's count as ``halo_bytes_eval``),
+    ``all_to_all_seconds`` the time the average rank waited for them.
 
     Attributes:
         epoch (int): The epoch, from :obj:`1`.
@@ -48,6 +52,10 @@ class EpochStats:
             stages in training. (default: :obj:`0`)
         stage_seconds (float, optional): Seconds the average rank waited for
             them. (default: :obj:`0.0`)
+        all_to_all_bytes (int, optional): Bytes all ranks sent in the
+            all-to-alls of feature-parallel training. (default: :obj:`0`)
+        all_to_all_seconds (float, optional): Seconds the average rank
+            waited for them. (default: :obj:`0.0`)
         train_seconds (float, optional): Seconds of the average rank in the
             training step (forward, backward, gradient sum, optimizer).
             (default: :obj:`0.0`)
@@ -78,6 +86,8 @@ class EpochStats:
     regroup_seconds: float = 0.0
     stage_bytes: int = 0
     stage_seconds: float = 0.0
+    all_to_all_bytes: int = 0
+    all_to_all_seconds: float = 0.0
     train_seconds: float = 0.0
     forward_seconds: float = 0.0
     eval_seconds: float = 0.0
@@ -160,6 +170,8 @@ class TrainResult:
             "regroup_seconds": round(self.total("regroup_seconds"), 4),
             "stage_bytes": int(self.total("stage_bytes")),
             "stage_seconds": round(self.total("stage_seconds"), 4),
+            "all_to_all_bytes": int(self.total("all_to_all_bytes")),
+            "all_to_all_seconds": round(self.total("all_to_all_seconds"), 4),
             "overlap_fraction": round(overlapped / (comm + overlapped), 4)
             if comm + overlapped > 0 else 0.0,
             "seconds": round(self.seconds, 3),

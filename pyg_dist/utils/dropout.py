@@ -53,13 +53,15 @@ class DropoutState:
 
 @dataclass
 class DroppedInput:
-    """What a tensor returned by :func:`dropout` was made of."""
+    """What a tensor returned by :func:`dropout` was made of (``columns``:
+    the global columns of its entries, :obj:`None` for ``0 .. F - 1``)."""
 
     source: Tensor
     p: float
     seed: int
     call: int
     edge_index: Any
+    columns: Tensor | None = None
 
     def scale(self, global_id: Tensor, width: int) -> Tensor:
         """``[len(global_id), width]``: 0 for dropped entries, ``1 / (1 - p)`` for
@@ -69,8 +71,23 @@ class DroppedInput:
                           device=global_id.device)
         rows = max(1, MASK_BLOCK // max(width, 1))
         for start in range(0, global_id.numel(), rows):
-            keep = _keep(global_id[start : start + rows], width, self.seed, self.call, self.p)
+            keep = _keep(global_id[start : start + rows], width, self.seed, self.call, self.p,
+                         self.columns)
             torch.mul(keep, 1.0 / (1.0 - self.p), out=out[start : start + rows])
+        return out
+
+    def apply(self, global_id: Tensor) -> Tensor:
+        """The source dropped: entry (row ``global_id[i]``, column) masked and
+        scaled; marked as made from the source when the source takes no
+        gradient, so that layers fetch the source's halo once
+        (:func:`dropped_input`).
+
+        Args:
+            global_id (torch.Tensor): ``[len(source)]`` global node id of each row.
+        """
+        out = self.source * self.scale(global_id.to(self.source.device), self.source.size(-1))
+        if not self.source.requires_grad:
+            setattr(out, _ATTR, self)
         return out
 
     def halo(self, rows: Tensor) -> Tensor:
@@ -124,11 +141,7 @@ def _shared_dropout(x: Tensor, p: float, edge_index: Any, global_id: Tensor) -> 
     """:func:`dropout` on a :class:`~pyg_dist.DistEdgeIndex`: its seed and call
     count are per-graph Python state, so :func:`torch.compile` breaks here."""
     seed, call = next_call(edge_index)
-    made = DroppedInput(x, p, seed, call, edge_index)
-    out = x * made.scale(global_id.to(x.device), x.size(-1))
-    if not x.requires_grad:
-        setattr(out, _ATTR, made)
-    return out
+    return DroppedInput(x, p, seed, call, edge_index).apply(global_id)
 
 
 @torch.compiler.disable
@@ -163,12 +176,14 @@ def next_call(edge_index: Any, state: DropoutState | None = None) -> tuple[int, 
     return state.seed, call
 
 
-def _keep(global_id: Tensor, width: int, seed: int, call: int, p: float) -> Tensor:
+def _keep(global_id: Tensor, width: int, seed: int, call: int, p: float,
+          columns: Tensor | None = None) -> Tensor:
     """``[len(global_id), width]`` bool: which entries survive (an entry's
     :func:`~pyg_dist.utils.hashing.entry_hash`, read as int32, lies above the lowest
-    fraction ``p`` of its range)."""
+    fraction ``p`` of its range); ``columns``: the global columns of the
+    entries (:obj:`None` for ``0 .. width - 1``)."""
     salt = call_key(seed, call, global_id.device)
-    return entry_hash(global_id, width, salt) >= int(p * 2**32) - 2**31
+    return entry_hash(global_id, width, salt, columns) >= int(p * 2**32) - 2**31
 
 
 def edge_keep(src: Tensor, dst: Tensor, seed: int, call: int, p: float) -> Tensor:

@@ -50,7 +50,8 @@ def call_key(seed: int, call: int, device: torch.device | str | None = None) -> 
     return mix32(torch.tensor([(seed * 0x9E3779B1 + call) & M32], device=device))
 
 
-def entry_hash(row_key: Tensor, width: int, key: Tensor) -> Tensor:
+def entry_hash(row_key: Tensor, width: int, key: Tensor,
+               columns: Tensor | None = None) -> Tensor:
     """``[len(row_key), width]`` int32: a 32-bit hash of each entry ``(row, column)``
     under ``key``. Rows and columns get 32-bit keys; an entry hashes the xor
     of its row's and column's key with one more lowbias32 round, in int32
@@ -61,10 +62,17 @@ def entry_hash(row_key: Tensor, width: int, key: Tensor) -> Tensor:
         row_key (torch.Tensor): ``[R]`` integer keys of the rows (ids below 2**32).
         width (int): The number of columns.
         key (torch.Tensor): ``[1]`` int64, the call's key (:func:`call_key`).
+        columns (torch.Tensor, optional): ``[width]`` integer keys of the
+            columns (a slice of a wider matrix hashes its global columns);
+            :obj:`None` for ``0 .. width - 1``. (default: :obj:`None`)
     """
     device = row_key.device
     row = as_int32(mix32((row_key.to(torch.int64) * 0x85EBCA6B + key) & M32))
-    col = as_int32(mix32((torch.arange(width, device=device) * 0xC2B2AE35 + key) & M32))
+    if columns is None:
+        columns = torch.arange(width, device=device)
+    assert columns.numel() == width, "one key per column"
+    col = as_int32(mix32((columns.to(device=device, dtype=torch.int64) * 0xC2B2AE35 + key)
+                         & M32))
     h = row[:, None] ^ col[None, :]
     h.mul_(0x7FEB352D)
     h ^= (h >> 15) & 0x1FFFF

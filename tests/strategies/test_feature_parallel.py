@@ -1,0 +1,454 @@
+"""Feature-parallel training (``FeatureParallel``) against single-process PyG
+on the whole graph: every grid of parts × feature slices on 2, 3 and 4 real
+gloo ranks, GCN with and without edge weights, SAGE with mean and sum (and a
+projected, normalised one), GIN, GraphConv on the generic path and PyG's
+GCN with batch norm; METIS and random cuts of a directed graph with
+self-loops, duplicates and isolated nodes; dropout on. Outputs, parameter
+gradients and norm statistics; three training steps end with PyG's weights;
+the planner's bytes are the ledger's; halo policies apply per slice.
+
+One rank battery per world size (tests/worlds.py) runs every case (the test
+process builds the references); the checks that need no ranks run in this
+process, the command line's in subprocesses."""
+import dataclasses
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import awkward_graph
+from tolerances import assert_close
+from torch_geometric.nn import GraphConv, SAGEConv
+from torch_geometric.nn.models import GCN
+from worlds import Battery
+
+import pyg_dist
+from pyg_dist.config import Adam, FeatureParallel, GradSync
+from pyg_dist.datasets import write_graph_folder
+from pyg_dist.halo.compress import CODECS
+from pyg_dist.models import GNN
+from pyg_dist.nn import DistSAGEConv, to_distributed
+from pyg_dist.partitioning import io
+from pyg_dist.strategies import Settings, planner
+from pyg_dist.strategies.feature_parallel import (
+    AGGREGATE_FIRST,
+    RUNS,
+    TRANSFORM_FIRST,
+    FeatureParallelModel,
+    choose_orders,
+    compile_model,
+    load_grid,
+)
+from pyg_dist.train import train
+from pyg_dist.utils.dropout import _keep
+
+#: Grids (parts, slices) per world size: every one whose product is the world.
+GRIDS = {2: [(2, 1), (1, 2)], 3: [(3, 1), (1, 3)], 4: [(4, 1), (2, 2), (1, 4)]}
+F_IN, HIDDEN, CLASSES = 7, 6, 3  # 3 classes on 4 slices: one slice has no column
+P_DROP = 0.5
+SEED = 4242  # the shared dropout seed, set on every rank
+EPOCHS = 3
+CUTS = ("metis", "random")
+
+
+def graph():
+    data = awkward_graph(num_features=F_IN)
+    return data
+
+
+def model_of(name):
+    """A fresh model of case ``name`` (seeded) and whether it takes edge weights."""
+    torch.manual_seed(sum(map(ord, name)))
+    if name in ("gcn", "gcn-weighted"):
+        return GNN("gcn", F_IN, HIDDEN, CLASSES, dropout=P_DROP), name == "gcn-weighted"
+    if name in ("sage-mean", "sage-sum"):
+        return GNN("sage", F_IN, HIDDEN, CLASSES, dropout=P_DROP, aggr=name[5:]), False
+    if name == "gin":
+        return GNN("gin", F_IN, HIDDEN, CLASSES, dropout=P_DROP), False
+    if name == "sage-project":
+        return DistSAGEConv(F_IN, CLASSES, aggr="mean", project=True, normalize=True), False
+    if name == "graphconv":
+        return to_distributed(GraphConv(F_IN, CLASSES, aggr="mean")), True
+    assert name == "gcn-batchnorm"
+    return to_distributed(GCN(F_IN, HIDDEN, 2, CLASSES, norm="batch_norm")), False
+
+
+CASES = ["gcn", "gcn-weighted", "sage-mean", "sage-sum", "gin", "sage-project", "graphconv",
+         "gcn-batchnorm"]
+
+
+def masks(num_nodes, width, call):
+    """The shared dropout scale of call ``call`` on the whole graph."""
+    keep = _keep(torch.arange(num_nodes), width, SEED, call, P_DROP)
+    return keep * (1.0 / (1.0 - P_DROP))
+
+
+def reference_forward(model, data, weighted, first_call=0):
+    """The model on the whole graph as PyG runs it (Dist layers on a plain
+    edge_index are PyG's), GNN's dropout drawing the shared masks."""
+    weight = data.edge_weight if weighted else None
+    if not isinstance(model, GNN):
+        if weight is not None:
+            return model(data.x, data.edge_index, edge_weight=weight)
+        return model(data.x, data.edge_index)
+    x = data.x
+    for k, conv in enumerate(model.convs):
+        if model.training:
+            x = x * masks(data.num_nodes, x.size(1), first_call + k)
+        x = conv(x, data.edge_index) if weight is None else conv(x, data.edge_index, weight)
+        if k < len(model.convs) - 1:
+            x = x.relu()
+    return x
+
+
+def upstream(num_nodes):
+    return torch.randn(num_nodes, CLASSES, generator=torch.Generator().manual_seed(5))
+
+
+def reference_run(data, name):
+    """Case ``name`` on the whole graph: its initial state, output, parameter
+    gradients and buffers."""
+    model, weighted = model_of(name)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train()
+    result = reference_forward(model, data, weighted)
+    (result * upstream(data.num_nodes)).sum().backward()
+    return {"state": state, "out": result.detach(),
+            "grads": {n: p.grad.clone() for n, p in model.named_parameters()},
+            "buffers": {n: b.clone() for n, b in model.named_buffers()}}
+
+
+@functools.cache
+def whole_graph():
+    """The graph and every case's reference (for the batteries and the tests)."""
+    data = graph()
+    return data, {name: reference_run(data, name) for name in CASES}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return whole_graph()[0]
+
+
+@pytest.fixture(scope="module")
+def references():
+    return whole_graph()[1]
+
+
+def reference_training(data, state):
+    """Three steps of plain single-process training of GNN('gcn') with the
+    shared masks and Adam: the weights after each step."""
+    model, _ = model_of("gcn")
+    model.load_state_dict(state)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    for epoch in range(EPOCHS):
+        model.train()
+        optimizer.zero_grad()
+        out = reference_forward(model, data, False, first_call=2 * epoch)
+        F.cross_entropy(out[data.train_mask], data.y[data.train_mask]).backward()
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+# -- the ranks ------------------------------------------------------------------------------
+
+def run_case(folder, slices, name, state, num_nodes, **load):
+    """One case on this rank: output rows, gradients summed over the grid,
+    buffers, the ledger's totals."""
+    data = load_grid(folder, slices, **load)
+    data.edge_index.registry.dropout.seed = SEED
+    model, weighted = model_of(name)
+    model.load_state_dict(state)
+    net = FeatureParallelModel(model, data)
+    model.train()
+    out = net(data.edge_weight if weighted else None)
+    (out * upstream(num_nodes)[data.row_global_id]).sum().backward()
+    net.sum_gradients()
+    return {"rows": data.row_global_id.clone(), "out": out.detach(),
+            "grads": {n: p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+                      for n, p in model.named_parameters()},
+            "buffers": {n: b.clone() for n, b in model.named_buffers()},
+            "orders": net.orders, "ledger": data.ledger.entries}
+
+
+def train_case(folder, slices, state):
+    """Three epochs of train() on the grid; the final weights."""
+    data = load_grid(folder, slices)
+    data.edge_index.registry.dropout.seed = SEED
+    model, _ = model_of("gcn")
+    model.load_state_dict(state)
+    train(model, data, EPOCHS, strategy=FeatureParallel(slices=slices), progress=False,
+          optimizer=Adam(lr=0.01, weight_decay=5e-4))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def planned_bytes(folder, state, epochs):
+    """The planner's probe on the graph-parallel part of ``folder``, every
+    grid's predicted bytes, and what training each grid from that part booked."""
+    part = pyg_dist.DistData.load(folder)
+    model, _ = model_of("gcn")
+    model.load_state_dict(state)
+    probe = planner.probe(model, part, steps=1)
+    rows = {c.strategy.slices: c.bytes for c in FeatureParallel.candidates(probe, epochs)}
+    labels = [c.label for c in planner.predict(probe, epochs)]
+    booked = {}
+    for slices in rows:
+        model.load_state_dict(state)
+        result = train(model, part, epochs, strategy=FeatureParallel(slices=slices),
+                       progress=False)
+        booked[slices] = int(sum(e.halo_bytes_fwd + e.halo_bytes_bwd + e.grad_bytes
+                                 + e.all_to_all_bytes for e in result.history))
+    return rows, booked, labels
+
+
+def battery(folders, states, world):
+    """Every case of every grid and cut, the training runs and (4 ranks) the
+    planner's bytes and a compressed halo."""
+    out = {}
+    for parts, slices in GRIDS[world]:
+        for cut in CUTS:
+            for name in CASES:
+                out[parts, slices, cut, name] = run_case(folders[cut, parts], slices, name,
+                                                         states[name], folders["num_nodes"])
+        if parts == 1:  # a graph folder: no partitioning
+            out[parts, slices, "folder", "gcn"] = run_case(folders["graph"], slices, "gcn",
+                                                           states["gcn"], folders["num_nodes"])
+        if parts > 1:
+            out[parts, slices, "covered", "gcn"] = run_case(
+                folders["metis", parts], slices, "gcn", states["gcn"], folders["num_nodes"],
+                pre_aggregate=True)
+        out[parts, slices, "train"] = train_case(folders["metis", parts], slices, states["gcn"])
+    if world == 4:
+        out["plan"] = planned_bytes(folders["random", world], states["gcn"], EPOCHS)
+        out["int8"] = run_case(folders["metis", 2], 2, "gcn", states["gcn"],
+                               folders["num_nodes"], halo="exact,compress=int8")
+    return out
+
+
+def prepare(world, root):
+    """The folders every grid of ``world`` ranks reads: METIS folders with
+    the grid's parts; one random folder with the world's parts, merged into
+    the grid's (one folder serves every grid); a graph folder."""
+    data, references = whole_graph()
+    folders = {"num_nodes": data.num_nodes}
+    for parts in {p for p, _ in GRIDS[world]}:
+        folders["metis", parts] = root / f"metis{parts}"
+        pyg_dist.partition(data, parts, folders["metis", parts], method="metis", seed=3)
+        folders["random", parts] = root / "random"
+    pyg_dist.partition(data, world, root / "random", method="random", seed=3)
+    write_graph_folder(data, root / "graph")
+    folders["graph"] = root / "graph"
+    states = {name: ref["state"] for name, ref in references.items()}
+    return (folders, states, world), None
+
+
+BATTERIES = {world: Battery(world, battery, functools.partial(prepare, world), timeout=1500)
+        for world in GRIDS}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    yield lambda world: BATTERIES[world].results(tmp_path_factory)[1]
+    for world_battery in BATTERIES.values():
+        world_battery.release()
+
+
+def gather(per_rank, key, num_nodes):
+    first = per_rank[0][key]["out"]
+    full = first.new_full((num_nodes, first.size(1)), float("nan"))
+    for result in per_rank:
+        full[result[key]["rows"]] = result[key]["out"]
+    return full
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_every_grid_equals_pyg_on_the_whole_graph(runs, references, data, world):
+    per_rank = runs(world)
+    checked = 0
+    for parts, slices in GRIDS[world]:
+        for cut in (*CUTS, "folder", "covered"):
+            for name in CASES:
+                key = (parts, slices, cut, name)
+                if key not in per_rank[0]:
+                    continue
+                ref, what = references[name], f"{name} on {parts}x{slices} ({cut})"
+                assert_close(gather(per_rank, key, data.num_nodes), ref["out"],
+                             what=f"{what}: output")
+                for param, grad in ref["grads"].items():
+                    for r in range(world):
+                        assert_close(per_rank[r][key]["grads"][param], grad,
+                                     what=f"{what}: gradient of {param} on rank {r}")
+                for buffer, value in ref["buffers"].items():
+                    for r in range(world):
+                        assert_close(per_rank[r][key]["buffers"][buffer].float(),
+                                     value.float(), what=f"{what}: {buffer} on rank {r}")
+                checked += 1
+    grids = len(GRIDS[world])
+    assert checked == grids * 2 * len(CASES) + 1 + sum(p > 1 for p, _ in GRIDS[world])
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_training_ends_with_the_weights_of_one_process(runs, references, data, world):
+    expected = reference_training(data, references["gcn"]["state"])
+    per_rank = runs(world)
+    for parts, slices in GRIDS[world]:
+        for r in range(world):
+            state = per_rank[r][parts, slices, "train"]
+            for name, value in expected.items():
+                assert_close(state[name], value,
+                             what=f"{name} after {EPOCHS} steps on {parts}x{slices}, rank {r}")
+
+
+def test_the_planners_bytes_are_the_ledgers(runs):
+    predicted, booked, labels = runs(4)[0]["plan"]
+    assert sorted(predicted) == [1, 2, 4]
+    assert predicted == booked
+    assert {"feature-parallel 4x1", "feature-parallel 2x2", "feature-parallel 1x4"} <= set(labels)
+
+
+def test_a_compressed_halo_carries_the_slice_and_the_all_to_all_stays_exact(runs):
+    """Grid 2x2: layer 1 exchanges its transformed rows' slice (widths 1 and 2
+    of 3) as int8 rows, as many as the exact run's float32 rows; the
+    all-to-alls are booked apart and equal those of the exact run."""
+    per_rank = runs(4)
+    exact = [r[2, 2, "metis", "gcn"] for r in per_rank]
+    for r, result in enumerate(per_rank):
+        ledger = result["int8"]["ledger"]
+        assert result["int8"]["orders"] == [AGGREGATE_FIRST, TRANSFORM_FIRST]
+        width = (1, 2)[r % 2]
+        plain = exact[r]["ledger"][0, "convs.1", "fwd"].bytes_sent
+        rows = plain // (4 * width)
+        assert rows > 0 and plain == rows * 4 * width
+        assert ledger[0, "convs.1", "fwd"].bytes_sent == rows * CODECS["int8"].row_bytes(width)
+        a2a = {k: e.bytes_sent for k, e in ledger.items() if k[2] == "all_to_all"}
+        assert a2a == {k: e.bytes_sent for k, e in exact[r]["ledger"].items()
+                       if k[2] == "all_to_all"}
+        assert sum(a2a.values()) > 0
+
+
+# -- without ranks --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model", [
+    GNN("gat", 4, 8, 3, heads=2),
+    GNN("sage", 4, 8, 3, aggr="max"),
+    DistSAGEConv(4, 3, aggr="lstm"),
+    to_distributed(SAGEConv(4, 3, aggr="max")),
+])
+def test_layers_that_do_not_aggregate_linearly_are_refused_naming_those_that_run(model):
+    with pytest.raises(ValueError) as error:
+        compile_model(model, 4)
+    assert RUNS in str(error.value)
+
+
+def test_the_cli_refuses_models_naming_the_layers_that_run():
+    with pytest.raises(ValueError) as error:
+        FeatureParallel(slices=2).check_model("gat")
+    assert str(error.value) == (f"--strategy feature-parallel trains --model gcn|sage|gin "
+                                f"(it runs {RUNS}); got --model gat")
+    with pytest.raises(ValueError, match="sums plain gradients"):
+        FeatureParallel(slices=2).check_settings(Settings(5, GradSync("fp16")))
+    with pytest.raises(ValueError, match="--slices 4 does not divide the 6 ranks"):
+        FeatureParallel(slices=4).graph_parts(6)
+    assert FeatureParallel(slices=3).graph_parts(6) == 2
+
+
+def test_plain_pyg_layers_and_norms_are_asked_to_be_converted():
+    with pytest.raises(ValueError, match="to_distributed"):
+        compile_model(GraphConv(4, 3), 4)
+    with pytest.raises(ValueError, match="to_distributed"):
+        compile_model(GCN(4, 8, 2, 3, norm="batch_norm"), 4)
+
+
+def test_a_slice_of_columns_draws_the_masks_of_its_columns():
+    ids = torch.arange(50) * 7
+    whole = _keep(ids, 10, seed=3, call=2, p=0.5)
+    for lo, hi in ((0, 4), (4, 7), (7, 10)):
+        assert torch.equal(_keep(ids, hi - lo, 3, 2, 0.5, torch.arange(lo, hi)), whole[:, lo:hi])
+
+
+def test_orders_move_the_narrower_width():
+    """Worked by hand, 2-layer GCN F -> 16 -> 8 with dropout, widths per row.
+    One slice, the halo alone counts: graph parallel's rule (the static
+    input's halo is kept: aggregate first; the hidden layer transforms first,
+    8 both ways against 16). One part, the all-to-alls alone, F = 100:
+    transforming layer 0 first moves 16 both ways (the input's rows are
+    kept), 32; then layer 1 aggregates on the columns it got and moves 16
+    both ways to the rows: 64 in all, against 100 forward for layer 0
+    aggregating first (then at least 8 + 8 both ways). F = 20: 20 forward,
+    then layer 1 transforms first, 8 both ways, and 8 both ways to the
+    rows: 52, against 64."""
+    program = [op.spec() for op in compile_model(GNN("gcn", 100, 16, 8), 100)]
+    assert choose_orders(program, 0.0, 500.0) == [AGGREGATE_FIRST, TRANSFORM_FIRST]
+    assert choose_orders(program, 750.0, 0.0) == [TRANSFORM_FIRST, AGGREGATE_FIRST]
+    narrow = [op.spec() for op in compile_model(GNN("gcn", 20, 16, 8), 20)]
+    assert choose_orders(narrow, 750.0, 0.0) == [AGGREGATE_FIRST, TRANSFORM_FIRST]
+
+
+def test_column_slices_are_read_a_block_of_rows_at_a_time(data, tmp_path, monkeypatch):
+    pyg_dist.partition(data, 2, tmp_path / "parts")
+    meta = io.read_meta(tmp_path / "parts")
+    reads = []
+    original = io.torch.frombuffer
+
+    def counted(buffer, dtype):
+        reads.append(len(buffer))
+        return original(buffer, dtype=dtype)
+
+    monkeypatch.setattr(io, "COLUMN_CHUNK_BYTES", 3 * F_IN * 4)
+    monkeypatch.setattr(io.torch, "frombuffer", counted)
+    for p in range(2):
+        x = io.read_part(tmp_path / "parts", p, meta)["node"]["x"]
+        for lo, hi in ((0, F_IN), (2, 5), (6, 7), (3, 3)):
+            reads.clear()
+            got = io.read_part_columns(tmp_path / "parts", p, "x", lo, hi)
+            assert torch.equal(got, x[:, lo:hi])
+            assert max(reads) <= 3 * F_IN * 4 and sum(reads) == x.numel() * 4
+
+
+def test_options_read_back_from_configs():
+    strategy = FeatureParallel(slices=4, halo="stale:2", pre_aggregate=True)
+    assert FeatureParallel.from_dict(strategy.to_dict()) == strategy
+    assert dataclasses.asdict(strategy)["slices"] == 4
+    with pytest.raises(ValueError, match=r"FeatureParallel\(slices=0\)"):
+        FeatureParallel(slices=0)
+
+
+# -- the command line -----------------------------------------------------------------------
+
+CLI = [sys.executable, "-m", "pyg_dist.cli"]
+
+
+def cli(args, cwd):
+    out = subprocess.run(CLI + args, capture_output=True, text=True, timeout=600, cwd=cwd,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_the_cli_trains_a_grid_as_one_process_trains_the_whole_graph(tmp_path):
+    """4 ranks, --slices 2: a 2x2 grid (the graph cut into 2 parts, each rank
+    32 of the 64 features) trains as one process does; the run's line, given
+    as --config with one rank and graph-parallel on top, is the same job there
+    (the same accuracies, since both are exact), and without halos."""
+    args = ["train", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "4",
+            "--strategy", "feature-parallel", "--slices", "2", "--epochs", "8", "--lr", "0.05",
+            "--no-progress"]
+    grid = cli(args, tmp_path)[-1]
+    assert grid["strategy"] == "feature-parallel" and grid["grid"] == "2x2"
+    assert grid["config"]["strategy"] == {"name": "feature-parallel", "slices": 2,
+                                          "halo": None, "pre_aggregate": None}
+    assert grid["all_to_all_bytes"] > 0 and grid["halo_bytes_fwd"] > 0
+    (tmp_path / "run.json").write_text(json.dumps(grid))
+    one = cli(["train", "--config", "run.json", "--parts", "1", "--strategy", "graph-parallel",
+               "--no-progress"], tmp_path)[-1]
+    assert one["config"]["strategy"]["name"] == "graph-parallel"
+    for key in ("model", "optimizer", "evaluation"):
+        assert one["config"][key] == grid["config"][key], key
+    assert one["all_to_all_bytes"] == one["halo_bytes"] == 0
+    assert (one["test_acc"], one["val_acc"], one["best_epoch"]) == (
+        grid["test_acc"], grid["val_acc"], grid["best_epoch"])
+    assert one["val_acc"] > 0.4  # trained: 8 classes, chance is 0.125
