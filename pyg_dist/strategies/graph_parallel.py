@@ -29,7 +29,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from pyg_dist.halo import Exact, HaloPolicy
+from pyg_dist.halo import SPECS, Exact, HaloPolicy
+from pyg_dist.halo.compress import CODECS
 from pyg_dist.metrics import accuracies
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.base import Runner, Step, Strategy, take_step
@@ -110,7 +111,8 @@ class GraphParallel(Strategy):
     name: ClassVar[str] = "graph-parallel"
     hetero_refusal: ClassVar[str] = ""
     halo: HaloPolicy | str | None = option(
-        None, "a policy spec, e.g. exact, stale:4,compress=int8", type=str, metavar="POLICY")
+        None, f"{'|'.join(SPECS)}, each [,compress={'|'.join(CODECS)}]", type=str,
+        metavar="POLICY")
     phases: tuple[tuple[int, HaloPolicy | str], ...] = option(
         (), "then policies by epoch: E=POLICY[;E=...]", type=str, metavar="SCHEDULE")
     pre_aggregate: bool | None = option(None, "send partial sums on a vertex cover (exact)",
