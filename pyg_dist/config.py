@@ -44,7 +44,7 @@ from pyg_dist.strategies import (
     GraphParallel,
     LayerPipeline,
     Planned,
-    Strategy,
+    Strategy,  # noqa: F401 - the name of earlier releases; the base is pyg_dist.strategies'
     strategy_from_dict,
 )
 from pyg_dist.strategies.graph_parallel import parse_phases
@@ -59,7 +59,7 @@ from pyg_dist.strategies.options import (
 from pyg_dist.strategies.settings import STOPS
 
 __all__ = ["Options", "GraphParallel", "GradientOnly", "LayerPipeline", "Planned", "RISKS",
-           "Strategy", "GradSync",
+           "GradSync",
            "Adam", "LRSchedule", "Evaluation", "Checkpoint", "STRATEGIES", "SCHEDULES", "STOPS",
            "option", "strategy_from_dict", "parse_phases", "as_policy"]
 
@@ -159,7 +159,10 @@ def _schedule(value: Any) -> Any:
         except ValueError as exc:
             raise ValueError(f"Adam(schedule={value!r}): {exc}") from None
     if isinstance(value, dict):
-        return LRSchedule.from_dict(value)
+        try:
+            return LRSchedule.from_dict(value)
+        except ValueError as exc:
+            raise ValueError(f"Adam(schedule={value!r}): {exc}") from None
     raise ValueError(f"Adam(schedule={value!r}): give an LRSchedule or its spelling, e.g. "
                      f"'cosine,warmup=10' or 'plateau,factor=0.5'")
 

@@ -74,7 +74,8 @@ def test_strategies_are_read_back_by_name():
     (lambda: GradientOnly(regroup_from="disk"), "use one of folder, peers"),
     (lambda: GradientOnly(clusters_per_rank=0), "clusters_per_rank must be an integer >= 1"),
     (lambda: LayerPipeline(stages=0), "stages must be an integer >= 1"),
-    (lambda: LayerPipeline(chunks=True), "chunks must be an integer >= 1"),
+    (lambda: LayerPipeline(chunks=True), r"LayerPipeline\(chunks=True\): chunks must be an "
+                                         r"integer, not bool"),
     (lambda: LayerPipeline(initial_rows="copy"), "use one of send, recompute"),
     (lambda: GradSync("covap:0"), "shard count K >= 1"),
     (lambda: Adam(lr=-1.0), r"Adam\(lr=-1.0\): use a number >= 0"),
@@ -94,6 +95,12 @@ def test_strategies_are_read_back_by_name():
     (lambda: Checkpoint(), "name the folder for checkpoints"),
     (lambda: Checkpoint("ckpt", every=-1), "0 writes none"),
     (lambda: GradSync.from_dict({"compres": "fp16"}), "has no field 'compres'"),
+    (lambda: GradSync.from_dict({"name": "fp16"}), "GradSync has no field 'name'"),
+    (lambda: GradSync.from_dict("fp16"), "GradSync is read from a JSON object of its fields"),
+    (lambda: Adam(lr="0.1"), r"Adam\(lr='0.1'\): lr must be a number, not str"),
+    (lambda: Evaluation(patience=2.0), r"Evaluation\(patience=2.0\): patience must be an "
+                                       r"integer or None, not float"),
+    (lambda: Adam(schedule={"kind": "cosine", "warmpu": 3}), "LRSchedule has no field 'warmpu'"),
 ])
 def test_each_option_checks_its_fields_and_names_the_fix(make, message):
     with pytest.raises(ValueError, match=message):

@@ -119,6 +119,7 @@ def test_function_level_imports_and_submodules_count():
 _CHILDREN = textwrap.dedent("""
     import json, os, sys, tempfile, traceback
     import torch, torch_geometric  # noqa: F401 - shared by every child
+    import scipy.sparse.csgraph  # noqa: F401 - a dependency: a third of a child's time
     for optional in ("triton", "pymetis", "torch_sparse"):
         try:
             __import__(optional)

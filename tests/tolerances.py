@@ -14,10 +14,18 @@ SAME = 1e-6
 
 
 def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
-    ours, ref = ours.detach().double(), ref.detach().double()
+    ours, ref = ours.detach(), ref.detach()
     if ref.numel() == 0:
         return 0.0
-    return ((ours - ref).abs().max() / ref.abs().max().clamp(min=1)).item()
+    if not ref.is_floating_point():
+        ref = ref.double()
+    # max|x| as max(-min x, max x), NaN propagating, without the copies that
+    # abs() makes: half the time on Cora-sized gradients (2708 x 1433)
+    low, high = torch.aminmax(torch.sub(ours.double(), ref))
+    err = torch.maximum(-low, high)
+    low, high = torch.aminmax(ref)
+    scale = torch.maximum(-low, high).double()  # exact: max|ref| is one of ref's values
+    return (err / scale.clamp(min=1)).item()
 
 
 def assert_close(ours: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype = torch.float32,

@@ -195,7 +195,15 @@ def read_config(path: str) -> dict[str, Any]:
                              f"its JSON line)") from None
     if not isinstance(loaded, dict):
         raise ValueError(f"--config {path} holds no JSON object")
-    return dict(loaded.get("config", loaded))
+    if "config" not in loaded and {"choice", "train"} <= loaded.keys():
+        raise ValueError(f"--config {path} holds the output of 'pyg-dist plan', which names "
+                         f"no graph; train with the options given to 'pyg-dist plan' and "
+                         f"--strategy auto, or with the strategy its 'train' key holds")
+    config = loaded.get("config", loaded)
+    if not isinstance(config, dict):
+        raise ValueError(f"--config {path}: 'config' holds {config!r}, not a job's JSON "
+                         f"object (a run's JSON line carries Job.to_dict() there)")
+    return dict(config)
 
 
 def _translate_deprecated(options: dict[str, dict[str, Any]]) -> None:

@@ -13,7 +13,7 @@ import pyg_dist
 from pyg_dist.cli.args import given
 from pyg_dist.cli.job import DEFAULT_PARTS, Graph
 from pyg_dist.cli.preflight import check_host
-from pyg_dist.datasets import HeteroGraphFolder, load_dataset, write_graph_folder
+from pyg_dist.datasets import GraphFolder, HeteroGraphFolder, load_dataset, write_graph_folder
 from pyg_dist.datasets.graph import edge_key
 from pyg_dist.datasets.ogb import OGB, convert_ogbn
 from pyg_dist.datasets.ogb_mag import MAG_NAME
@@ -26,10 +26,19 @@ __all__ = ["partition_command", "distributed_partition_command", "convert_comman
 
 
 def _graph(args: argparse.Namespace) -> Graph:
-    return Graph.from_dict(given(args).get("graph", {}))
+    """The graph the options name; a bad option exits naming the fix."""
+    try:
+        return Graph.from_dict(given(args).get("graph", {}))
+    except ValueError as exc:
+        raise SystemExit(f"pyg-dist {args.command}: {exc}") from None
 
 
 def partition_command(args: argparse.Namespace) -> int:
+    parts = given(args).get("graph", {}).get("parts")
+    if parts is not None and parts < 1:
+        raise SystemExit(f"pyg-dist partition: --parts {parts}: give the number of parts to cut "
+                         f"(one per rank), an integer >= 1, or leave it out for "
+                         f"{DEFAULT_PARTS} (or torchrun's ranks)")
     if args.distributed or args.input is not None:
         return distributed_partition_command(args)
     graph = _graph(args)
@@ -47,7 +56,9 @@ def convert_command(args: argparse.Namespace) -> int:
     if graph.dataset in (*OGB, MAG_NAME) and graph.root is None:
         raise SystemExit(f"pyg-dist convert: --dataset {graph.dataset} needs --root, the "
                          f"folder OGB downloaded it into")
+    folder: GraphFolder | HeteroGraphFolder
     if graph.dataset in OGB:
+        assert graph.root is not None, "checked above"
         folder = convert_ogbn(graph.dataset, graph.root, args.out, overwrite=args.overwrite)
     else:
         folder = write_graph_folder(load_graph(graph), args.out, overwrite=args.overwrite,
@@ -83,7 +94,8 @@ def distributed_partition_command(args: argparse.Namespace) -> int:
         if meta is None:  # not rank 0
             return 0
     else:
-        meta = pyg_dist.launch(partition_distributed, options.get("parts") or DEFAULT_PARTS,
+        parts = options.get("parts")
+        meta = pyg_dist.launch(partition_distributed, DEFAULT_PARTS if parts is None else parts,
                                args=job)[0]
     print(json.dumps(meta_summary(meta)))
     return 0

@@ -6,6 +6,7 @@ the graph, the model, and :func:`pyg_dist.train.train`'s option objects.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from pyg_dist.partitioning.cut import METHODS
 from pyg_dist.strategies import Settings
 
 __all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "HOMOGENEOUS_MODELS", "DEFAULT_PARTS",
-           "resolve"]
+           "DEFAULT_EPOCHS", "KEYS", "check_shape", "resolve"]
 
 #: Ranks (= parts) when neither the command line nor torchrun says.
 DEFAULT_PARTS = 4
@@ -107,6 +108,14 @@ class Graph(Options):
             raise ValueError(f"Graph(method={self.method!r}): use one of {', '.join(METHODS)}")
         if self.parts is not None and (not isinstance(self.parts, int) or self.parts < 1):
             raise ValueError(f"Graph(parts={self.parts!r}): use a number of ranks >= 1")
+        _at_least(self, "seed", 0, "it seeds the graph, the cut, the model and dropout")
+        _at_least(self, "num_nodes", 1, "or None for the dataset's own")
+        if self.avg_degree is not None and not self.avg_degree > 0:
+            raise ValueError(f"Graph(avg_degree={self.avg_degree!r}): give edges per node > 0, "
+                             f"or None for the dataset's own")
+        for name in ("root", "parts_dir"):
+            if getattr(self, name) == "":
+                raise ValueError(f"Graph({name}=''): name a folder, or leave {name} None")
         if self.dataset in HETERO_DATASETS and self.avg_degree is not None:
             raise ValueError(f"--avg-degree does not apply to {self.dataset} (its relations "
                              f"keep ogbn-mag's edges per node); leave it out")
@@ -134,6 +143,13 @@ class Model(Options):
     def check(self) -> None:
         if self.name not in RECIPES:
             raise ValueError(f"Model(name={self.name!r}): use one of {', '.join(MODELS)}")
+        for name in ("layers", "hidden", "heads"):
+            _at_least(self, name, 1, "or None for the model's recipe")
+        for name in ("dropout", "edge_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 1:
+                raise ValueError(f"Model({name}={value!r}): {name} is the fraction dropped, in "
+                                 f"[0, 1), e.g. 0.5")
         if self.edge_dropout and self.name in DEEP_MODELS + HETERO_MODELS:
             raise ValueError(f"--edge-dropout applies to the models of pyg_dist.models.GNN, not "
                              f"to {self.name}; leave it out or use --model "
@@ -166,6 +182,21 @@ class Run(Options):
     timeout: float | None = option(None, "stop spawned ranks after S seconds", type=float,
                                    metavar="S")
 
+    def check(self) -> None:
+        _at_least(self, "log_every", 0, "0 prints nothing")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"Run(timeout={self.timeout!r}): give seconds > 0, or None to let "
+                             f"the ranks run as long as they need")
+
+
+def _at_least(options: Options, name: str, low: int, fix: str) -> None:
+    """Raises naming the fix unless integer field ``name`` is :obj:`None` or >= ``low``
+    (its type is checked already)."""
+    value = getattr(options, name)
+    if value is not None and value < low:
+        raise ValueError(f"{type(options).__name__}({name}={value!r}): {name} must be an "
+                         f"integer >= {low}; {fix}")
+
 
 @dataclass(frozen=True)
 class Job:
@@ -192,9 +223,17 @@ class Job:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Job:
+        """The job :meth:`to_dict` wrote (missing keys and fields take their
+        defaults); raises :class:`ValueError` naming the key or field, the bad
+        value and the fix."""
+        check_shape(values)
+        epochs = values.get("epochs", DEFAULT_EPOCHS)
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"Job(epochs={epochs!r}): epochs must be an integer >= 1, the "
+                             f"optimisation steps (--epochs N)")
         ckpt = values.get("checkpoint")
         return cls(Graph.from_dict(values.get("graph", {})),
-                   Model.from_dict(values.get("model", {})), int(values.get("epochs", 200)),
+                   Model.from_dict(values.get("model", {})), epochs,
                    strategy_from_dict(values.get("strategy", {})),
                    GradSync.from_dict(values.get("grad_sync", {})),
                    Adam.from_dict(values.get("optimizer", {})),
@@ -203,11 +242,47 @@ class Job:
                    Run.from_dict(values.get("run", {})))
 
 
+#: The keys of a job's dictionary (:meth:`Job.to_dict`), and an example of each section.
+KEYS = {"graph": {"dataset": "cora", "root": "data"}, "model": {"name": "gcn"},
+            "epochs": 200, "strategy": {"name": "graph-parallel", "halo": "exact"},
+            "grad_sync": {"compress": "fp16"}, "optimizer": {"lr": 0.01},
+            "evaluation": {"every": 1}, "checkpoint": {"dir": "ckpt"},
+            "run": {"progress": False}}
+#: Optimisation steps of a job that does not say.
+DEFAULT_EPOCHS = 200
+
+
+def check_shape(values: Any) -> None:
+    """Raises naming the fix unless ``values`` has a job's shape: a JSON
+    object of :data:`KEYS`' keys, each section an object (``checkpoint``
+    may be null), a strategy named, if at all, by one of
+    :data:`~pyg_dist.config.STRATEGIES`. The fields are checked when read."""
+    if not isinstance(values, dict):
+        raise ValueError(f"a job is a JSON object with keys {', '.join(KEYS)} (what "
+                         f"Job.to_dict() writes), not {values!r}")
+    unknown = sorted(set(values) - set(KEYS), key=str)
+    if unknown:
+        raise ValueError(f"Job has no key {', '.join(map(repr, unknown))}; its keys are "
+                         f"{', '.join(KEYS)}")
+    for key, value in values.items():
+        if key == "epochs" or (key == "checkpoint" and value is None):
+            continue
+        if not isinstance(value, dict):
+            null = " or null" if key == "checkpoint" else ""
+            raise ValueError(f"Job({key}={value!r}): {key} must be a JSON object of its "
+                             f"fields{null}, e.g. \"{key}\": {json.dumps(KEYS[key])}")
+    name = values.get("strategy", {}).get("name", "graph-parallel")
+    if not isinstance(name, str) or name not in STRATEGIES:
+        raise ValueError(f"Job(strategy={values['strategy']!r}): unknown strategy {name!r}; "
+                         f"use one of {', '.join(STRATEGIES)}")
+
+
 def resolve(base: dict[str, Any], given: dict[str, dict[str, Any]]) -> Job:
     """The job of a config dictionary ``base`` (a job's :meth:`Job.to_dict`,
     possibly partial) with the command line's ``given`` options on top
     (``{"graph": {...}, "strategy": {...}, "top": {"epochs": ...}}``) and the
     model's recipe under whatever neither sets."""
+    check_shape(base)
     values = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
     for section, fields in given.items():
         if section == "top":

@@ -1,6 +1,7 @@
-"""A rank's part of a partitioned graph: :class:`DistData` with its
-:class:`DistEdgeIndex` (homogeneous), :class:`DistHeteroData` (one node set per
-type, one :class:`DistRelationIndex` per relation) and its homogeneous view."""
+"""A rank's part of a partitioned graph: :class:`~pyg_dist.DistData` with its
+:class:`~pyg_dist.DistEdgeIndex` (homogeneous), :class:`~pyg_dist.DistHeteroData`
+(one node set per type, one :class:`DistRelationIndex` per relation) and its
+homogeneous view."""
 from pyg_dist.data.dist_data import Adj, DistData, DistEdgeIndex
 from pyg_dist.data.hetero_data import (
     DistHeteroData,

@@ -223,7 +223,7 @@ class DistEdgeIndex:
               **settings: Any) -> Iterator[Ledger]:
         """A block the graph forgets after it: its traffic booked in a ledger
         of its own (yielded), its halo state fresh and then dropped
-        (:meth:`HaloRegistry.trial`, with ``settings``), the graphs it derived
+        (:meth:`~pyg_dist.halo.HaloRegistry.trial`, with ``settings``), the graphs it derived
         (pre-aggregated, restricted) and the random draws made undone: what a
         probe measures on leaves the run as it was.
 
@@ -231,7 +231,7 @@ class DistEdgeIndex:
             pre_aggregate (bool, optional): Whether to pre-aggregate in the
                 block; :obj:`None` keeps the graph's setting. (default: :obj:`None`)
             **settings: The halo registry's settings for the block
-                (:meth:`HaloRegistry.using`).
+                (:meth:`~pyg_dist.halo.HaloRegistry.using`).
         """
         derived = set(self._cache)
         with ExitStack() as held:
@@ -267,7 +267,7 @@ class DistEdgeIndex:
 
 
 #: A layer's ``edge_index``: PyG's ``[2, num_edges]`` tensor (the layer runs as
-#: the PyG layer does) or a :class:`DistEdgeIndex` (it runs distributed).
+#: the PyG layer does) or a :class:`~pyg_dist.DistEdgeIndex` (it runs distributed).
 Adj = Tensor | DistEdgeIndex
 
 

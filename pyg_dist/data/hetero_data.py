@@ -361,7 +361,8 @@ class DistHeteroData:
             raise ValueError(f"'{out_dir}' holds a homogeneous graph; load it with "
                              f"pyg_dist.DistData.load('{out_dir}')")
         _check_same_partitioning(meta, group)
-        ledger, registry, tags = Ledger(), HaloRegistry(halo), {}
+        ledger, registry = Ledger(), HaloRegistry(halo)
+        tags: dict[str, int] = {}
         channels, nodes, plans = {}, {}, {}
         for t in meta.types.node_types:
             part = content["node_types"][t]

@@ -115,7 +115,9 @@ def _common(stores: list[dict[str, Tensor]]) -> dict[str, Tensor]:
     out = {}
     for key in keys:
         values = [s.get(key) for s in stores]
-        if all(isinstance(v, Tensor) and v.shape[1:] == values[0].shape[1:]
-               and v.dtype == values[0].dtype for v in values):
-            out[key] = torch.cat(values)  # type: ignore[arg-type]
+        tensors = [v for v in values if isinstance(v, Tensor)]
+        if len(tensors) == len(values) and all(
+                v.shape[1:] == tensors[0].shape[1:] and v.dtype == tensors[0].dtype
+                for v in tensors):
+            out[key] = torch.cat(tensors)
     return out

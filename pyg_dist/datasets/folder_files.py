@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from typing_extensions import Self
 
-__all__ = ["read_info", "require", "NodeArrays", "EdgeArray", "FolderWriter", "spans",
+__all__ = ["read_info", "require", "entry", "NodeArrays", "EdgeArray", "FolderWriter", "spans",
            "GRAPH_FILE", "FORMAT", "VERSION", "HOMOGENEOUS", "HETEROGENEOUS", "CHUNK"]
 
 GRAPH_FILE = "graph.json"
@@ -45,6 +46,9 @@ def read_info(path: str | os.PathLike) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ValueError(f"'{file}' is not valid JSON ({exc}); convert the graph "
                          f"again") from exc
+    if not isinstance(info, dict):
+        raise ValueError(f"'{file}' holds {type(info).__name__}, not the JSON object a graph "
+                         f"folder is described by; convert the graph again")
     if info.get("format") != FORMAT or info.get("version") != VERSION:
         raise ValueError(
             f"'{file}' describes format {info.get('format')!r} version "
@@ -59,6 +63,51 @@ def require(info: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
     missing = [k for k in keys if k not in info]
     if missing:
         raise ValueError(f"'{where}' lacks {', '.join(missing)}; convert the graph again")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _files(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                           for k, v in value.items())
+
+
+#: What ``graph.json`` keeps under each key: a test and how errors describe it.
+_ENTRIES = {
+    "name": (lambda v: isinstance(v, str), "a string"),
+    "num_nodes": (_count, "an integer >= 0"),
+    "num_edges": (_count, "an integer >= 0"),
+    "num_classes": (lambda v: v is None or _count(v), "an integer >= 0 or null"),
+    "edges": (lambda v: isinstance(v, str), 'a .npy file name, e.g. "edges.npy"'),
+    "node": (_files, 'an object of attribute names to .npy files, e.g. {"x": "x.npy"}'),
+    "splits": (_files, 'an object of split masks to .npy files, e.g. '
+                       '{"train_mask": "split/train.npy"}'),
+    "node_types": (lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v),
+                   "an array of objects, one per node type"),
+    "edge_types": (lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v),
+                   "an array of objects, one per relation"),
+    "type": (lambda v: isinstance(v, list) and len(v) == 3
+             and all(isinstance(part, str) for part in v),
+             'a relation ["source", "name", "target"]'),
+}
+
+
+def entry(info: dict[str, Any], key: str, where: str, default: Any = None) -> Any:
+    """``info[key]`` (``default`` when absent) after checking that it holds
+    what a graph folder's description keeps there (a count, a file name, an
+    object of names to files, ...); raises :class:`ValueError` starting with
+    ``where`` (the file, and the entry of a list), naming the key, the value
+    and the fix."""
+    value = info.get(key, default)
+    fits, what = _ENTRIES[key]
+    if not fits(value):
+        shown = json.dumps(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise ValueError(f"{where}: '{key}' must be {what} (got {shown}); fix it or convert "
+                         f"the graph again")
+    return value
 
 
 class NodeArrays:
@@ -121,7 +170,7 @@ class NodeArrays:
 
     def _ids(self, name: str) -> np.ndarray:
         if name not in self._split_ids:
-            ids = np.load(self.splits[name])
+            ids = _npy(self.splits[name])
             if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
                 raise ValueError(f"split file '{self.splits[name]}' must hold a 1-d array of "
                                  f"integer node ids (got {ids.dtype} {ids.shape})")
@@ -222,7 +271,7 @@ class FolderWriter:
         self.node: dict[str, str] = {}
         self.splits: dict[str, str] = {}
 
-    def __enter__(self) -> FolderWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, kind: Any, *_: Any) -> None:
@@ -280,7 +329,8 @@ def _read(array: np.ndarray, start: int, count: int) -> np.ndarray:
     """Entries ``start:start + count`` of the flattened C-ordered array
     ``array`` (memory-mapped from a ``.npy`` file), read from the file rather
     than through the mapping, so that no page of the mapping becomes resident."""
-    if not isinstance(array, np.memmap) or not array.flags.c_contiguous:
+    if (not isinstance(array, np.memmap) or not array.flags.c_contiguous
+            or array.filename is None):
         return np.array(array.reshape(-1)[start:start + count])
     with open(array.filename, "rb") as f:
         f.seek(array.offset + start * array.itemsize)
@@ -296,8 +346,15 @@ def _load(folder: Path, file: str) -> np.ndarray:
     if not path.is_file():
         raise FileNotFoundError(f"'{path}' is missing from the graph folder '{folder}'; "
                                 f"convert the graph again")
+    return _npy(path, mmap_mode="r")
+
+
+def _npy(path: Path, mmap_mode: Any = None) -> np.ndarray:
+    """The ``.npy`` array at ``path``; a file numpy cannot read (empty,
+    truncated, not ``.npy``) raises :class:`ValueError` naming it."""
     try:
-        return np.load(path, mmap_mode="r")
-    except ValueError as exc:
-        raise ValueError(f"'{path}' is not a .npy file ({exc}); convert the graph again") \
+        return np.load(path, mmap_mode=mmap_mode)
+    except (ValueError, EOFError) as exc:
+        why = "it is empty" if path.stat().st_size == 0 else str(exc) or type(exc).__name__
+        raise ValueError(f"'{path}' is not a .npy file ({why}); convert the graph again") \
             from exc

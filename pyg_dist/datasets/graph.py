@@ -56,6 +56,12 @@ def check_relation(data: Any, e: tuple[str, str, str], sizes: dict[str, int],
                          f"of shape [2, num_edges]; convert a SparseTensor with "
                          f"torch_geometric.utils.to_edge_index")
     edge_index = edge_index.detach().cpu().contiguous()
+    for end, t in (("source", e[0]), ("target", e[2])):
+        if t not in sizes:
+            raise ValueError(f"'{caller}' found relation {e!r} whose {end} type '{t}' is no node "
+                             f"type of the graph ({', '.join(sizes)}); give it nodes "
+                             f"(data['{t}'].num_nodes = N, or a node-level tensor such as x) "
+                             f"or delete the relation (del data[{e!r}])")
     for row, t in ((0, e[0]), (1, e[2])):
         ids = edge_index[row]
         if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < sizes[t]:

@@ -64,6 +64,7 @@ from pyg_dist.datasets.folder_files import (
     EdgeArray,
     FolderWriter,
     NodeArrays,
+    entry,
     read_info,
     require,
     spans,
@@ -125,13 +126,14 @@ class GraphFolder:
     def __init__(self, path: Path, info: dict[str, Any]) -> None:
         self.path = path
         self.name = str(info.get("name", path.name))
-        self.num_nodes = int(info["num_nodes"])
-        self.num_edges = int(info["num_edges"])
-        self.num_classes = info.get("num_classes")
-        self._edges = EdgeArray(path, info["edges"], self.num_edges, self.num_nodes,
-                                self.num_nodes)
-        self._nodes = NodeArrays(path, self.num_nodes, info.get("node", {}),
-                                 info.get("splits", {}))
+        where = f"'{path / GRAPH_FILE}'"
+        self.num_nodes = int(entry(info, "num_nodes", where))
+        self.num_edges = int(entry(info, "num_edges", where))
+        self.num_classes = entry(info, "num_classes", where)
+        self._edges = EdgeArray(path, entry(info, "edges", where), self.num_edges,
+                                self.num_nodes, self.num_nodes)
+        self._nodes = NodeArrays(path, self.num_nodes, entry(info, "node", where, {}),
+                                 entry(info, "splits", where, {}))
         self.node_attrs = self._nodes.names
 
     @classmethod

@@ -19,6 +19,7 @@ from pyg_dist.datasets.folder_files import (
     EdgeArray,
     FolderWriter,
     NodeArrays,
+    entry,
     read_info,
     require,
     spans,
@@ -74,27 +75,32 @@ class HeteroGraphFolder:
         where = str(path / GRAPH_FILE)
         self._nodes: dict[str, NodeArrays] = {}
         self.num_classes: dict[str, int] = {}
-        for entry in info["node_types"]:
-            require(entry, ("name", "num_nodes"), f"{where}: node_types")
-            t = str(entry["name"])
-            self._nodes[t] = NodeArrays(path, entry["num_nodes"], entry.get("node", {}),
-                                        entry.get("splits", {}), f"node type '{t}'")
-            if entry.get("num_classes") is not None:
-                self.num_classes[t] = int(entry["num_classes"])
+        for node_type in entry(info, "node_types", f"'{where}'"):
+            require(node_type, ("name", "num_nodes"), f"{where}: node_types")
+            t = entry(node_type, "name", f"'{where}', node_types")
+            inside = f"'{where}', node type '{t}'"
+            self._nodes[t] = NodeArrays(path, entry(node_type, "num_nodes", inside),
+                                        entry(node_type, "node", inside, {}),
+                                        entry(node_type, "splits", inside, {}),
+                                        f"node type '{t}'")
+            if entry(node_type, "num_classes", inside) is not None:
+                self.num_classes[t] = int(node_type["num_classes"])
         self.node_types = list(self._nodes)
         self.sizes = {t: nodes.num_nodes for t, nodes in self._nodes.items()}
         self._edges: dict[EdgeType, EdgeArray] = {}
-        for entry in info["edge_types"]:
-            require(entry, ("type", "num_edges", "edges"), f"{where}: edge_types")
-            names = [str(part) for part in entry["type"]]
+        for edge_type in entry(info, "edge_types", f"'{where}'"):
+            require(edge_type, ("type", "num_edges", "edges"), f"{where}: edge_types")
+            names = entry(edge_type, "type", f"'{where}', edge_types")
             unknown = [t for t in names[::2] if t not in self._nodes]
-            if len(names) != 3 or unknown:
+            if unknown:
                 raise ValueError(f"'{where}' lists relation {names} whose node types "
                                  f"{unknown} are not among node_types {self.node_types} (a "
                                  f"relation is [source, name, target]); convert the graph "
                                  f"again")
             e = (names[0], names[1], names[2])
-            self._edges[e] = EdgeArray(path, entry["edges"], entry["num_edges"],
+            inside = f"'{where}', relation {edge_key(e)}"
+            self._edges[e] = EdgeArray(path, entry(edge_type, "edges", inside),
+                                       entry(edge_type, "num_edges", inside),
                                        self.sizes[e[0]], self.sizes[e[2]])
         self.edge_types = list(self._edges)
         self.num_edges_of = {e: edges.num_edges for e, edges in self._edges.items()}

@@ -33,7 +33,7 @@ class LayerState:
     """One layer's halo state on one graph in one mode: its policy, the
     policy's state, the halo of its static input and that input's
     :func:`fingerprint` (to recognise it after a restart), and the halo it was
-    made for (:func:`halo_of`)."""
+    made for (``halo_of``)."""
 
     policy: HaloPolicy
     state: PolicyState
@@ -116,7 +116,7 @@ class HaloRegistry:
     def layer(self, name: str, mode: str, policy: HaloPolicy,
               halo: tuple[bool, int] | None = None) -> LayerState:
         """The state of layer ``name`` in ``mode`` under ``policy`` on the
-        halo ``halo`` (:func:`halo_of` its graph); a new one when the policy or
+        halo ``halo`` (``halo_of`` its graph); a new one when the policy or
         the halo changed (the old one's exchanges are completed first): rows
         kept for one halo mean nothing on another, as when a later run of the
         same graph pre-aggregates and this one did not."""
@@ -237,10 +237,13 @@ class LayerHalo:
         name (str): The layer's name (:meth:`HaloRegistry.name`).
         policy (HaloPolicy, optional): The layer's own policy.
         training (bool): Whether the layer is in training mode.
+        complete (bool, optional): Whether the layer needs every halo row
+            (its ``complete_halo``; :class:`~pyg_dist.halo.Auto` then never
+            leaves rows out). (default: :obj:`False`)
     """
 
     def __init__(self, edge_index: Any, name: str, policy: HaloPolicy | None,
-                 training: bool) -> None:
+                 training: bool, complete: bool = False) -> None:
         registry: HaloRegistry = edge_index.registry
         policy = registry.policy(policy)
         if not training:
@@ -254,7 +257,7 @@ class LayerHalo:
         channel = edge_index.channel
         self.ctx = FetchContext(channel, name, self.layer.state, self.layer.static,
                                 channel.ledger.step, self.direction, edge_index,
-                                registry.planned_steps)
+                                registry.planned_steps, complete)
         self.dropped: DroppedInput | None = None
 
     @classmethod
@@ -264,7 +267,8 @@ class LayerHalo:
         """The halo of this call of ``layer`` (a Dist layer: its ``halo``
         policy, its name in ``edge_index``'s registry, its training flag) and
         whether its input ``x`` is static (:meth:`is_static`)."""
-        halo = cls(edge_index, edge_index.registry.name(layer), layer.halo, layer.training)
+        halo = cls(edge_index, edge_index.registry.name(layer), layer.halo, layer.training,
+                   getattr(layer, "complete_halo", False))
         return halo, halo.is_static(x, out_width)
 
     def is_static(self, x: Tensor, out_width: int | None = None) -> bool:

@@ -79,8 +79,8 @@ class FetchContext:
     """One call of a policy: the channel, the layer's ledger name, the
     policy's state for the layer, the cache of the layer's static input, the
     training step, the ledger direction (``"fwd"`` or ``"eval"``), the graph
-    (:class:`~pyg_dist.DistEdgeIndex`) and the training steps planned in all
-    (:obj:`None` when unknown).
+    (:class:`~pyg_dist.DistEdgeIndex`), the training steps planned in all
+    (:obj:`None` when unknown) and whether the layer needs every halo row.
 
     Args:
         channel (HaloChannel): The graph's channel.
@@ -94,6 +94,10 @@ class FetchContext:
         graph (DistEdgeIndex, optional): The graph. (default: :obj:`None`)
         planned_steps (int, optional): The training steps planned in all;
             :obj:`None` when unknown. (default: :obj:`None`)
+        complete (bool, optional): Whether the layer needs every halo row
+            (a policy that chooses may not choose one that leaves rows out,
+            such as :class:`~pyg_dist.halo.Isolated` or
+            :class:`~pyg_dist.halo.Sampled`). (default: :obj:`False`)
     """
 
     channel: HaloChannel
@@ -104,6 +108,7 @@ class FetchContext:
     direction: str = "fwd"
     graph: Any = None
     planned_steps: int | None = None
+    complete: bool = False
 
     def exchange(self, x: Tensor, codec: Codec | None, detach: bool = False) -> Tensor:
         """Every halo row of ``x`` (of ``x.detach()`` with ``detach``),

@@ -213,17 +213,16 @@ def hetero_model(kind: str, metadata: Metadata, in_channels: int, hidden_channel
     if kind not in HETERO_MODELS:
         raise ValueError(f"'hetero_model' got kind='{kind}'; use one of "
                          f"{', '.join(HETERO_MODELS)}")
-    args = (metadata, in_channels, hidden_channels, out_channels, node_type, layers)
+    def build() -> nn.Module:
+        args = (metadata, in_channels, hidden_channels, out_channels, node_type)
+        if kind == "hetero-sage":
+            return HeteroSAGE(*args, layers=layers)
+        if kind == "hgt":
+            return HGT(*args, layers=layers, heads=heads)
+        return RGCN(*args, layers=layers)
+
     if seed is None:
-        return _build(kind, args, heads)
+        return build()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return _build(kind, args, heads)
-
-
-def _build(kind: str, args: tuple[Any, ...], heads: int) -> nn.Module:
-    if kind == "hetero-sage":
-        return HeteroSAGE(*args)
-    if kind == "hgt":
-        return HGT(*args, heads=heads)
-    return RGCN(*args)
+        return build()

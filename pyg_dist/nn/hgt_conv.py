@@ -40,7 +40,8 @@ class DistHGTConv(DistLayer, HGTConv):
         heads (int, optional): Number of attention heads. (default: :obj:`1`)
         halo (HaloPolicy, optional): Halo policy of this layer; :obj:`None`
             uses the graph's default. Policies that leave halo rows out
-            (``Sampled``, ``Isolated``) are refused. (default: :obj:`None`)
+            (``Sampled``, ``Isolated``) are refused; ``Auto`` keeps every
+            row (the layer's ``complete_halo``). (default: :obj:`None`)
         **kwargs (optional): Arguments of
             :class:`~torch_geometric.nn.conv.MessagePassing`.
 
@@ -52,6 +53,7 @@ class DistHGTConv(DistLayer, HGTConv):
     """
 
     pyg_class = HGTConv
+    complete_halo = True  # every in-edge of a node shares one softmax
 
     def __init__(self, in_channels: int | dict[str, int], out_channels: int,
                  metadata: tuple[list[str], list[tuple[str, str, str]]], heads: int = 1,
@@ -85,7 +87,7 @@ def _halo_rows(layer: DistHGTConv, x_dict: dict[str, Tensor],
         if src in out:
             continue
         name = f"{rel.registry.name(layer)}.{'__'.join(e)}"
-        halo = LayerHalo(rel, name, layer.halo, layer.training)
+        halo = LayerHalo(rel, name, layer.halo, layer.training, layer.complete_halo)
         fetched = halo.fetch(x_dict[src], halo.is_static(x_dict[src]))
         if fetched.mask is not None:
             raise ValueError(f"'DistHGTConv' needs every halo row; its policy "

@@ -27,6 +27,9 @@ class DistLayer:
 
     #: The PyG layer this Dist layer extends.
     pyg_class: ClassVar[Any]
+    #: Whether the layer needs every halo row: policies that choose
+    #: (:class:`~pyg_dist.halo.Auto`) then keep them all.
+    complete_halo: ClassVar[bool] = False
     halo: HaloPolicy | None = None
     halo_name: str | None = None
     pre_aggregate: bool | None = None

@@ -156,15 +156,11 @@ def _check_slices(graph: HeteroGraphFolder, view: HomogeneousView, rank: int,
                   group: Group) -> None:
     """Each rank checks its slice of every relation and its block of every
     node type; any failure fails every rank."""
-    error = None
-    try:
+    with distributed.failing_together(f"{_NAME} checking the input", group):
         for e in graph.edge_types:
             graph.check_edges(e, *view.edges[e].span(rank))
         for t in graph.node_types:
             graph.check_nodes(t, *view.type_span(t, rank))
-    except (OSError, ValueError) as exc:
-        error = exc
-    distributed.raise_together(error, f"{_NAME} checking the input", group)
 
 
 def _assign(method: str, graph: HeteroGraphFolder, view: HomogeneousView, rank: int,

@@ -45,7 +45,7 @@ def edge_block_digests(read: Callable[[int, int], np.ndarray], num_edges: int,
     mine = []
     for start in range(first, hi, FINGERPRINT_EDGES):
         block = read(start, min(start + FINGERPRINT_EDGES, num_edges))
-        digest = hashlib.sha256(np.ascontiguousarray(block[0], dtype=np.int64))
-        digest.update(np.ascontiguousarray(block[1], dtype=np.int64))
+        digest = hashlib.sha256(np.ascontiguousarray(block[0], dtype=np.int64).data)
+        digest.update(np.ascontiguousarray(block[1], dtype=np.int64).data)
         mine.append(digest.hexdigest())
     return [h for blocks in distributed.all_gather_objects(mine, group) for h in blocks]

@@ -6,7 +6,9 @@ A pipeline of collective steps, each rank holding one slice of the input:
 
 1. read this rank's :math:`1/P` slice of the edges and block of the nodes
    (a contiguous id range) from the memory-mapped graph folder, and check
-   them; every rank raises the same error if any rank's check failed;
+   them; every rank raises the same error if any rank's check failed, whatever
+   the error (:func:`~pyg_dist.runtime.distributed.failing_together`; so do
+   opening the folder and writing the parts);
 2. assign nodes to parts (:mod:`pyg_dist.partitioning.dist_cut`; the
    cluster graph rank 0 cuts keeps its heaviest entries,
    :func:`~pyg_dist.partitioning.dist_cut.cluster_graph_budget`); each node's
@@ -159,8 +161,8 @@ def _open(input_dir: str | os.PathLike, out_dir: Path, overwrite: bool, num_part
           group: Group) -> GraphFolder | HeteroGraphFolder:
     """The graph folder (either kind), opened on every rank; fails together, before any
     work, on an unreadable folder, a taken ``out_dir`` or a bad part count."""
-    graph, error = None, None
-    try:
+    graph = None
+    with distributed.failing_together(f"{_NAME} opening '{input_dir}'", group):
         graph = open_graph_folder(input_dir)
         if num_parts > graph.num_nodes:
             raise ValueError(
@@ -172,9 +174,7 @@ def _open(input_dir: str | os.PathLike, out_dir: Path, overwrite: bool, num_part
                 f"{_NAME} would overwrite '{out_dir}'; pass overwrite=True or choose another "
                 f"out_dir"
             )
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        error = exc
-    distributed.raise_together(error, f"{_NAME} opening '{input_dir}'", group)
+    assert graph is not None, "opened on every rank, else every rank raised"
     return graph
 
 
@@ -182,13 +182,9 @@ def _check_slices(graph: GraphFolder, node_span: tuple[int, int], edge_span: tup
                   group: Group) -> None:
     """Each rank checks its slice of the edges and block of the nodes; any
     failure fails every rank."""
-    error = None
-    try:
+    with distributed.failing_together(f"{_NAME} checking the input", group):
         graph.check_edges(*edge_span)
         graph.check_nodes(*node_span)
-    except (OSError, ValueError) as exc:
-        error = exc
-    distributed.raise_together(error, f"{_NAME} checking the input", group)
 
 
 def _assign(method: str, graph: GraphFolder, edge_span: tuple[int, int], nodes: Blocks,
@@ -296,30 +292,26 @@ def _write(out_dir: Path, content: dict[str, Any], meta: PartitionMeta, overwrit
     name = f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp = out_dir.parent / distributed.all_gather_objects(name, group)[0]
     try:
-        error = None
-        try:
+        with distributed.failing_together(f"{_NAME} creating '{tmp}'", group):
             if rank == 0:
                 out_dir.parent.mkdir(parents=True, exist_ok=True)
                 tmp.mkdir()
-        except OSError as exc:
-            error = exc
-        distributed.raise_together(error, f"{_NAME} creating '{tmp}'", group)
         digest = None
-        try:
+        with distributed.failing_together(f"{_NAME} writing the parts", group):
             path = tmp / part_file(rank)
             save_part(content, path, f"rank {rank} wrote its part")
             digest = file_sha256(path)
-        except OSError as exc:
-            error = exc
-        distributed.raise_together(error, f"{_NAME} writing the parts", group)
         meta.part_sha256 = distributed.all_gather_objects(digest, group)
-        try:
+        with distributed.failing_together(f"{_NAME} finishing '{out_dir}'", group):
             if rank == 0:
-                (tmp / META_FILE).write_text(meta.to_json())
-                replace_folder(tmp, out_dir, overwrite)
-        except OSError as exc:
-            error = disk_error(exc, tmp, f"rank {rank} finished the folder")
-        distributed.raise_together(error, f"{_NAME} finishing '{out_dir}'", group)
+                try:
+                    (tmp / META_FILE).write_text(meta.to_json())
+                    replace_folder(tmp, out_dir, overwrite)
+                except OSError as exc:
+                    full = disk_error(exc, tmp, f"rank {rank} finished the folder")
+                    if full is exc:
+                        raise
+                    raise full from exc
     except BaseException:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)

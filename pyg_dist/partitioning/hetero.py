@@ -229,7 +229,9 @@ def _cut(data: Any, node_types: list[str], sizes: dict[str, int],
 
 def _train_mask(data: Any, t: str, size: int) -> Tensor:
     mask = getattr(data[t], "train_mask", None)
-    return mask.cpu() if is_mask(mask) else torch.zeros(size, dtype=torch.bool)
+    if mask is None or not is_mask(mask):
+        return torch.zeros(size, dtype=torch.bool)
+    return mask.cpu()
 
 
 def _local_rows(owner: np.ndarray, num_parts: int) -> np.ndarray:

@@ -13,7 +13,8 @@ rank for the default group)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +27,8 @@ from pyg_dist.runtime import env, peers
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "world_size", "is_distributed", "default_device",
     "collective_device", "all_reduce", "all_reduce_with_grad", "all_reduce_values", "broadcast",
-    "barrier", "differing_ranks", "all_gather_objects", "raise_together", "sync_tensors",
+    "barrier", "differing_ranks", "all_gather_objects", "raise_together",
+    "failing_together", "sync_tensors",
     "all_reduce_gradients", "new_group", "host_store", "DEFAULT_TIMEOUT", "Group", "GradBucket",
     "backend", "group_id", "all_reduce_future", "all_to_all_single", "send", "recv", "isend",
     "batch_send_recv", "wait_all",
@@ -487,6 +489,32 @@ def raise_together(error: BaseException | None, what: str, group: Group = None) 
     except Exception:
         exc = RuntimeError(message)
     raise exc from error
+
+
+@contextmanager
+def failing_together(what: str, group: Group = None) -> Iterator[None]:
+    """A step every rank takes on its own (opening its input, checking its
+    slice, writing its part), failed together: any :class:`Exception` the
+    block raises on any rank is raised after it on every rank, by
+    :func:`raise_together`, so that no rank waits in the next collective for
+    one that gave up. A ``pyg_dist.runtime.peers.PeerLost`` (a peer that
+    cannot take part in sharing the error) and what is no
+    :class:`Exception` (``KeyboardInterrupt``, ``SystemExit``) pass as they
+    are.
+
+    Args:
+        what (str): The step, named at the start of the error's message.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
+    error = None
+    try:
+        yield
+    except peers.PeerLost:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every rank raises it below
+        error = exc
+    raise_together(error, what, group)
 
 
 def _builtin(name: str) -> type[BaseException]:

@@ -1,21 +1,22 @@
 r"""Training strategies: how the ranks share the work of
 :func:`pyg_dist.train.train`. One strategy is one file: its option dataclass,
 its checks, its runner and its predictions, registered by name
-(:data:`STRATEGIES`) through the hooks of :class:`Strategy`.
+(:data:`STRATEGIES`) through the hooks of :class:`Strategy`
+(``"auto"`` is :class:`~pyg_dist.config.Planned`).
 
-======================================  ==========================================
-strategy                                what crosses the network each step
-======================================  ==========================================
-:class:`GraphParallel` (the default)    halo rows and their gradients, under a
-                                        halo policy; the parameter gradients
-:class:`GradientOnly`                   the parameter gradients alone: each rank
-                                        trains on a group of clusters, regrouped
-                                        every few epochs
-:class:`LayerPipeline`                  activations between layer stages and
-                                        halo rows within a stage (deep models)
-:class:`Planned` (``"auto"``)           what the strategy it chooses sends: the
-                                        fastest predicted at the accepted risk
-======================================  ==========================================
+==========================================  ==========================================
+strategy                                    what crosses the network each step
+==========================================  ==========================================
+:class:`~pyg_dist.config.GraphParallel`     halo rows and their gradients, under a
+                                            halo policy; the parameter gradients
+:class:`~pyg_dist.config.GradientOnly`      the parameter gradients alone: each rank
+                                            trains on a group of clusters, regrouped
+                                            every few epochs
+:class:`~pyg_dist.config.LayerPipeline`     activations between layer stages and
+                                            halo rows within a stage (deep models)
+:class:`~pyg_dist.config.Planned`           what the strategy it chooses sends: the
+                                            fastest predicted at the accepted risk
+==========================================  ==========================================
 
 A strategy of your own subclasses :class:`Strategy` with a ``name`` and a
 :meth:`~Strategy.runner` (a :class:`Runner`); it then trains under

@@ -81,7 +81,7 @@ class Strategy(Options):
 
     #: The strategy's name (``--strategy NAME``, ``{"name": ...}`` in configs).
     name: ClassVar[str] = ""
-    #: A few words on when to use it, for help texts (empty: none).
+    #: A few words on when to use it, for help texts (or an empty string).
     summary: ClassVar[str] = ""
     #: Why the strategy cannot train a heterogeneous graph; empty if it can.
     hetero_refusal: ClassVar[str] = "it trains homogeneous graphs only"
@@ -206,14 +206,17 @@ def as_strategy(value: Any) -> Strategy:
 
 def strategy_from_dict(values: dict[str, Any]) -> Strategy:
     """The strategy ``{"name": ..., **fields}`` spells (what
-    :meth:`Strategy.describe` wrote).
+    :meth:`~pyg_dist.strategies.Strategy.describe` wrote).
 
     Args:
         values (dict): The strategy's fields and its ``"name"`` (a key of
             :data:`STRATEGIES`; graph-parallel's when missing).
     """
+    if not isinstance(values, dict):
+        raise ValueError(f"a strategy is read from a JSON object of its fields and its name, "
+                         f"e.g. {{'name': 'graph-parallel', 'halo': 'exact'}}, not {values!r}")
     name = values.get("name", "graph-parallel")
-    cls = STRATEGIES.get(name)
+    cls = STRATEGIES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise ValueError(f"unknown strategy '{name}'; use one of {', '.join(STRATEGIES)}")
     return cls.from_dict(values)  # type: ignore[no-any-return]
@@ -222,8 +225,8 @@ def strategy_from_dict(values: dict[str, Any]) -> Strategy:
 class Runner:
     """One run of a strategy on one rank, made by :meth:`Strategy.runner`
     and driven by :func:`~pyg_dist.train.train`: a step per epoch, evaluation
-    on the evaluation's schedule, its state in checkpoints, :meth:`close` at
-    the end. This base trains ``model`` on the task's inputs with a
+    on the evaluation's schedule, its state in checkpoints, :meth:`Runner.close`
+    at the end. This base trains ``model`` on the task's inputs with a
     :class:`~pyg_dist.grads.GradientSync` and evaluates with a forward of its
     own; for the run, the graph's halo registry evaluates under the
     evaluation's policy and knows the planned steps.
@@ -347,7 +350,7 @@ def take_step(model: nn.Module, task: Task, optimizer: torch.optim.Optimizer,
 def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,
                sync: GradientSync | None = None, inputs: tuple[Any, ...] | None = None,
                loss_scale: float = 1.0) -> float:
-    """One optimisation step on the global loss (:func:`take_step`); returns
+    """One optimisation step on the global loss (:func:`~pyg_dist.strategies.take_step`); returns
     the global loss. Collective.
 
     Args:

@@ -34,7 +34,7 @@ class LayerPipeline(Strategy):
     """A layer pipeline for deep models (:class:`~pyg_dist.models.DeepGNN`):
     the ranks form a grid of world size / ``stages`` graph parts × ``stages``
     layer stages; ``data`` must be loaded with :func:`pyg_dist.pipeline.load`
-    (:meth:`load`). It takes no gradient compression and no checkpoints.
+    (what its ``load`` hook does). It takes no gradient compression and no checkpoints.
 
     Args:
         stages (int, optional): Layer stages. (default: :obj:`2`)

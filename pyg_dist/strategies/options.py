@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 from dataclasses import field
 from typing import Any
 
@@ -39,9 +40,13 @@ def option(default: Any, help: str, *, type: Any = None, choices: tuple[str, ...
 
 class Options:
     """Base of the option objects: validation in ``check``, and a dictionary
-    of plain values both ways."""
+    of plain values both ways. Before ``check`` runs, every field annotated
+    with plain types only (``bool``, ``int``, ``float``, ``str``, ``None``)
+    is checked to hold one of them (an ``int`` is a ``float`` too, a ``bool``
+    is no ``int``)."""
 
     def __post_init__(self) -> None:
+        _check_types(self)
         self.check()
 
     def check(self) -> None:
@@ -53,13 +58,51 @@ class Options:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Any:
-        """The object :meth:`to_dict` wrote; unknown keys are refused by name."""
+        """The object :meth:`to_dict` wrote; unknown keys are refused by name
+        (``"name"`` is known to the classes that have one, the strategies)."""
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(values) - names - {"name"})
+        if not isinstance(values, dict):
+            raise ValueError(f"{cls.__name__} is read from a JSON object of its fields "
+                             f"({', '.join(sorted(names))}), not {values!r}")
+        known = names | ({"name"} if isinstance(getattr(cls, "name", None), str) else set())
+        unknown = sorted(set(values) - known, key=str)
         if unknown:
             raise ValueError(f"{cls.__name__} has no field {', '.join(map(repr, unknown))}; "
                              f"its fields are {', '.join(sorted(names))}")
         return cls(**{k: v for k, v in values.items() if k in names})
+
+
+#: The plain types a field may be annotated with, as an error names them.
+_PLAIN = {bool: "True or False", int: "an integer", float: "a number", str: "a string",
+          type(None): "None"}
+_PLAIN_FIELDS: dict[type, list[tuple[str, tuple[type, ...]]]] = {}
+
+
+def _plain_fields(cls: type) -> list[tuple[str, tuple[type, ...]]]:
+    """``(name, types)`` of each field of ``cls`` annotated with plain types only."""
+    if cls not in _PLAIN_FIELDS:
+        hints = typing.get_type_hints(cls)
+        kinds = {f.name: typing.get_args(hints[f.name]) or (hints[f.name],)
+                 for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        _PLAIN_FIELDS[cls] = [(name, k) for name, k in kinds.items() if set(k) <= set(_PLAIN)]
+    return _PLAIN_FIELDS[cls]
+
+
+def _check_types(options: Options) -> None:
+    """Raises naming the field when a plain-typed field holds another type
+    (policies, paths, schedules and phases are read by the class's ``check``)."""
+    for name, kinds in _plain_fields(type(options)):
+        value = getattr(options, name)
+        if isinstance(value, bool):
+            fits = bool in kinds
+        elif isinstance(value, int):
+            fits = int in kinds or float in kinds
+        else:
+            fits = isinstance(value, tuple(k for k in kinds if k not in (bool, int)))
+        if not fits:
+            raise ValueError(f"{type(options).__name__}({name}={value!r}): {name} must be "
+                             f"{' or '.join(_PLAIN[k] for k in kinds)}, not "
+                             f"{type(value).__name__}")
 
 
 def plain(value: Any) -> Any:

@@ -13,19 +13,19 @@ parameters untouched) and measures, reduced over the ranks:
 * **the link**: latency :math:`\alpha` and bandwidth :math:`\beta`, from
   timed exchanges along the halo plan (as :class:`~pyg_dist.halo.Auto` measures it);
 * **the traffic**: each layer's exchanged rows and width (from what it
-  booked: a :class:`~pyg_dist.strategies.cost.Traffic` each), which layers
+  booked: a :class:`~pyg_dist.strategies.Traffic` each), which layers
   fetched a static input once, and the gradients' bytes;
 * **the cover**: the same steps again with the graph pre-aggregated on a
   minimum vertex cover (:meth:`~pyg_dist.DistEdgeIndex.pre_aggregated`),
   where a layer can: its rows, its compute and its one setup exchange.
 
 :func:`predict` asks every strategy of
-:data:`~pyg_dist.strategies.base.STRATEGIES` for its candidates
-(:meth:`~pyg_dist.strategies.base.Strategy.candidates`: pure arithmetic on the
-:class:`~pyg_dist.strategies.cost.Probe`, each strategy's formulas in its own
+:data:`~pyg_dist.strategies.STRATEGIES` for its candidates
+(:meth:`~pyg_dist.strategies.Strategy.candidates`: pure arithmetic on the
+:class:`~pyg_dist.strategies.Probe`, each strategy's formulas in its own
 module) and ranks them. Bytes (all ranks, training traffic) count what the
 ledger will book. :func:`choose` takes the fastest prediction at the
-accepted risk or below (:data:`~pyg_dist.strategies.cost.RISKS`), the one
+accepted risk or below (:data:`~pyg_dist.strategies.RISKS`), the one
 with fewer bytes when two are within :data:`TIE` of each other.
 :class:`~pyg_dist.config.Planned` (``strategy="auto"``, CLI ``--strategy
 auto``) runs all of this at the start of :func:`~pyg_dist.train.train`, and
@@ -227,10 +227,10 @@ def _traffic(ledger: Ledger) -> list[Traffic]:
         "sum") if names else []
     count = len(names) * (STEADY + 1)
     rows_all, bytes_all = sums[:count], sums[count:]
-    first_back = [ledger.entries.get((0, name, "bwd")) for name in names]
+    backs = [ledger.entries.get((0, name, "bwd")) for name in names]
     first_back = distributed.all_reduce_values(
         [float(e.rows_sent + e.partial_sums_sent) if e is not None else 0.0
-         for e in first_back], "sum") if names else []
+         for e in backs], "sum") if names else []
     widths = [round(b / (4 * r)) if r else 0 for b, r in zip(bytes_all, rows_all)]
     # the busiest rank's rows sent plus received, per exchange
     tops = distributed.all_reduce_values(

@@ -65,7 +65,7 @@ def train(
     attribute is :obj:`"homogeneous"` (:class:`~pyg_dist.models.hetero.RGCN`),
     on ``data.to_homogeneous()`` as ``model(x, edge_index, edge_type,
     node_type)``, and returns the labelled type's logits (or a dictionary
-    holding them; see :class:`~pyg_dist.strategies.task.HeteroTask`). It trains
+    holding them; see :class:`~pyg_dist.strategies.HeteroTask`). It trains
     graph parallel only, under any halo policy the model's layers take.
 
     Args:

@@ -158,21 +158,24 @@ def test_damaged_ogb_folders_are_refused_and_nothing_is_written(tmp_path, how, m
         ogbn("ogbn-arxiv", tmp_path)
 
 
-def test_the_evaluator_is_ogbs_accuracy():
-    rng = np.random.default_rng(0)
-    y_true = rng.integers(0, 40, (200, 1))
-    y_pred = np.where(rng.random((200, 1)) < 0.7, y_true, rng.integers(0, 40, (200, 1)))
-    evaluator = Evaluator("ogbn-arxiv")
-    acc = evaluator.eval({"y_true": torch.from_numpy(y_true), "y_pred": y_pred})["acc"]
-    assert acc == pytest.approx(float(np.sum(y_true == y_pred)) / 200)
-    try:  # OGB's own evaluator, where it is installed
-        from ogb.nodeproppred import Evaluator as OgbEvaluator
-    except ImportError:
-        pass
-    else:
-        assert acc == pytest.approx(
-            OgbEvaluator("ogbn-arxiv").eval({"y_true": y_true, "y_pred": y_pred})["acc"])
+@pytest.mark.parametrize("y_true, y_pred", [
+    # OGB's layout: one column (the single task) of labels and of predictions
+    (torch.tensor([[3], [1], [4], [1], [5]]), np.array([[3], [1], [0], [1], [2]])),
+    # 1-d labels against a column of predictions (argmax(dim=-1, keepdim=True))
+    (torch.tensor([3, 1, 4, 1, 5]), torch.tensor([[3], [1], [0], [1], [2]])),
+    (np.array([3, 1, 4, 1, 5]), np.array([3, 1, 0, 1, 2])),
+], ids=["columns", "labels-1d", "numpy-1d"])
+def test_the_evaluator_is_the_share_of_right_predictions(y_true, y_pred):
+    # rows 0, 1 and 3 are right: 3 of 5
+    assert Evaluator("ogbn-arxiv").eval({"y_true": y_true, "y_pred": y_pred}) == {"acc": 0.6}
+
+
+def test_the_evaluator_on_one_node_and_on_all_wrong():
+    evaluator = Evaluator("ogbn-products")
+    assert evaluator.eval({"y_true": np.array([[7]]), "y_pred": np.array([[7]])}) == {"acc": 1.0}
+    assert evaluator.eval({"y_true": np.array([[0], [1]]),
+                           "y_pred": np.array([[1], [0]])}) == {"acc": 0.0}
     with pytest.raises(ValueError, match="one prediction per labelled node"):
-        evaluator.eval({"y_true": y_true, "y_pred": y_pred[:5]})
+        evaluator.eval({"y_true": np.zeros((5, 1)), "y_pred": np.zeros((4, 1))})
     with pytest.raises(ValueError, match="use one of"):
         Evaluator("ogbn-proteins")

@@ -181,19 +181,12 @@ def test_ogbn_mag_partitions_and_loads_per_rank(mag, tmp_path):
 
 
 def test_the_evaluator_takes_ogbs_format_for_ogbn_mag():
-    rng = np.random.default_rng(1)
-    y_true = rng.integers(0, 349, (120, 1))
-    y_pred = np.where(rng.random((120, 1)) < 0.4, y_true, rng.integers(0, 349, (120, 1)))
+    # the papers' rows in OGB's column layout; rows 0 and 2 are right: 2 of 4
+    y_true = np.array([[348], [0], [17], [17]])
+    y_pred = torch.tensor([[348], [1], [17], [16]])
     evaluator = Evaluator("ogbn-mag")
-    acc = evaluator.eval({"y_true": torch.from_numpy(y_true), "y_pred": y_pred})
-    assert acc == {"acc": pytest.approx(float(np.sum(y_true == y_pred)) / 120)}
-    try:  # OGB's own evaluator, where it is installed
-        from ogb.nodeproppred import Evaluator as OgbEvaluator
-    except ImportError:
-        pass
-    else:
-        assert acc["acc"] == pytest.approx(
-            OgbEvaluator("ogbn-mag").eval({"y_true": y_true, "y_pred": y_pred})["acc"])
+    assert evaluator.eval({"y_true": torch.from_numpy(y_true), "y_pred": y_pred}) == \
+        {"acc": 0.5}
     with pytest.raises(ValueError, match=r"dict of node types.*y_true\['paper'\]"):
         evaluator.eval({"y_true": {"paper": y_true}, "y_pred": y_pred})
 

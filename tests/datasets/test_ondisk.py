@@ -1,6 +1,7 @@
 """Graph folders: written atomically from a PyG ``Data``, read back a slice
 at a time, and bad folders refused with errors that name the fix."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -97,6 +98,43 @@ def test_bad_folders_are_refused_with_the_fix(tmp_path, data):
     (path / "y.npy").unlink()
     with pytest.raises(FileNotFoundError, match="y.npy' is missing"):
         GraphFolder.open(path)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"node": ["x.npy", "y.npy"]}, r"'node' must be an object of attribute names to \.npy "
+                                   r"files, e\.g\. \{\"x\": \"x\.npy\"\} \(got \[\"x\.npy\", "
+                                   r"\"y\.npy\"\]\); fix it or convert the graph again"),
+    ({"splits": {"train_mask": 3}}, r"'splits' must be an object of split masks to \.npy files"),
+    ({"num_nodes": "300"}, r"'num_nodes' must be an integer >= 0 \(got \"300\"\)"),
+    ({"num_edges": -1}, r"'num_edges' must be an integer >= 0 \(got -1\)"),
+    ({"edges": ["edges.npy"]}, r"'edges' must be a \.npy file name"),
+    ({"num_classes": 2.5}, r"'num_classes' must be an integer >= 0 or null"),
+])
+def test_a_description_of_the_wrong_shape_names_the_key_and_the_fix(tmp_path, data, change,
+                                                                     message):
+    path = tmp_path / "g"
+    write_graph_folder(data, path)
+    _edit(path, **change)
+    with pytest.raises(ValueError, match=f"^'{re.escape(str(path / 'graph.json'))}': {message}"):
+        GraphFolder.open(path)
+    (path / "graph.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="holds list, not the JSON object a graph folder is "
+                                         "described by"):
+        GraphFolder.open(path)
+
+
+@pytest.mark.parametrize("file", ["x.npy", "edges.npy", "split/train.npy"])
+@pytest.mark.parametrize("damage", ["empty", "truncated", "text"])
+def test_an_unreadable_npy_file_is_named(tmp_path, data, file, damage):
+    path = tmp_path / "g"
+    write_graph_folder(data, path)
+    whole = (path / file).read_bytes()
+    (path / file).write_bytes({"empty": b"", "truncated": whole[:40], "text": b"1,2,3\n"}[damage])
+    why = "it is empty" if damage == "empty" else ""
+    with pytest.raises(ValueError, match=f"^'{re.escape(str(path / file))}' is not a \\.npy file "
+                                         f"\\({why}.*\\); "
+                                         f"convert the graph again$"):
+        GraphFolder.open(path).check_nodes()
 
 
 def test_bad_values_are_found_in_the_slice_that_holds_them(tmp_path, data):

@@ -88,6 +88,15 @@ def test_bad_input_is_refused_and_nothing_is_written(tmp_path, data):
     with pytest.raises(ValueError, match="target ids of relation .*writes.* outside \\[0, 48\\) "
                                          "of node type 'paper'.*num_nodes"):
         write_graph_folder(bad, tmp_path / "g")
+    bad = small_hetero(seed=2)
+    bad["paper", "in", "venue"].edge_index = torch.tensor([[0, 1], [0, 0]])
+    with pytest.raises(ValueError, match=r"^'write_graph_folder' found relation \('paper', 'in', "
+                                         r"'venue'\) whose target type 'venue' is no node type "
+                                         r"of the graph \(paper, author, field, institution\); "
+                                         r"give it nodes \(data\['venue'\]\.num_nodes = N.*"
+                                         r"or delete the relation \(del data\[\('paper', 'in', "
+                                         r"'venue'\)\]\)$"):
+        write_graph_folder(bad, tmp_path / "g")
     assert list(tmp_path.iterdir()) == []
     write_graph_folder(data, tmp_path / "g")
     with pytest.raises(FileExistsError, match="overwrite=True"):
@@ -132,6 +141,16 @@ def test_bad_folders_are_refused_with_the_fix(tmp_path, data):
     with pytest.raises(ValueError, match="relation \\['venue', 'writes', 'paper'\\] whose node "
                                          "types \\['venue'\\] are not among"):
         HeteroGraphFolder.open(path)
+    _edit_info(path, lambda info: info["edge_types"][1].update(type="author__writes__paper"))
+    with pytest.raises(ValueError, match=r"', edge_types: 'type' must be a relation \[\"source\", "
+                                         r"\"name\", \"target\"\] \(got \"author__writes__paper"
+                                         r"\"\); fix it or convert the graph again"):
+        HeteroGraphFolder.open(path)
+    _edit_info(path, lambda info: info["node_types"][1].update(node=["author/x.npy"]))
+    with pytest.raises(ValueError, match=r"', node type 'author': 'node' must be an object of "
+                                         r"attribute names to \.npy files"):
+        HeteroGraphFolder.open(path)
+    _edit_info(path, lambda info: info["node_types"][1].update(node={"x": "author/x.npy"}))
     _edit_info(path, lambda info: info["edge_types"][1].update(type=list(WRITES)))
     train = np.load(path / "paper" / "split" / "train.npy")
     (path / "paper" / "split" / "train.npy").unlink()

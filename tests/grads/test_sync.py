@@ -6,6 +6,7 @@ import pytest
 import torch
 from graphs import awkward_graph
 from tolerances import assert_close
+from worlds import Battery
 
 import pyg_dist
 
@@ -57,13 +58,18 @@ def body(parts, ckpt):
     return out
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    root = tmp_path_factory.mktemp("grads")
+def prepare(root):
     pyg_dist.partition(awkward_graph(num_nodes=200, num_edges=1200, num_features=12), 2,
                        root / "parts")
-    return pyg_dist.launch(body, 2, args=(str(root / "parts"), str(root / "ckpt")),
-                           timeout=600)
+    return (str(root / "parts"), str(root / "ckpt")), None
+
+
+RANKS = Battery(2, body, prepare)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return RANKS.results(tmp_path_factory)[1]
 
 
 def test_one_shard_equals_the_plain_sum_exactly(results):

@@ -1,4 +1,4 @@
-"""Rank-side checks of the halo policies, run in one launch of 4 gloo ranks
+"""Rank-side checks of the halo policies, run as one battery of 4 gloo ranks
 (see conftest.py). Each check runs a Dist layer under a policy for a few steps
 and computes, on the same rank, the reference the policy promises: the same
 layer fed prescribed halo rows (:class:`Given`), with halo gradients routed to
@@ -40,6 +40,16 @@ EVAL_POLICIES = {
     "pipelined": Pipelined(),
     "int8": Exact(compress="int8"),
 }
+
+
+class Received(Exact):
+    """Test policy: :class:`Exact` with compression that keeps the halo rows
+    that arrived, to hold them against the rows their owners sent."""
+
+    def fetch(self, x, ctx):
+        fetched = super().fetch(x, ctx)
+        self.received = fetched.rows.detach().clone()
+        return fetched
 
 
 class Given(HaloPolicy):
@@ -421,7 +431,8 @@ def check_compression(dirs):
         exact_out, local, halo_grad = given_halo(data, kind, x_all, up, x_all[halo_ids(data)])
         for name, codec in CODECS.items():
             data = fresh(dirs)
-            layer = make_layer(kind, Exact(compress=name))
+            received = Received(compress=name)
+            layer = make_layer(kind, received)
             x = x_all[data.global_id].clone().requires_grad_()
             y = layer(x, data.edge_index)
             (y * up[data.global_id]).sum().backward()
@@ -438,6 +449,7 @@ def check_compression(dirs):
                 "fwd_bytes": per_step(ledger_rows(data, layer_name), "bytes_sent", 1)[0],
                 "bwd_bytes": per_step(ledger_rows(data, layer_name, "bwd"), "bytes_sent", 1)[0],
                 "num_send": plan.num_send, "num_halo": plan.num_halo,
+                "halo_sent": x_all[halo_ids(data)], "halo_received": received.received,
             }
     return out
 

@@ -4,8 +4,10 @@ checkpoint)."""
 import pytest
 import torch
 from graphs import awkward_graph
+from hetero.hetero_graphs import two_community_hetero
 from tolerances import assert_close
 from torch_geometric.data import Data
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.config import Checkpoint
@@ -88,10 +90,11 @@ class Interrupted(Exception):
 
 
 def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=None, hidden=8,
-         halo=None, spmm=None):
+         halo=None, spmm=None, complete=False):
     """Trains a 2-layer GCN (input 48 columns) with Auto(warmup=2) (or
     ``halo``) on a link the probe is told to see (and, given ``spmm``, the
-    seconds of one aggregation per width the timing is told to see)."""
+    seconds of one aggregation per width the timing is told to see); with
+    ``complete``, its layers declare that they need every halo row."""
     from pyg_dist.models import GNN
     from pyg_dist.train import train
 
@@ -101,6 +104,8 @@ def _run(parts, link, epochs, ckpt=None, fail_at=None, resume=False, planned=Non
     data = pyg_dist.DistData.load(parts, halo=halo or Auto(warmup=2, epochs=planned))
     torch.manual_seed(0)
     model = GNN("gcn", data.x.size(1), hidden, 3, dropout=0.5)
+    for conv in model.convs if complete else ():
+        conv.complete_halo = True
     torch.manual_seed(1000 + data.rank)
 
     def stop(stats):
@@ -141,33 +146,61 @@ def two_communities(num_nodes=240, num_edges=1400, crossing=12, num_features=48,
                 train_mask=train, val_mask=~train, test_mask=~train)
 
 
-def body(parts, light, ckpt):
+def _run_hgt(parts, link, epochs):
+    """Trains HGT on a heterogeneous folder under Auto(warmup=2) on a link the
+    probe is told to see; its choices."""
+    from pyg_dist.models.hetero import hetero_model
+    from pyg_dist.nn import to_distributed
+    from pyg_dist.train import train
+
+    probes.probe_link = lambda ctx, width: link
+    data = pyg_dist.DistHeteroData.load(parts, halo=Auto(warmup=2))
+    model = to_distributed(hetero_model("hgt", data.metadata(), 8, 8, 3, "paper", seed=0))
+    result = train(model, data, epochs, progress=False)
+    return {"choices": result.halo_choices,
+            "bytes": sum(r["bytes_sent"] for r in data.ledger.rows() if r["direction"] == "fwd")}
+
+
+def body(parts, light, ckpt, light_hetero):
     slow = (0.0, 1e4)  # 10 kB/s: every exchange is expensive
     fast = (0.0, 1e12)
-    real_spmm = probes.time_spmm
-    # on a free link: aggregating the 48 input columns is slow (cache loses) or free (wins)
-    out = {"fast": _run(parts, fast, 6, spmm={8: 1e-6, 48: 1.0}),
-           "fast_cheap_input": _run(parts, fast, 6, spmm={8: 1.0, 48: 1e-6})}
-    probes.time_spmm = real_spmm
-    out |= {"slow": _run(parts, slow, 8),
-           "narrow": _run(parts, slow, 4, hidden=64),
-           "hand": _run(parts, slow, 8, halo=Stale(4, compress="int8", cache_inputs=False)),
-           "light": _run(light, slow, 6), "light_isolated": _run(light, slow, 6, halo=Isolated()),
-           "light_never": _run(light, slow, 6, halo=Auto(warmup=2, isolate_below=0)),
-           "light_stale": _run(light, slow, 6, halo=Stale(2))}
-    _run(parts, slow, 8, ckpt=ckpt, fail_at=5)
-    out["resumed"] = _run(parts, (0.0, 1e12), 8, ckpt=ckpt, resume=True)  # the link changed
+    real_probe, real_spmm = probes.probe_link, probes.time_spmm
+    try:
+        # on a free link: aggregating the 48 input columns is slow (cache loses) or free (wins)
+        out = {"fast": _run(parts, fast, 6, spmm={8: 1e-6, 48: 1.0}),
+               "fast_cheap_input": _run(parts, fast, 6, spmm={8: 1.0, 48: 1e-6})}
+        probes.time_spmm = real_spmm
+        out |= {"slow": _run(parts, slow, 8),
+                "narrow": _run(parts, slow, 4, hidden=64),
+                "hand": _run(parts, slow, 8, halo=Stale(4, compress="int8", cache_inputs=False)),
+                "light": _run(light, slow, 6),
+                "light_isolated": _run(light, slow, 6, halo=Isolated()),
+                "light_never": _run(light, slow, 6, halo=Auto(warmup=2, isolate_below=0)),
+                "light_stale": _run(light, slow, 6, halo=Stale(2)),
+                "light_complete": _run(light, slow, 6, complete=True),
+                "light_hgt": _run_hgt(light_hetero, slow, 4)}
+        _run(parts, slow, 8, ckpt=ckpt, fail_at=5)
+        out["resumed"] = _run(parts, (0.0, 1e12), 8, ckpt=ckpt, resume=True)  # the link changed
+    finally:  # the ranks run other modules' batteries next (tests/worlds.py)
+        probes.probe_link, probes.time_spmm = real_probe, real_spmm
     return out
+
+
+def prepare(root):
+    pyg_dist.partition(awkward_graph(num_nodes=240, num_edges=1400, num_features=48), 2,
+                       root / "parts")
+    pyg_dist.partition(two_communities(), 2, root / "light")
+    pyg_dist.partition(two_community_hetero(), 2, root / "light_hetero")
+    return (str(root / "parts"), str(root / "light"), str(root / "ckpt"),
+            str(root / "light_hetero")), None
+
+
+AUTO = Battery(2, body, prepare)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    root = tmp_path_factory.mktemp("auto")
-    pyg_dist.partition(awkward_graph(num_nodes=240, num_edges=1400, num_features=48), 2,
-                       root / "parts")
-    pyg_dist.partition(two_communities(), 2, root / "light")
-    return pyg_dist.launch(body, 2, args=(str(root / "parts"), str(root / "light"),
-                                          str(root / "ckpt")), timeout=600)
+    return AUTO.results(tmp_path_factory)[1]
 
 
 def test_every_rank_makes_the_same_choice(results):
@@ -243,6 +276,33 @@ def test_a_graph_with_a_small_halo_trains_isolated_from_the_first_step(results):
     # the well-mixed graph's halo is far above the threshold: nothing isolated there
     assert all(c["choice"] != "isolated" for k, c in results[0]["slow"]["choices"].items()
                if k != "epoch")
+
+
+def test_a_layer_that_needs_every_halo_row_is_never_isolated(results):
+    """The same GCN on the same small-halo graph as above, its layers
+    declaring ``complete_halo``: they exchange their halo under a choice
+    that keeps every row, while the plain GCN above is isolated."""
+    for rank in range(2):
+        choices = results[rank]["light_complete"]["choices"]
+        for layer in ("convs.0", "convs.1"):
+            assert parse_policy(choices[layer]["choice"]).name in ("exact", "stale"), choices
+            assert "halo_share" not in choices[layer]
+        assert results[rank]["light_complete"]["bytes"]["convs.1"] > 0
+        assert results[rank]["light"]["choices"]["convs.1"]["choice"] == "isolated"
+
+
+def test_hgt_on_a_small_halo_keeps_every_row_and_trains(results):
+    """Each relation of the two-community graph has well under 5% of its
+    in-neighbours on the other rank, which isolates a GCN; HGT needs every
+    halo row (its softmax runs over all of a node's in-edges), so Auto keeps
+    them, and training runs to the end."""
+    for rank in range(2):
+        run = results[rank]["light_hgt"]
+        layers = {k: c for k, c in run["choices"].items() if k != "epoch"}
+        assert len(layers) >= 4, layers  # two layers, each reading both source types
+        for layer, choice in layers.items():
+            assert parse_policy(choice["choice"]).name in ("exact", "stale"), (layer, choice)
+        assert run["bytes"] > 0
 
 
 def test_stale_refreshes_on_schedule_on_a_rank_without_halo_rows(results):

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from graphs import awkward_graph
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.halo import Auto
@@ -47,12 +48,18 @@ def body(parts):
             "choices": result.halo_choices}
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    root = tmp_path_factory.mktemp("auto_probes")
+def prepare(root):
     pyg_dist.partition(awkward_graph(num_nodes=240, num_edges=1400, num_features=48), 2,
                        root / "parts")
-    return pyg_dist.launch(body, 2, args=(str(root / "parts"),), timeout=600)
+    return (str(root / "parts"),), None
+
+
+PROBES = Battery(2, body, prepare)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return PROBES.results(tmp_path_factory)[1]
 
 
 def test_the_link_probe_measures_loopback_within_sane_bounds(results):

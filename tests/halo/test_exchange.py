@@ -4,6 +4,7 @@ folder that does not fit the group."""
 import pytest
 import torch
 from graphs import awkward_graph
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.halo import HaloChannel
@@ -42,15 +43,21 @@ def ranks_body(dirs):
     return out
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    root = tmp_path_factory.mktemp("exchange")
+def prepare(root):
     data = awkward_graph(num_nodes=300, num_edges=1500)
     dirs = {k: str(root / k) for k in ("main", "other", "three")}
     pyg_dist.partition(data, WORLD, dirs["main"], method="random", seed=1)
     pyg_dist.partition(data, WORLD, dirs["other"], method="random", seed=2)
     pyg_dist.partition(data, 3, dirs["three"], method="random", seed=1)
-    return data, pyg_dist.launch(ranks_body, WORLD, args=(dirs,), timeout=600)
+    return (dirs,), data
+
+
+EXCHANGE = Battery(WORLD, ranks_body, prepare)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return EXCHANGE.results(tmp_path_factory)
 
 
 @pytest.mark.parametrize("transport", ["p2p", "all_to_all"])

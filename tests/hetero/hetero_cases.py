@@ -170,6 +170,6 @@ def train_reference(data, case, state, steps, lr):
 
 
 def run_all(folder, cases, states, num_nodes, train_case, train_state, steps, lr):
-    """Every oracle case, then the training steps, in one launch."""
+    """Every oracle case, then the training steps, in one battery."""
     return run_cases(folder, cases, states, num_nodes), \
         train_steps(folder, train_case, train_state, steps, lr)

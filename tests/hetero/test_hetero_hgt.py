@@ -1,11 +1,13 @@
 """HGTConv distributed (to_distributed's DistHGTConv twin) equals PyG's
 HGTConv on the whole HeteroData: outputs, input and parameter gradients,
 with one halo exchange per source type and layer."""
+import pytest
 import torch
 import torch.distributed as dist
 from hetero_graphs import small_hetero
 from tolerances import assert_close
 from torch_geometric.nn import HGTConv
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.nn import DistHGTConv, to_distributed
@@ -51,8 +53,8 @@ def run_ranks(folder, widths, state, num_nodes):
             out.items()}, {t: v.grad for t, v in x.items()}, grads, exchanges)
 
 
-def test_hgt_equals_pyg(tmp_path):
-    data = small_hetero()
+def whole_model(data):
+    """PyG's model on the whole graph (seeded), its output and input gradients."""
     widths = {t: data[t].x.size(1) for t in data.node_types}
     torch.manual_seed(0)
     model = HGT(widths, data.metadata())
@@ -62,9 +64,27 @@ def test_hgt_equals_pyg(tmp_path):
     num_nodes = {t: data[t].num_nodes for t in data.node_types}
     up = upstream(num_nodes)
     sum((out[t] * up[t]).sum() for t in out).backward()
-    pyg_dist.partition(data, 3, tmp_path / "parts", method="random", seed=3)
-    results = pyg_dist.launch(run_ranks, 3, args=(str(tmp_path / "parts"), widths, state,
-                                                  num_nodes), timeout=240)
+    return model, state, x, out, widths, num_nodes
+
+
+def prepare(root):
+    data = small_hetero()
+    _, state, _, _, widths, num_nodes = whole_model(data)
+    pyg_dist.partition(data, 3, root / "parts", method="random", seed=3)
+    return (str(root / "parts"), widths, state, num_nodes), None
+
+
+RANKS = Battery(3, run_ranks, prepare, timeout=240)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return RANKS.results(tmp_path_factory)[1]
+
+
+def test_hgt_equals_pyg(results):
+    data = small_hetero()
+    model, _, x, out, _, _ = whole_model(data)
     for t in out:
         full_out = torch.full_like(out[t], float("nan"))
         full_grad = torch.full_like(x[t], float("nan"))

@@ -3,10 +3,13 @@ of a to_hetero PyG model, HeteroConv with Dist convs; outputs, input and
 parameter gradients equal single-process PyG on the whole HeteroData, each
 relation reading a source type shares one exchange of its union halo, and
 training steps give PyG's weights."""
+import functools
+
 import torch
 from hetero_cases import reference, run_all, train_reference
 from hetero_graphs import small_hetero
 from tolerances import assert_close
+from worlds import Battery
 
 import pyg_dist
 
@@ -43,17 +46,36 @@ def union_halo_rows(data, owner, rank, src_type):
     return len(rows)
 
 
-def check_models(tmp_path, world_size, method):
-    """Every case on ``world_size`` ranks of a ``method`` cut, one launch."""
+@functools.cache
+def references():
+    """The graph, PyG's results of every case and the trained model's start."""
     data = small_hetero()
-    refs = [reference(case, data) for case in CASES]
-    folder = tmp_path / "parts"
+    return data, [reference(case, data) for case in CASES], reference(TRAIN, data)["state"]
+
+
+def prepare(world_size, method, root):
+    data, refs, train_state = references()
+    folder = root / "parts"
     pyg_dist.partition(data, world_size, folder, method=method, seed=world_size)
     num_nodes = {t: data[t].num_nodes for t in data.node_types}
-    train_state = reference(TRAIN, data)["state"]
-    results = pyg_dist.launch(run_all, world_size, args=(
-        str(folder), CASES, [r["state"] for r in refs], num_nodes, TRAIN, train_state,
-        STEPS, LR), timeout=240)
+    return (str(folder), CASES, [r["state"] for r in refs], num_nodes, TRAIN, train_state,
+            STEPS, LR), None
+
+
+#: Every case on 3 ranks of a METIS cut (this module) and 4 of a random one
+#: (test_hetero_models_random), one battery each.
+CUTS = {(3, "metis"): "test_hetero_models.py", (4, "random"): "test_hetero_models_random.py"}
+BATTERIES = {(world_size, method): Battery(world_size, run_all,
+                                           functools.partial(prepare, world_size, method),
+                                           timeout=240, users=(user,))
+             for (world_size, method), user in CUTS.items()}
+
+
+def check_models(tmp_path_factory, world_size, method):
+    """Every case on ``world_size`` ranks of a ``method`` cut, from its battery."""
+    data, refs, train_state = references()
+    num_nodes = {t: data[t].num_nodes for t in data.node_types}
+    _, results = BATTERIES[world_size, method].results(tmp_path_factory)
     per_case = list(zip(*[r[0] for r in results]))
     for case, ref, per_rank in zip(CASES, refs, per_case):
         name = f"{case['kind']}{'-dist-layers' if case.get('dist_layers') else ''}"
@@ -94,5 +116,5 @@ def check_models(tmp_path, world_size, method):
             assert count == (2 if name.startswith("conv1") else STEPS), (rank, name, count)
 
 
-def test_hetero_models_equal_pyg_on_a_metis_cut(tmp_path):
-    check_models(tmp_path, 3, "metis")
+def test_hetero_models_equal_pyg_on_a_metis_cut(tmp_path_factory):
+    check_models(tmp_path_factory, 3, "metis")

@@ -3,5 +3,5 @@ random cut (most boundary rows, relations with no edge on some ranks)."""
 from test_hetero_models import check_models
 
 
-def test_hetero_models_equal_pyg_on_a_random_cut(tmp_path):
-    check_models(tmp_path, 4, "random")
+def test_hetero_models_equal_pyg_on_a_random_cut(tmp_path_factory):
+    check_models(tmp_path_factory, 4, "random")

@@ -133,6 +133,12 @@ def test_bad_input_names_the_fix(graph, tmp_path):
     bad["paper", "cites", "paper"].edge_index = torch.tensor([[0], [99]])
     with pytest.raises(ValueError, match="num_nodes"):
         pyg_dist.partition(bad, 2, tmp_path / "a")
+    unknown = graph.clone()
+    unknown["venue", "hosts", "paper"].edge_index = torch.tensor([[0], [1]])
+    with pytest.raises(ValueError, match=r"'partition' found relation \('venue', 'hosts', "
+                                         r"'paper'\) whose source type 'venue' is no node type.*"
+                                         r"give it nodes \(data\['venue'\]\.num_nodes = N"):
+        pyg_dist.partition(unknown, 2, tmp_path / "a")
     with pytest.raises(ValueError, match="clusters_per_part=1"):
         pyg_dist.partition(graph, 2, tmp_path / "b", clusters_per_part=2)
     with pytest.raises(ValueError, match="choose 1 <= num_parts"):

@@ -1,11 +1,13 @@
 """RGCNConv (basis and block decomposition), FastRGCNConv and GCNConv on the
 homogeneous view of a DistHeteroData equal PyG on HeteroData.to_homogeneous():
 outputs, input and parameter gradients."""
+import pytest
 import torch
 import torch.distributed as dist
 from hetero_graphs import small_hetero
 from tolerances import assert_close
 from torch_geometric.nn import FastRGCNConv, GCNConv, RGCNConv
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.nn import to_distributed
@@ -58,13 +60,24 @@ def run_ranks(folder, num_nodes, num_relations):
     return out
 
 
-def test_rgcn_on_the_homogeneous_view_equals_pyg(tmp_path):
+def prepare(root):
+    hetero = small_hetero()
+    pyg_dist.partition(hetero, 3, root / "parts", seed=2)
+    return (str(root / "parts"), hetero.to_homogeneous().num_nodes, len(hetero.edge_types)), None
+
+
+RANKS = Battery(3, run_ranks, prepare, timeout=240)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return RANKS.results(tmp_path_factory)[1]
+
+
+def test_rgcn_on_the_homogeneous_view_equals_pyg(results):
     hetero = small_hetero()
     data = hetero.to_homogeneous()
     num_relations = len(hetero.edge_types)
-    pyg_dist.partition(hetero, 3, tmp_path / "parts", seed=2)
-    results = pyg_dist.launch(run_ranks, 3, args=(str(tmp_path / "parts"), data.num_nodes,
-                                                  num_relations), timeout=240)
     x_all, up_all = features(data.num_nodes)
     for k, kind in enumerate(KINDS):
         model = build(kind, num_relations)

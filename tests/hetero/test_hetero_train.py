@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from tolerances import SAME, assert_close
 from torch_geometric.data import HeteroData
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.config import Checkpoint, GradientOnly, GradSync, GraphParallel, LayerPipeline
@@ -90,11 +91,22 @@ def rank_main(folder, ckpt):
     return out
 
 
-def test_train_on_two_ranks_equals_single_process_pyg(tmp_path):
+def prepare(root):
     graph = synthetic_mag(num_nodes=NUM_NODES, seed=1)
-    pyg_dist.partition(graph, 2, tmp_path / "parts", method="metis", seed=0)
-    results = pyg_dist.launch(rank_main, 2, args=(str(tmp_path / "parts"), str(tmp_path / "ckpt")),
-                              timeout=240)
+    pyg_dist.partition(graph, 2, root / "parts", method="metis", seed=0)
+    return (str(root / "parts"), str(root / "ckpt")), None
+
+
+RANKS = Battery(2, rank_main, prepare, timeout=240)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return RANKS.results(tmp_path_factory)[1]
+
+
+def test_train_on_two_ranks_equals_single_process_pyg(results):
+    graph = synthetic_mag(num_nodes=NUM_NODES, seed=1)
     for kind in HETERO_MODELS:
         weights, accs = reference(kind, graph)
         for rank, res in enumerate(results):

@@ -1,4 +1,4 @@
-"""torch.compile of distributed models, on 2 real gloo ranks in one launch:
+"""torch.compile of distributed models, on 2 real gloo ranks in one battery:
 compiled two-layer GCN, SAGE and GAT models (DistGCNConv, DistSAGEConv,
 PyG's GATConv through to_distributed, i.e. DistGATConv and its fused op, and
 GATConv on the generic path, DistMessagePassing) equal the same models run eagerly, in
@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from graphs import awkward_graph
 from tolerances import assert_close
 from torch_geometric.nn import GATConv
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.nn import DistGCNConv, DistMessagePassing, DistSAGEConv, to_distributed
@@ -87,11 +88,18 @@ def compile_battery(path):
     return results
 
 
+def prepare(root):
+    path = str(root / "parts")
+    pyg_dist.partition(awkward_graph(num_features=5), WORLD_SIZE, path, method="metis", seed=7)
+    return (path,), None
+
+
+COMPILE = Battery(WORLD_SIZE, compile_battery, prepare, timeout=900)
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("compile") / "parts")
-    pyg_dist.partition(awkward_graph(num_features=5), WORLD_SIZE, path, method="metis", seed=7)
-    return pyg_dist.launch(compile_battery, WORLD_SIZE, args=(path,), timeout=900)
+    return COMPILE.results(tmp_path_factory)[1]
 
 
 @pytest.mark.parametrize("kind", sorted(BACKENDS))

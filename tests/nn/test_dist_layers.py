@@ -1,9 +1,12 @@
 """Oracle tests: Dist layers on 1-4 real gloo ranks against PyG on the whole graph.
 
-One launch per world size runs every case (layers, options, two-layer models,
+One battery per world size (launched with the other modules' batteries of that
+world, see worlds.py) runs every case (layers, options, two-layer models,
 training steps) on METIS and random cuts of an awkward random graph, Cora and a
 tiny graph; the test process compares with PyG's own layers, and the training
 runs with plain single-process PyG training written here."""
+
+import functools
 
 import pytest
 import torch
@@ -12,6 +15,7 @@ from dist_cases import gather_rows, layer_cases, reference, run_cases
 from graphs import awkward_graph, cora, tiny_graph
 from tolerances import assert_close
 from torch_geometric.nn import GCNConv, SAGEConv
+from worlds import Battery, once
 
 import pyg_dist
 from pyg_dist.config import Adam
@@ -52,14 +56,14 @@ LOADERS = {
 }
 
 
-@pytest.fixture(scope="module")
-def loaded(tmp_path_factory):
+@once
+def load_graphs(root):
     """Every graph that loads, and the error of each one that does not: a
     graph that cannot be loaded fails its own tests, never the others'."""
     graphs, errors = {}, {}
     for name, load in LOADERS.items():
         try:
-            data = load(tmp_path_factory.mktemp(f"graph-{name}"))
+            data = load(root / f"graph-{name}")
         except Exception as exc:  # noqa: BLE001 - reported by the tests of that graph
             errors[name] = exc
             continue
@@ -68,6 +72,25 @@ def loaded(tmp_path_factory):
             data.edge_weight = torch.rand(data.num_edges, generator=g) + 0.1
         graphs[name] = data
     return graphs, errors
+
+
+@once
+def layer_references(graphs):
+    """PyG results per (graph, case name): they do not depend on the cut."""
+    refs, cases = {}, {}
+    for name, data in graphs.items():
+        for case in layer_cases(name, feats_from_data=(name == "cora")):
+            ref = reference(case, data)
+            case["state"] = ref["state"]
+            refs[case["name"]] = ref
+            cases.setdefault(name, []).append(case)
+    return cases, refs
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    yield load_graphs(tmp_path_factory.mktemp("graphs"))
+    load_graphs.clear()
 
 
 @pytest.fixture(scope="module")
@@ -83,15 +106,8 @@ def require_graph(loaded, name):
 
 @pytest.fixture(scope="module")
 def references(graphs):
-    """PyG results per (graph, case name): they do not depend on the cut."""
-    refs, cases = {}, {}
-    for name, data in graphs.items():
-        for case in layer_cases(name, feats_from_data=(name == "cora")):
-            ref = reference(case, data)
-            case["state"] = ref["state"]
-            refs[case["name"]] = ref
-            cases.setdefault(name, []).append(case)
-    return cases, refs
+    yield layer_references(graphs)
+    layer_references.clear()
 
 
 def battery(dirs, cases, train_specs):
@@ -112,41 +128,48 @@ def battery(dirs, cases, train_specs):
     return results, trained
 
 
+def prepare(world_size, root):
+    """Every graph cut both ways into ``world_size`` parts, every case on
+    each (PyTorch and Triton kernels as above), the training runs' models."""
+    graphs, _ = load_graphs(root / "graphs")
+    cases_by_graph, _ = layer_references(graphs)
+    dirs, cases, train_specs = {}, [], {}
+    for name, data in graphs.items():
+        for method in METHODS:
+            key = f"{name}-{method}"
+            dirs[key] = str(root / key)
+            pyg_dist.partition(data, world_size, dirs[key], method=method, seed=7)
+            for case in cases_by_graph[name]:
+                cases.append({**case, "graph": key, "backend": None})
+                if name in TORCH_GRAPHS and case["kind"] != "generic":
+                    cases.append({**case, "graph": key, "backend": "torch"})
+                if case["name"].split("-", 1)[1] in triton_cases(world_size, key):
+                    cases.append({**case, "graph": key, "backend": "triton"})
+            if name != "tiny" and method == "metis":
+                for kind in TRAIN_KINDS:
+                    torch.manual_seed(world_size)
+                    classes = int(data.y.max()) + 1
+                    model = GNN(kind, data.num_features, 8, classes, dropout=0.0)
+                    train_specs[key, kind] = {"classes": classes,
+                                              "state": model.state_dict()}
+    return (dirs, cases, train_specs), (cases, train_specs)
+
+
+#: One battery per world size, launched with the other modules' of that world.
+BATTERIES = {world_size: Battery(world_size, battery, functools.partial(prepare, world_size),
+                                 timeout=900)
+             for world_size in WORLD_SIZES}
+
+
 @pytest.fixture(scope="module")
-def runs(graphs, references, tmp_path_factory):
-    cases_by_graph, _ = references
-    cache = {}
-
+def runs(tmp_path_factory):
     def get(world_size):
-        if world_size in cache:
-            return cache[world_size]
-        root = tmp_path_factory.mktemp(f"parts{world_size}")
-        dirs, cases, train_specs = {}, [], {}
-        for name, data in graphs.items():
-            for method in METHODS:
-                key = f"{name}-{method}"
-                dirs[key] = str(root / key)
-                pyg_dist.partition(data, world_size, dirs[key], method=method, seed=7)
-                for case in cases_by_graph[name]:
-                    cases.append({**case, "graph": key, "backend": None})
-                    if name in TORCH_GRAPHS and case["kind"] != "generic":
-                        cases.append({**case, "graph": key, "backend": "torch"})
-                    if case["name"].split("-", 1)[1] in triton_cases(world_size, key):
-                        cases.append({**case, "graph": key, "backend": "triton"})
-                if name != "tiny" and method == "metis":
-                    for kind in TRAIN_KINDS:
-                        torch.manual_seed(world_size)
-                        classes = int(data.y.max()) + 1
-                        model = GNN(kind, data.num_features, 8, classes, dropout=0.0)
-                        train_specs[key, kind] = {"classes": classes,
-                                                  "state": model.state_dict()}
-        per_rank = pyg_dist.launch(battery, world_size, args=(dirs, cases, train_specs),
-                                   timeout=900)
-        cache[world_size] = (cases, [r[0] for r in per_rank], [r[1] for r in per_rank],
-                             train_specs)
-        return cache[world_size]
+        (cases, train_specs), per_rank = BATTERIES[world_size].results(tmp_path_factory)
+        return cases, [r[0] for r in per_rank], [r[1] for r in per_rank], train_specs
 
-    return get
+    yield get
+    for battery in BATTERIES.values():  # gigabytes of Cora's gradients
+        battery.release()
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)

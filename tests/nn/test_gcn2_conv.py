@@ -1,8 +1,10 @@
 """DistGCN2Conv against PyG's GCN2Conv: the same layer on a plain edge_index,
-the same rows on one rank, and on 2 and 3 real gloo ranks (one launch per
+the same rows on one rank, and on 2 and 3 real gloo ranks (one battery per
 world size runs every case on METIS and random cuts of an awkward random
 graph and of a tiny graph) the gathered rows, input gradients and parameter
 gradients of GCN2Conv on the whole graph."""
+import functools
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -10,6 +12,7 @@ from dist_cases import gather_rows
 from graphs import awkward_graph, tiny_graph
 from tolerances import assert_close
 from torch_geometric.nn import GCN2Conv
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.halo import Isolated
@@ -144,29 +147,40 @@ def rank_body(dirs, cases, state):
     return results
 
 
-@pytest.fixture(scope="module")
-def graphs():
+@functools.cache
+def whole_graphs():
     return {name: graph(name) for name in GRAPHS}
 
 
+def prepare(world_size, root):
+    cases, state = layer_cases(), model_state()
+    dirs = {}
+    for key in CUTS:
+        name, method = key.split("-")
+        dirs[key] = str(root / key)
+        pyg_dist.partition(whole_graphs()[name], world_size, dirs[key], method=method, seed=3)
+    return (dirs, cases, state), (cases, state)
+
+
+RUNS = {world_size: Battery(world_size, rank_body, functools.partial(prepare, world_size),
+                            timeout=300)
+        for world_size in WORLD_SIZES}
+
+
 @pytest.fixture(scope="module")
-def runs(graphs, tmp_path_factory):
-    cases, state, cache = layer_cases(), model_state(), {}
+def graphs():
+    return whole_graphs()
 
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
     def get(world_size):
-        if world_size not in cache:
-            root = tmp_path_factory.mktemp(f"gcn2-parts{world_size}")
-            dirs = {}
-            for key in CUTS:
-                name, method = key.split("-")
-                dirs[key] = str(root / key)
-                pyg_dist.partition(graphs[name], world_size, dirs[key], method=method, seed=3)
-            per_rank = pyg_dist.launch(rank_body, world_size, args=(dirs, cases, state),
-                                       timeout=300)
-            cache[world_size] = cases, state, per_rank
-        return cache[world_size]
+        (cases, state), per_rank = RUNS[world_size].results(tmp_path_factory)
+        return cases, state, per_rank
 
-    return get
+    yield get
+    for battery in RUNS.values():
+        battery.release()
 
 
 def assert_gathered(per_rank, ref, num_nodes, keys, what):

@@ -6,6 +6,8 @@ MLP aggregation reads a fixed number of them, in order. On the whole graph
 the batch is every node, so a rank must read the same sequence (the input's
 order of a node's in-edges) with the same padding (the whole graph's largest
 in-degree) whatever part holds the node."""
+import functools
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -13,6 +15,7 @@ from graphs import awkward_graph
 from tolerances import assert_close
 from torch_geometric.nn import SAGEConv
 from torch_geometric.nn.aggr import GRUAggregation, LSTMAggregation, MLPAggregation
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.nn import DistMessagePassing, to_distributed
@@ -81,30 +84,36 @@ def run(dirs, states, x, upstream):
     return results
 
 
-@pytest.fixture(scope="module")
-def whole():
+@functools.cache
+def whole_graph():
     data = graph()
     refs = {name: reference(name, data) for name in LAYERS}
     return data, refs
 
 
+def prepare(world_size, root):
+    data, refs = whole_graph()
+    dirs = {m: str(root / m) for m in METHODS}
+    for method, folder in dirs.items():
+        pyg_dist.partition(data, world_size, folder, method=method, seed=1)
+    states = {name: state for name, (state, _) in refs.items()}
+    return (dirs, states, data.x, data.upstream), None
+
+
+RUNS = {world_size: Battery(world_size, run, functools.partial(prepare, world_size))
+        for world_size in WORLD_SIZES}
+
+
 @pytest.fixture(scope="module")
-def runs(whole, tmp_path_factory):
-    data, refs = whole
-    cache = {}
+def whole():
+    return whole_graph()
 
-    def get(world_size):
-        if world_size not in cache:
-            root = tmp_path_factory.mktemp(f"order{world_size}")
-            dirs = {m: str(root / m) for m in METHODS}
-            for method, folder in dirs.items():
-                pyg_dist.partition(data, world_size, folder, method=method, seed=1)
-            states = {name: state for name, (state, _) in refs.items()}
-            cache[world_size] = pyg_dist.launch(run, world_size,
-                                                args=(dirs, states, data.x, data.upstream))
-        return cache[world_size]
 
-    return get
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    yield lambda world_size: RUNS[world_size].results(tmp_path_factory)[1]
+    for battery in RUNS.values():
+        battery.release()
 
 
 def gather(per_rank, method, name, key, num_nodes):

@@ -4,10 +4,12 @@ parameter gradients), under exact and lossy policies and codecs, the rows and
 partial sums the ledger books against the cover's size, and the errors of
 layers that cannot pre-aggregate.
 
-One launch per world size (2 and 4) runs every case on a METIS and a random
+One battery per world size (2 and 4) runs every case on a METIS and a random
 cut of the awkward graph (directed, self-loops, duplicates, isolated nodes,
 weights), a METIS cut of Cora and a random cut of a tiny graph; the test
 process builds the references."""
+import functools
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -15,6 +17,7 @@ from graphs import awkward_graph, cora, tiny_graph
 from tolerances import SAME, assert_close
 from torch_geometric.nn import MLP, GATConv, GCN2Conv, GCNConv, GINConv, SAGEConv
 from torch_geometric.nn.models import GCN
+from worlds import Battery, once
 
 import pyg_dist
 from pyg_dist.config import GraphParallel
@@ -283,14 +286,14 @@ def gather(per_rank, key, case, field, num_nodes):
     return full
 
 
-@pytest.fixture(scope="module")
-def whole_graphs(tmp_path_factory):
-    return {"awkward": awkward_graph(num_features=F_IN),
-            "cora": cora(tmp_path_factory.mktemp("cora")), "tiny": tiny_graph()}
+@once
+def load_graphs(root):
+    return {"awkward": awkward_graph(num_features=F_IN), "cora": cora(root / "cora"),
+            "tiny": tiny_graph()}
 
 
-@pytest.fixture(scope="module")
-def references(whole_graphs):
+@once
+def pyg_references(whole_graphs):
     """PyG references per (graph, case), and the states the ranks load."""
     refs = {}
     for graph_name, data in whole_graphs.items():
@@ -318,25 +321,40 @@ def references(whole_graphs):
     return refs
 
 
+def prepare(world_size, root):
+    whole_graphs = load_graphs(root / "graphs")
+    references = pyg_references(whole_graphs)
+    dirs = {}
+    for key, method in GRAPHS.items():
+        dirs[key] = str(root / key)
+        pyg_dist.partition(whole_graphs[key.split("-")[0]], world_size, dirs[key],
+                           method=method, seed=3)
+    states = {(key, case): ref["state"] for (g, case), ref in references.items()
+              for key in GRAPHS if key.split("-")[0] == g}
+    return (dirs, layer_specs(), states), None
+
+
+RUNS = {world_size: Battery(world_size, battery, functools.partial(prepare, world_size))
+        for world_size in WORLD_SIZES}
+
+
 @pytest.fixture(scope="module")
-def runs(whole_graphs, references, tmp_path_factory):
-    cache = {}
+def whole_graphs(tmp_path_factory):
+    yield load_graphs(tmp_path_factory.mktemp("graphs"))
+    load_graphs.clear()
 
-    def get(world_size):
-        if world_size not in cache:
-            root = tmp_path_factory.mktemp(f"preagg{world_size}")
-            dirs = {}
-            for key, method in GRAPHS.items():
-                dirs[key] = str(root / key)
-                pyg_dist.partition(whole_graphs[key.split("-")[0]], world_size, dirs[key],
-                                   method=method, seed=3)
-            states = {(key, case): ref["state"] for (g, case), ref in references.items()
-                      for key in GRAPHS if key.split("-")[0] == g}
-            cache[world_size] = pyg_dist.launch(battery, world_size,
-                                                args=(dirs, layer_specs(), states), timeout=600)
-        return cache[world_size]
 
-    return get
+@pytest.fixture(scope="module")
+def references(whole_graphs):
+    yield pyg_references(whole_graphs)
+    pyg_references.clear()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    yield lambda world_size: RUNS[world_size].results(tmp_path_factory)[1]
+    for battery in RUNS.values():
+        battery.release()
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)

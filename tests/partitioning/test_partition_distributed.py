@@ -1,11 +1,13 @@
 """The distributed partitioner on real gloo ranks: its folders against the
 single-process builder and PyG, its cut against the single-process cut, and
-failures (bad input, a lost rank, a raising rank, a full disk) that leave no
-complete-looking folder.
+failures (bad input, a damaged file only one rank reads, any exception of one
+rank, a lost rank, a raising rank, a full disk) that fail every rank at once
+and leave no complete-looking folder.
 
 One launch of 4 ranks runs every multi-rank case (see :func:`battery`); the
 test functions check its results."""
 import errno
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -20,7 +22,7 @@ from torch_geometric.nn import GCNConv
 
 import pyg_dist
 from pyg_dist.config import Adam
-from pyg_dist.datasets import community_graph, write_graph_folder
+from pyg_dist.datasets import GraphFolder, community_graph, write_graph_folder
 from pyg_dist.models import GNN
 from pyg_dist.partitioning import (
     PartPlan,
@@ -40,6 +42,12 @@ SEED = 5
 WAIT = 8.0
 TRAIN_EPOCHS, LR, WEIGHT_DECAY = 3, 0.01, 5e-4
 BAD_INPUTS = ("missing-file", "short-x", "negative-id", "id-too-large", "nan-x")
+#: Damaged copies of the graph folder that one rank alone reads (its own copy,
+#: as on a host of its own): the file damaged and what the error says of it.
+ONE_RANK_READS = {"empty-npy": ("x.npy", "is not a .npy file (it is empty)"),
+                  "node-list": ("graph.json", "'node' must be an object of attribute names")}
+#: The rank that reads a damaged copy.
+BAD_RANK = 1
 #: Size of the tmpfs the parts cannot all fit in (each part of the test
 #: graph takes 12-14 KB; the four parts need more than this).
 TMPFS_BYTES = 24 * 1024
@@ -82,6 +90,30 @@ def bad_folders(data, root):
     return folders
 
 
+def own_copies(data, root):
+    """Per damage in :data:`ONE_RANK_READS`, a copy of ``data``'s folder per
+    rank, the copy of :data:`BAD_RANK` damaged."""
+    copies = {}
+    for name in ONE_RANK_READS:
+        copies[name] = [str(root / name / f"rank{r}") for r in range(WORLD)]
+        for folder in copies[name]:
+            write_graph_folder(data, folder)
+        bad = Path(copies[name][BAD_RANK])
+        if name == "empty-npy":
+            (bad / "x.npy").write_bytes(b"")
+        else:
+            info = json.loads((bad / "graph.json").read_text())
+            info["node"] = sorted(info["node"].values())  # a list where an object belongs
+            (bad / "graph.json").write_text(json.dumps(info))
+    return copies
+
+
+def timed_error_of(fn):
+    start = time.perf_counter()
+    error = error_of(fn)
+    return error, time.perf_counter() - start
+
+
 def error_of(fn):
     try:
         fn()
@@ -120,6 +152,17 @@ def battery(dirs, state, classes):
     out["bad"] = {}
     for name, path in dirs["bad"].items():
         out["bad"][name] = error_of(lambda: partition_distributed(path, outs[name]))  # noqa: B023
+    out["one_rank"] = {}
+    for name, copies in dirs["own_copies"].items():
+        out["one_rank"][name] = timed_error_of(
+            lambda: partition_distributed(copies[rank], outs[name]))  # noqa: B023
+    check_nodes = GraphFolder.check_nodes
+    if rank == 2:
+        def out_of_memory(self, lo, hi):
+            raise MemoryError("rank 2 ran out of memory checking its nodes")
+        GraphFolder.check_nodes = out_of_memory
+    out["memory"] = timed_error_of(lambda: partition_distributed(graph, outs["memory"]))
+    GraphFolder.check_nodes = check_nodes
     out["metis"] = error_of(lambda: partition_distributed(graph, outs["metis"], method="metis"))
     out["exists"] = error_of(lambda: partition_distributed(graph, outs["random"]))
 
@@ -198,9 +241,10 @@ def setup(tmp_path_factory):
     tmpfs = root / "tmpfs"
     no_tmpfs = mount_small_tmpfs(tmpfs)
     names = ["random", "coarse", "one", "quality", "sparse", "metis", "enospc", "lost",
-             *BAD_INPUTS]
+             "memory", *BAD_INPUTS, *ONE_RANK_READS]
     dirs = {"graph": str(root / "graph"), "community": str(root / "community"),
             "bad": bad_folders(data, root / "bad"), "done": str(root / "done"),
+            "own_copies": own_copies(data, root / "own"),
             "out": {name: str(root / "out" / name) for name in names},
             "tmpfs": None if no_tmpfs else str(tmpfs)}
     torch.manual_seed(0)
@@ -395,6 +439,43 @@ def test_bad_input_is_refused_on_every_rank_and_nothing_is_written(setup, name):
            "id-too-large": "outside", "nan-x": "NaN"}[name]
     assert fix in message, message
     assert nothing_written(setup["root"] / "out", name)
+
+
+@pytest.mark.parametrize("name", ONE_RANK_READS)
+def test_a_damaged_file_one_rank_reads_fails_every_rank_at_once(setup, name):
+    """Every rank raises the error of the one rank whose copy is damaged,
+    naming the file and the fix, well before a collective would time out."""
+    errors = [r["one_rank"][name][0] for r in setup["results"]]
+    kinds = {kind for kind, _ in errors}
+    assert kinds == {"ValueError"}, errors
+    # the first line names each rank's own input folder; the report is shared
+    reports = {message.split("\n", 1)[1] for _, message in errors}
+    assert len(reports) == 1, reports
+    file, says = ONE_RANK_READS[name]
+    bad = str(Path(setup["dirs"]["own_copies"][name][BAD_RANK]) / file)
+    (report,) = reports
+    assert report.startswith(f"  rank {BAD_RANK} ") and bad in report and says in report, report
+    assert "convert the graph again" in report, report
+    for r, (_, message) in enumerate(errors):
+        assert message.startswith(f"'partition_distributed' opening "
+                                  f"'{setup['dirs']['own_copies'][name][r]}' failed on 1 of "
+                                  f"{WORLD} ranks:"), message
+    seconds = [r["one_rank"][name][1] for r in setup["results"]]
+    assert max(seconds) < WAIT / 2, seconds
+    assert nothing_written(setup["root"] / "out", name)
+
+
+def test_any_exception_of_one_rank_fails_every_rank_at_once(setup):
+    errors = [r["memory"][0] for r in setup["results"]]
+    assert all(e == errors[0] for e in errors), errors
+    kind, message = errors[0]
+    assert kind == "MemoryError", message
+    assert message.startswith("'partition_distributed' checking the input failed on 1 of "), \
+        message
+    assert "rank 2 ran out of memory checking its nodes" in message, message
+    seconds = [r["memory"][1] for r in setup["results"]]
+    assert max(seconds) < WAIT / 2, seconds
+    assert nothing_written(setup["root"] / "out", "memory")
 
 
 def test_plain_metis_and_a_taken_folder_are_refused(setup):

@@ -4,10 +4,9 @@ and against the graph itself, one rank against four, models on the folder
 against PyG on the whole ``HeteroData``, and bad folders refused on every
 rank with nothing written.
 
-One launch of 4 ranks runs every multi-rank case (see :func:`battery`): 4
+One battery of 4 ranks runs every multi-rank case (see :func:`battery`): 4
 ranks, a group of 2 and a group of 1, random and metis-coarse; the test
 functions check its results."""
-import time
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from hetero.hetero_cases import reference, run_cases
 from hetero.hetero_graphs import small_hetero
 from test_partition_distributed import error_of
 from tolerances import assert_close
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.datasets import write_graph_folder
@@ -87,9 +87,7 @@ def battery(dirs, states, num_nodes):
     return out
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dist-partition-hetero")
+def prepare(root):
     data = graph()
     write_graph_folder(data, root / "graph")
     refs = [reference(case, data) for case in CASES]
@@ -97,11 +95,17 @@ def setup(tmp_path_factory):
     dirs = {"graph": str(root / "graph"), "bad": bad_folders(data, root / "bad"),
             "out": {name: str(root / "out" / name) for name in
                     [*(r[0] for r in RUNS), *BAD_INPUTS]}}
-    start = time.perf_counter()
-    results = pyg_dist.launch(battery, WORLD, args=(dirs, [r["state"] for r in refs],
-                                                    num_nodes), timeout=300)
-    print(f"battery of {WORLD} ranks: {time.perf_counter() - start:.1f} s")
-    return {"root": root, "data": data, "dirs": dirs, "results": results, "refs": refs}
+    return (dirs, [r["state"] for r in refs], num_nodes), \
+        {"root": root, "data": data, "dirs": dirs, "refs": refs}
+
+
+RANKS = Battery(WORLD, battery, prepare, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    context, results = RANKS.results(tmp_path_factory)
+    return {**context, "results": results}
 
 
 def load_parts(folder):

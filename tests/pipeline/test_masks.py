@@ -3,12 +3,13 @@
 With dropout on, every grid of parts × stages with one chunk trains exactly as
 graph-parallel training (same per-epoch losses, same final weights), with the
 initial rows sent or recomputed; with more chunks the first epoch (whose
-history rows are this epoch's) has graph-parallel training's loss. One launch
+history rows are this epoch's) has graph-parallel training's loss. One battery
 of four ranks runs every layout."""
 import pytest
 import torch
 from graphs import awkward_graph
 from tolerances import TOL, assert_close
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.config import Adam
@@ -77,14 +78,20 @@ def body(folders):
     return out
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pipeline-dropout")
+def prepare(root):
     folders = {}
     for parts in {WORLD // s for s, _, _ in LAYOUTS}:
         folders[parts] = str(root / f"parts{parts}")
         pyg_dist.partition(graph(), parts, folders[parts])
-    return pyg_dist.launch(body, WORLD, args=(folders,), timeout=600)
+    return (folders,), None
+
+
+RUNS = Battery(WORLD, body, prepare)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return RUNS.results(tmp_path_factory)[1]
 
 
 def losses_close(ours, ref, what):

@@ -2,6 +2,7 @@
 equals single-process training of the same deep model; with more chunks every
 row used is at most one epoch old and the bytes are the hand count; the
 errors name the fix."""
+import functools
 import itertools
 import math
 
@@ -10,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from graphs import awkward_graph
 from tolerances import TOL, assert_close, rel_err
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.models import DeepGNN
@@ -177,15 +179,22 @@ def body(folders):
     return out
 
 
-@pytest.fixture(scope="module", params=[2, 4])
-def runs(request, tmp_path_factory):
-    world = request.param
-    root = tmp_path_factory.mktemp(f"pipeline{world}")
+def prepare(world, root):
     folders = {}
     for parts in sorted({world, world // 2, 1, world // 4 or 1}):
         folders[parts] = str(root / f"parts{parts}")
         pyg_dist.partition(graph(), parts, folders[parts])
-    return world, folders, pyg_dist.launch(body, world, args=(folders,), timeout=600)
+    return (folders,), folders
+
+
+RUNS = {world: Battery(world, body, functools.partial(prepare, world)) for world in (2, 4)}
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def runs(request, tmp_path_factory):
+    world = request.param
+    folders, results = RUNS[world].results(tmp_path_factory)
+    return world, folders, results
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from graphs import awkward_graph
 from tolerances import SAME, TOL, assert_close, rel_err
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.config import Checkpoint, GradientOnly, GradSync
@@ -94,17 +95,22 @@ def the_graph():
     return awkward_graph(num_nodes=200, num_edges=1200, num_features=12)
 
 
+def prepare(root):
+    pyg_dist.partition(the_graph(), 2, root / "parts", clusters_per_part=3)
+    return (str(root / "parts"), str(root / "ckpt")), root
+
+
+RANKS = Battery(2, body, prepare)
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gradient_only")
-    pyg_dist.partition(the_graph(), 2, root / "parts", clusters_per_part=3)
-    return root
+    return RANKS.results(tmp_path_factory)[0]
 
 
 @pytest.fixture(scope="module")
-def results(folder):
-    return pyg_dist.launch(body, 2, args=(str(folder / "parts"), str(folder / "ckpt")),
-                           timeout=600)
+def results(tmp_path_factory):
+    return RANKS.results(tmp_path_factory)[1]
 
 
 def one_step_reference(folder, kind, correction, world=2):

@@ -146,7 +146,11 @@ def test_ctrl_c_tears_down_and_a_killed_run_is_cleaned_next_time(tmp_path):
                "sleep", "60"]
 
     def start():
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # As a terminal's foreground job gets it: a test run started in the
+        # background of a shell without job control inherits SIGINT ignored,
+        # and the Ctrl-C below would then reach nothing.
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         mine = f"{PREFIX}{proc.pid}-"
         deadline = time.monotonic() + 60
         while len([n for n in _names() if n.startswith(mine)]) < 3:

@@ -6,8 +6,10 @@ average node's in-neighbours (over all ranks; known from the partition, before
 anything is sent) is trained :class:`Isolated`: every exchange would cost
 latency and a wait for the slowest rank for a few percent of each
 neighbourhood. (Cora's METIS cuts at 2 and 4 parts leave 2.8% and 4.3% of the
-neighbours remote, and isolated training stays within a point of exact.)
-Otherwise every layer chooses for itself, as follows.
+neighbours remote, and isolated training stays within a point of exact.) A
+layer that needs every halo row (it declares ``complete_halo = True``, as
+:class:`~pyg_dist.nn.DistHGTConv` does) is never isolated, and chooses as
+below. Otherwise every layer chooses for itself, as follows.
 
 A layer whose static input (layer 0's features) is no wider than its output
 caches that input's halo from the first step: aggregating first costs the

@@ -92,8 +92,10 @@ class Auto(HaloPolicy):
             inputs. (default: :obj:`True`)
         isolate_below (float, optional): Share of the average node's
             in-neighbours that live on other ranks under which the whole graph
-            is trained :class:`Isolated`; :obj:`0` never isolates.
-            (default: :obj:`0.05`)
+            is trained :class:`Isolated`, except the layers that need every
+            halo row (``complete_halo``, e.g.
+            :class:`~pyg_dist.nn.DistHGTConv`), which choose as on any other
+            graph; :obj:`0` never isolates. (default: :obj:`0.05`)
     """
 
     name = "auto"
@@ -148,7 +150,7 @@ class Auto(HaloPolicy):
         if not state.choice:
             if ctx.direction != "fwd":
                 return Exact(cache_inputs=False).fetch(x, ctx)
-            if state.inner is None and self.isolates(ctx):
+            if state.inner is None and not ctx.complete and self.isolates(ctx):
                 self.isolate(ctx)
             elif ctx.step < self.warmup:
                 if state.inner is None or state.inner_state is None:
@@ -161,7 +163,7 @@ class Auto(HaloPolicy):
         if state.handover is not None and ctx.direction == "fwd":
             policy, state.handover = state.handover, None
         inner = FetchContext(ctx.channel, ctx.layer, state.inner_state, ctx.static, ctx.step,
-                             ctx.direction, ctx.graph, ctx.planned_steps)
+                             ctx.direction, ctx.graph, ctx.planned_steps, ctx.complete)
         rows = policy.fetch(x, inner)
         if policy is not state.inner:  # the decision step refreshed through the warm-up state
             state.start(state.inner)
