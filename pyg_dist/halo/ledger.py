@@ -35,7 +35,7 @@ class LedgerEntry:
 
     Attributes:
         step: Training step (the ledger's counter when the exchange happened);
-            :data:`FOLDED` (``-1``) for the sum of the steps the ledger folded.
+            ``-1`` for the sum of the steps the ledger folded.
         layer: Name of the exchange: the layer's (module path under
             :func:`to_distributed`, else ``layer<k>`` in order of first use),
             ``<layer>/flags`` for Adaptive's announcements, ``degree`` for the
@@ -91,7 +91,7 @@ class Ledger:
 
     A ledger keeps the entries of its last ``keep_steps`` steps (at least;
     up to twice as many) one by one and folds older steps into one entry per
-    layer and direction, booked at step :data:`FOLDED` (``-1``): a long run's
+    layer and direction, booked at step ``-1``: a long run's
     ledger stays the same size instead of growing by an entry per layer,
     direction and step, and every total over the whole run (:meth:`totals`)
     stays what it was. One step's totals are there for the kept steps only.
@@ -108,7 +108,7 @@ class Ledger:
             (:class:`~pyg_dist.halo.Auto`) chose per layer, with its
             predicted bytes and seconds.
         keep_steps (int, optional): Steps kept one by one; :obj:`None` keeps
-            every step. (default: :data:`KEEP_STEPS`)
+            every step. (default: :obj:`64`)
         folded_through (int): The last step folded (``-1``: none).
     """
 
@@ -119,7 +119,7 @@ class Ledger:
     keep_steps: int | None = KEEP_STEPS
     folded_through: int = -1
     #: Per layer with a recorded choice: the training traffic of the folded
-    #: steps from the choice's step on (:meth:`layer_totals`).
+    #: steps from the choice's step on (for layer_totals).
     _folded_layers: dict[str, dict[str, float]] = field(default_factory=dict, repr=False,
                                                         init=False)
 
@@ -134,7 +134,7 @@ class Ledger:
 
     def fold(self, before: int) -> None:
         """Folds the entries of steps ``0 .. before - 1`` into one entry per
-        layer and direction at step :data:`FOLDED` (bytes, exchanges and
+        layer and direction at step ``-1`` (bytes, exchanges and
         seconds summed, the largest staleness kept).
 
         Args:
@@ -190,7 +190,7 @@ class Ledger:
 
     def rows(self) -> list[dict[str, Any]]:
         """Every entry as a dict, ordered by step, layer and direction (the
-        folded steps' sums first, at step :data:`FOLDED`)."""
+        folded steps' sums first, at step ``-1``)."""
         return [asdict(self.entries[k]) for k in sorted(self.entries)]
 
     def totals(self, step: int | None = None) -> dict[str, float]:

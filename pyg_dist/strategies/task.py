@@ -78,7 +78,7 @@ class Task:
     """
 
     hetero = False
-    #: Whether the model reads labels as input (:class:`LabelTask`).
+    #: Whether the model reads labels as input (:class:`~pyg_dist.strategies.task.LabelTask`).
     labels_as_input = False
     train_mask: Tensor
     val_mask: Tensor | None
@@ -117,7 +117,7 @@ class Task:
     def for_epoch(self, epoch: int) -> Task:
         """What training epoch ``epoch`` (from 1) reads: the model's inputs
         and the loss's ``train_mask``; the task itself, unless labels enter
-        as input (:class:`LabelTask`).
+        as input (:class:`~pyg_dist.strategies.task.LabelTask`).
 
         Args:
             epoch (int): The epoch.
