@@ -225,7 +225,8 @@ class _BestState:
     post-processing step that starts from them."""
 
     def __init__(self, model: torch.nn.Module) -> None:
-        self.model, self.best, self.state = model, -1.0, None
+        self.model, self.best = model, -1.0
+        self.state: dict[str, Any] | None = None
 
     def then(self, callback: Callable[[EpochStats], None]) -> Callable[[EpochStats], None]:
         def record(stats: EpochStats) -> None:

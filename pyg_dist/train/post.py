@@ -75,7 +75,7 @@ class CorrectSmooth(Options):
         """The step ``"cs[,KEY=VALUE...]"`` spells (:meth:`spec` reversed);
         ``autoscale`` takes ``true`` or ``false``."""
         name, *pairs = [p.strip() for p in spec.split(",")]
-        fields = {f.name: f.type for f in dataclasses.fields(cls)}
+        fields = {f.name: str(f.type) for f in dataclasses.fields(cls)}
         if name != cls.name:
             raise ValueError(f"bad post-processing step '{spec}': use '{cls.name}[,KEY=VALUE"
                              f"...]' (Correct & Smooth) or 'none'")
