@@ -141,6 +141,7 @@ class PostResult:
     bytes: int
 
     def summary(self) -> dict[str, Any]:
+        """The result as the CLI's JSON line writes it (seconds rounded)."""
         out = asdict(self)
         out["seconds"] = round(self.seconds, 4)
         return out
