@@ -27,9 +27,19 @@ halo rows and gradients, and its gradient bytes times the ring all-reduce's
 ``4 * params * 2(n-1)/n`` per step), with ratios against the peer measured in
 the same run.
 
+The recipes for accuracy (``accuracy_rows``: batch or layer norm, residual
+connections with a jumping-knowledge head, a linear skip, input dropout,
+labels as input, Correct & Smooth after every evaluation, its seconds in the
+row's time) are rows too, each alone on top of the graph's exact row; a
+combination chosen on their validation accuracies is a row named by ``+``
+(``--rows norm:batch labels cs norm:batch+labels+cs``).
+
 ``--long-run``: 2,000 epochs of exact training on Cora, evaluated every 10
 epochs, checkpointed every 100; every rank's VmRSS after epoch 100 and at the
-end, and their ratio (a run that holds still stays within 5%).
+end, and their ratio (a run that holds still stays within 5%), and the same
+ratio of live memory (after ``gc.collect()`` and glibc's ``malloc_trim``:
+VmRSS also moves with what the allocator keeps after freeing, see
+docs/troubleshooting.md).
 
 The peer needs a neighbour sampler (torch_sparse or pyg-lib); without one it
 is skipped with the command that installs it. Graphs that do not fit (the
@@ -50,7 +60,7 @@ from types import SimpleNamespace
 import torch
 from cluster import CORA_ROOT, load_graph, testbed_arguments
 from peer_sampling import allreduce_bytes, peer_rank, sampler_missing
-from rss import current, peak, tensor_bytes
+from rss import current, live, peak, tensor_bytes
 
 import pyg_dist
 from pyg_dist.config import Adam, Checkpoint, Evaluation, GradientOnly, GraphParallel
@@ -60,11 +70,13 @@ from pyg_dist.models import GNN
 from pyg_dist.ops import cpu_ext
 from pyg_dist.runtime import distributed
 from pyg_dist.train import train
+from pyg_dist.train.post import CorrectSmooth, correct_and_smooth
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """How one row trains: strategy, halo policy and optimiser settings."""
+    """How one row trains: strategy, halo policy, the model's options
+    (``GNN``'s), optimiser settings and post-processing."""
 
     strategy: str = "graph-parallel"  # or "gradient-only"
     halo: str = "exact"
@@ -75,6 +87,23 @@ class Recipe:
     phases: str = ""  # a schedule of halo policies, GraphParallel(phases=...)
     edge_dropout: float = 0.0
     schedule: str | None = None  # Adam(schedule=...)
+    layers: int | None = None  # None: --layers
+    input_dropout: float | None = None
+    norm: str | None = None
+    residual: bool = False
+    jk: str | None = None
+    skip: bool = False
+    labels_as_input: bool = False
+    # Correct & Smooth after every evaluation (CorrectSmooth's fields; None: no
+    # post-processing): the curve holds its accuracies, its seconds count.
+    post: dict | None = None
+
+    def model_options(self) -> dict:
+        """GNN's keyword arguments beyond its sizes."""
+        return {"dropout": self.dropout, "edge_dropout": self.edge_dropout,
+                "input_dropout": self.input_dropout, "norm": self.norm,
+                "residual": self.residual, "jk": self.jk, "skip": self.skip,
+                "label_input": self.labels_as_input}
 
 
 #: The recipe of each row, per graph (graphs not listed take Cora's). Chosen on
@@ -115,6 +144,39 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "sampled:0.5": replace(_ARXIV, halo="sampled:0.5"),
     },
 }
+
+
+
+def accuracy_rows(base: Recipe) -> dict[str, Recipe]:
+    """The recipes for accuracy (``GNN``'s options, Correct & Smooth), each on
+    top of ``base`` alone; a combination is chosen from their validation
+    accuracies (``--rows`` takes ``+``-joined names: ``norm:batch+labels+cs``)."""
+    return {"norm:batch": replace(base, norm="batch"),
+            "norm:layer": replace(base, norm="layer"),
+            "residual+jk:cat": replace(base, residual=True, jk="cat"),
+            "skip": replace(base, skip=True),
+            "input-dropout:0.1": replace(base, input_dropout=0.1),
+            "labels": replace(base, labels_as_input=True),
+            "cs": replace(base, post={})}
+
+
+def combined(graph: str, label: str) -> Recipe:
+    """The row ``label`` names: one of ``RECIPES[graph]``, or accuracy rows
+    joined by ``+`` (each one's changes to the graph's exact row, together)."""
+    rows = RECIPES.get(graph, RECIPES["cora"])
+    if label in rows:
+        return rows[label]
+    base, out = rows["exact"], {}
+    for name in label.split("+"):
+        if name not in rows:
+            raise SystemExit(f"--rows {label}: no row {name!r}; use {', '.join(rows)}, or "
+                             f"names of {', '.join(accuracy_rows(base))} joined by +")
+        out.update({k: v for k, v in asdict(rows[name]).items() if v != getattr(base, k)})
+    return replace(base, **out)
+
+
+for _graph in ("cora", "synthetic-arxiv"):
+    RECIPES[_graph].update(accuracy_rows(RECIPES[_graph]["exact"]))
 RECIPES["synthetic-products"] = RECIPES["synthetic-arxiv"]
 PEER = "peer (PyG sampling)"
 #: Clusters per part of the partition folder (gradient-only trains on groups of them).
@@ -134,21 +196,28 @@ def ours_rank(parts: str, recipe: Recipe, kind: str, layers: int, hidden: int, e
     cpu_ext.is_available()  # builds or loads the C++ kernels now, in the set-up
     data = pyg_dist.DistData.load(parts, halo=parse_policy(recipe.halo))
     torch.manual_seed(seed)
-    model = GNN(kind, data.x.size(1), hidden, data.meta.num_classes, layers=layers,
-                dropout=recipe.dropout, edge_dropout=recipe.edge_dropout)
+    model = GNN(kind, data.x.size(1), hidden, data.meta.num_classes,
+                layers=recipe.layers or layers, **recipe.model_options())
     strategy = (GradientOnly() if recipe.strategy == "gradient-only"
                 else GraphParallel(halo=recipe.halo, phases=recipe.phases))
+    post = CorrectSmooth(**recipe.post) if recipe.post is not None else None
     curve, world = [], distributed.world_size()
     ring = allreduce_bytes(1, world) / 4  # the ledger books what a rank hands the all-reduce
 
     def record(stats) -> None:
         elapsed = last[0] + stats.seconds
+        # (the halo bytes of a post-processing step are booked in the next epoch's stats)
         sent = last[1] + (
             stats.halo_bytes_fwd + stats.halo_bytes_bwd + stats.halo_bytes_eval
             + stats.grad_bytes * ring) / world
         if stats.evaluated:
-            curve.append({"epoch": stats.epoch, "seconds": elapsed, "val_acc": stats.val_acc,
-                          "test_acc": stats.test_acc, "sent": sent})
+            val, test = stats.val_acc, stats.test_acc
+            if post is not None:  # every evaluation post-processes; its time counts
+                done = correct_and_smooth(model, data, post)
+                val, test, elapsed = done.val_acc, done.test_acc, elapsed + done.seconds
+                times["post"] += done.seconds
+            curve.append({"epoch": stats.epoch, "seconds": elapsed, "val_acc": val,
+                          "test_acc": test, "sent": sent})
         times["train"] += stats.train_seconds
         times["forward"] += stats.forward_seconds
         times["eval"] += stats.eval_seconds
@@ -156,7 +225,7 @@ def ours_rank(parts: str, recipe: Recipe, kind: str, layers: int, hidden: int, e
         times["all-reduce"] += stats.grad_seconds
         last[:] = [elapsed, sent]
 
-    times = dict.fromkeys(("train", "forward", "eval", "exchange", "all-reduce"), 0.0)
+    times = dict.fromkeys(("train", "forward", "eval", "exchange", "all-reduce", "post"), 0.0)
     last = [0.0, 0.0]
     setup = time.perf_counter() - begin
     called = time.perf_counter()
@@ -186,11 +255,14 @@ def long_run_rank(parts: str, checkpoints: str, epochs: int, kind: str, hidden: 
     def record(stats) -> None:
         if stats.epoch == 100:
             marks["after_100"] = current()
+            marks["live_100"] = live()
 
     result = train(model, data, epochs, evaluation=Evaluation(every=10),
                    checkpoint=Checkpoint(checkpoints, every=100), callback=record,
                    progress=False)
-    return {"rank": data.rank, "after_100": marks.get("after_100", 0), "end": current(),
+    end = current()
+    return {"rank": data.rank, "after_100": marks.get("after_100", 0), "end": end,
+            "live_100": marks.get("live_100", 0), "live_end": live(),
             "ledger_entries": len(data.ledger.entries),
             "peak": peak(), "seconds": result.seconds, "test_acc": result.test_acc,
             "val_acc": result.val_acc}
@@ -307,7 +379,7 @@ def run_peer(args, graph_file: str, data_bytes: int, kind: str, layers: int, hid
 
 def run_ours(args, parts: str, partition_s: float, graph: str, label: str, kind: str,
              layers: int, hidden: int, threads: int) -> dict:
-    recipe = RECIPES.get(graph, RECIPES["cora"])[label]
+    recipe = combined(graph, label)
     if args.eval_every != 1:
         recipe = replace(recipe, eval_every=args.eval_every)
     job = {"side": "ours", "recipe": asdict(recipe), "kind": kind, "layers": layers,
@@ -326,16 +398,19 @@ def run_ours(args, parts: str, partition_s: float, graph: str, label: str, kind:
 def time_table(rows: list[dict]) -> list[str]:
     """Where our rows' time went, per epoch of the average rank: the training
     step (of it the forward, with its halo waits), evaluation, and the waits
-    on halo exchanges and on the gradient all-reduce (the ledger's)."""
+    on halo exchanges and on the gradient all-reduce (the ledger's), and
+    post-processing (Correct & Smooth after each evaluation)."""
     lines = ["| row | epochs | train s/epoch | forward | backward+step | eval s/epoch | "
-             "halo wait | all-reduce wait |", "|---|---|---|---|---|---|---|---|"]
+             "halo wait | all-reduce wait | post s/epoch |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if "times" not in row or not row["epochs_run"]:
             continue
         t, n = row["times"], row["epochs_run"]
         lines.append(f"| {row['row']} | {n} | {t['train'] / n:.3f} | {t['forward'] / n:.3f} | "
                      f"{(t['train'] - t['forward']) / n:.3f} | {t['eval'] / n:.3f} | "
-                     f"{t['exchange'] / n:.3f} | {t['all-reduce'] / n:.3f} |")
+                     f"{t['exchange'] / n:.3f} | {t['all-reduce'] / n:.3f} | "
+                     f"{t['post'] / n:.3f} |")
     print("\n".join(lines), flush=True)
     return lines
 
@@ -493,12 +568,13 @@ def long_run(args, threads: int) -> None:
     print(f"\nlong run: cora, {args.models[0]} 2x{args.hidden[0]}, exact, {epochs} epochs, "
           f"eval every 10, checkpoint every 100, {args.ranks} ranks; "
           f"{ranks[0]['seconds']:.1f} s, test acc {100 * ranks[0]['test_acc']:.2f}%\n"
-          "| rank | VmRSS after epoch 100 MB | VmRSS at end MB | end / 100 | VmHWM MB | "
-          "ledger entries at end |\n|---|---|---|---|---|---|")
+          "| rank | VmRSS after epoch 100 MB | VmRSS at end MB | end / 100 | live end / 100 | "
+          "VmHWM MB | ledger entries at end |\n|---|---|---|---|---|---|---|")
     for r in ranks:
         ratio = r["end"] / r["after_100"] if r["after_100"] else math.nan
+        kept = r["live_end"] / r["live_100"] if r["live_100"] else math.nan
         print(f"| {r['rank']} | {r['after_100'] / 2**20:.1f} | {r['end'] / 2**20:.1f} | "
-              f"{ratio:.3f} | {r['peak'] / 2**20:.1f} | {r['ledger_entries']} |")
+              f"{ratio:.3f} | {kept:.3f} | {r['peak'] / 2**20:.1f} | {r['ledger_entries']} |")
     worst = max(r["end"] / r["after_100"] for r in ranks if r["after_100"])
     print(f"largest growth {100 * (worst - 1):+.1f}% (goal: within 5%)")
     if args.json:
@@ -521,8 +597,9 @@ def parse_args():
     parser.add_argument("--hidden", nargs="+", type=int, default=[256])
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--rows", nargs="*", default=list(RECIPES["cora"])[:4],
-                        choices=list(RECIPES["cora"]),
-                        help="our rows (none: the peer alone; the peer always runs)")
+                        help=f"our rows, of {', '.join(RECIPES['cora'])}, or accuracy rows "
+                             f"joined by + (norm:batch+labels+cs); none: the peer alone; the "
+                             f"peer always runs")
     parser.add_argument("--epochs", type=int, default=None,
                         help="epochs of our rows (default 200; 2000 with --long-run)")
     parser.add_argument("--peer-epochs", type=int, default=200)

@@ -51,7 +51,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(Tensor|Any|Callable|Iterable|Iterator|Sequence|Mapping|Path|Module|"
                r"Optimizer|Data|Parameter|ProcessGroup|Work|Generator|Literal|ClassVar|"
                r"TypeVar|Self|NamedTuple|Protocol|LRScheduler|ReduceLROnPlateau|"
-               r"EdgeIndex|MessagePassing|ndarray|PathLike)"),
+               r"EdgeIndex|MessagePassing|ndarray|PathLike|SparseTensor)"),
     # PyG's docstrings write literals as :obj:`0`, :obj:`"mean"`, :obj:`[N, F]`.
     (r"py:.*", r"([^A-Za-z_].*|.*[^A-Za-z0-9_.].*|__\w+__)"),
     (r"py:(obj|class|data)", r"(int|float|str|bool|bytes|tuple|list|dict|set|frozenset|"

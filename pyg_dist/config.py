@@ -187,7 +187,7 @@ class Adam(Options):
     """
 
     lr: float = option(0.01, "Adam's learning rate", metavar="LR")
-    weight_decay: float = option(5e-4, "Adam's weight decay", metavar="WD")
+    weight_decay: float = option(5e-4, "weight decay", metavar="WD")
     schedule: LRSchedule | str | None = option(
         None, f"{'|'.join(SCHEDULES)}[,warmup=N,...]", type=str, metavar="SPEC")
 

@@ -147,6 +147,43 @@ def test_train_on_cora_reaches_the_published_accuracy(tmp_path, model, accuracy)
     assert result["test_acc"] >= accuracy, result
 
 
+def test_post_step_books_its_accuracies_seconds_and_bytes(tmp_path):
+    """``--post cs`` after training a model with the recipe options and
+    labels as input on 2 ranks: the JSON line's ``post`` holds the step's
+    accuracies, seconds and bytes. The same job again (``--config``) with no
+    propagation steps trains alike and differs by the propagations alone: one
+    exchange of every halo row, C float32 columns, per step (4 + 3 steps);
+    and C & S without steps only puts the training labels in place, so its
+    validation and test accuracies are those of the best epoch's model, the
+    one the step starts from."""
+    parts = tmp_path / "parts"
+    meta = pyg_dist.partition(synthetic(num_nodes=600, seed=0), 2, parts)
+    first = run(CLI + ["train", "--dataset", "synthetic", "--parts-dir", str(parts),
+                       "--parts", "2", "--model", "sage", "--epochs", "6", "--norm", "batch",
+                       "--jk", "cat", "--skip", "--labels-as-input", "--no-progress",
+                       "--post", "cs,correction_layers=4,smoothing_layers=3"])
+    (tmp_path / "run.json").write_text(first.stdout)
+    bare = run(CLI + ["train", "--config", str(tmp_path / "run.json"), "--post",
+                      "cs,correction_layers=0,smoothing_layers=0"])
+    a, b = last_json(first.stdout), last_json(bare.stdout)
+    assert a["config"]["post"] == {"name": "cs", "correction_layers": 4, "correction_alpha": 0.8,
+                                   "smoothing_layers": 3, "smoothing_alpha": 0.8,
+                                   "autoscale": True, "scale": 1.0}
+    assert a["config"]["model"]["labels_as_input"] and a["config"]["model"]["norm"] == "batch"
+    for result in (a, b):
+        post = result["post"]
+        assert set(post) == {"name", "train_acc", "val_acc", "test_acc", "seconds", "bytes"}
+        assert post["name"] == "cs" and post["seconds"] > 0
+    for key in ("val_acc", "test_acc", "best_epoch", "halo_bytes", "grad_bytes"):
+        assert a[key] == b[key], key
+    step = sum(meta.halo_sizes) * meta.num_classes * 4  # one exchange, every halo row
+    assert a["post"]["bytes"] - b["post"]["bytes"] == 7 * step
+    assert b["post"]["bytes"] > 0  # the model's forward
+    assert b["post"]["val_acc"] == pytest.approx(b["val_acc"], abs=1e-12)
+    assert b["post"]["test_acc"] == pytest.approx(b["test_acc"], abs=1e-12)
+    assert b["post"]["train_acc"] == 1.0  # the training labels in place
+
+
 def test_planetoid_from_a_read_only_root(tmp_path, monkeypatch):
     from pyg_dist.datasets import planetoid
 

@@ -8,6 +8,8 @@
     pyg-dist train --dataset cora --root data --parts 4 --model gcn
     pyg-dist train --dataset synthetic-mag --num-nodes 20000 --parts 4 --model rgcn
     pyg-dist train --dataset cora --root data --halo stale:4,compress=int8
+    pyg-dist train --dataset cora --root data --model sage --norm batch --labels-as-input \\
+        --post cs
     pyg-dist train --model gcn2 --layers 16 --strategy layer-pipeline --stages 2 --chunks 4
     pyg-dist train --config run.json          # a run's JSON line (or its "config") again
     torchrun --nproc-per-node 4 -m pyg_dist.cli train --dataset synthetic --parts 4
@@ -60,6 +62,7 @@ from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.pipeline.pipeline import INITIAL_ROWS
 from pyg_dist.runtime import env
 from pyg_dist.train.legacy import SPELLINGS, translate
+from pyg_dist.train.post import POSTS
 
 __all__ = ["main", "build_parser", "parse_job", "read_config", "RECIPES"]
 
@@ -162,13 +165,16 @@ def _train_parser(sub: Any, name: str, help: str, shown: str | None = None) -> N
                       for name in ("target_acc", "patience", "time_budget")})
     add_fields(steps, Checkpoint, "checkpoint", prefix="checkpoint-",
                flags={"dir": "--checkpoint", "resume": "--resume"})
+    steps.add_argument("--post", dest="post.spec", default=argparse.SUPPRESS, metavar="SPEC",
+                       help=f"{'|'.join(POSTS)}[,KEY=VALUE...] after training (Correct & "
+                            f"Smooth)")
     seen: set[str] = set()
     default, *others = STRATEGIES.values()
     strategy = train.add_argument_group(
         f"strategy (default: the one whose options are given, else {default.name})")
     strategy.add_argument("--strategy", dest="strategy.name", choices=list(STRATEGIES),
                           default=argparse.SUPPRESS, metavar="NAME",
-                          help=f"{'|'.join(STRATEGIES)} (its options: --strategy NAME "
+                          help=f"{'|'.join(STRATEGIES)} (options: --strategy NAME "
                                f"--help)")
     add_fields(strategy, default, "strategy", seen=seen)
     for cls in others:

@@ -22,10 +22,11 @@ from pyg_dist.config import (
     strategy_from_dict,
 )
 from pyg_dist.datasets.load import DATASETS, HETERO_DATASETS
-from pyg_dist.models.gnn import DEEP_MODELS
+from pyg_dist.models.gnn import DEEP_MODELS, JK_MODES, NORMS
 from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.partitioning.cut import METHODS
 from pyg_dist.strategies import Settings
+from pyg_dist.train.post import POSTS, CorrectSmooth
 
 __all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "HOMOGENEOUS_MODELS", "DEFAULT_PARTS",
            "DEFAULT_EPOCHS", "KEYS", "check_shape", "resolve"]
@@ -57,6 +58,10 @@ RECIPES: dict[str, dict[str, Any]] = {
 MODELS = tuple(RECIPES)
 #: The models of homogeneous graphs.
 HOMOGENEOUS_MODELS = tuple(m for m in MODELS if m not in HETERO_MODELS)
+#: The models that take the recipe options of :class:`~pyg_dist.models.GNN`
+#: (norms, residual connections, a jumping-knowledge head, a linear skip,
+#: labels as input).
+SHALLOW_MODELS = tuple(m for m in HOMOGENEOUS_MODELS if m not in DEEP_MODELS)
 
 
 def _spelled(names: tuple[str, ...]) -> str:
@@ -135,25 +140,45 @@ class Model(Options):
                                 metavar="L")
     hidden: int | None = option(None, "hidden features (per head for gat)", type=int,
                                 metavar="H")
-    heads: int | None = option(None, "attention heads", type=int, metavar="N")
+    heads: int | None = option(None, "heads", type=int, metavar="N")
     dropout: float | None = option(None, "dropout (default: the model's recipe)", type=float,
                                    metavar="P")
     edge_dropout: float = option(0.0, "DropEdge rate, shared hash", metavar="P")
+    input_dropout: float | None = option(None, "dropout of the input (default: --dropout)",
+                                         type=float, metavar="P")
+    norm: str | None = option(None, "|".join(NORMS) + " norm after hidden layers", type=str,
+                              choices=NORMS, metavar="KIND")
+    residual: bool = option(False, "residual connections (layers of equal width)")
+    jk: str | None = option(None, "|".join(JK_MODES) + ": a jumping-knowledge head", type=str,
+                            choices=JK_MODES, metavar="MODE")
+    skip: bool = option(False, "a linear skip around every layer")
+    labels_as_input: bool = option(False, "half the training labels as input each epoch")
 
     def check(self) -> None:
         if self.name not in RECIPES:
             raise ValueError(f"Model(name={self.name!r}): use one of {', '.join(MODELS)}")
         for name in ("layers", "hidden", "heads"):
             _at_least(self, name, 1, "or None for the model's recipe")
-        for name in ("dropout", "edge_dropout"):
+        for name in ("dropout", "edge_dropout", "input_dropout"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < 1:
                 raise ValueError(f"Model({name}={value!r}): {name} is the fraction dropped, in "
                                  f"[0, 1), e.g. 0.5")
-        if self.edge_dropout and self.name in DEEP_MODELS + HETERO_MODELS:
-            raise ValueError(f"--edge-dropout applies to the models of pyg_dist.models.GNN, not "
-                             f"to {self.name}; leave it out or use --model "
-                             f"{'|'.join(m for m in HOMOGENEOUS_MODELS if m not in DEEP_MODELS)}")
+        for name, choices in (("norm", NORMS), ("jk", JK_MODES)):
+            value = getattr(self, name)
+            if value not in (None, *choices):
+                raise ValueError(f"Model({name}={value!r}): use one of {', '.join(choices)}, "
+                                 f"or None for none")
+        extras = [flag for flag, given in (
+            ("--edge-dropout", self.edge_dropout), ("--input-dropout", self.input_dropout),
+            ("--norm", self.norm), ("--residual", self.residual), ("--jk", self.jk),
+            ("--skip", self.skip), ("--labels-as-input", self.labels_as_input))
+            if given not in (None, False, 0.0)]
+        if extras and self.name not in SHALLOW_MODELS:
+            verb, them = ("apply", "them") if len(extras) > 1 else ("applies", "it")
+            raise ValueError(f"{', '.join(extras)} {verb} to the models of pyg_dist.models.GNN, "
+                             f"not to {self.name}; leave {them} out or use --model "
+                             f"{'|'.join(SHALLOW_MODELS)}")
         if self.dropout and self.name in HETERO_MODELS:
             raise ValueError(f"--model {self.name} has no dropout (got --dropout "
                              f"{self.dropout}); leave it out")
@@ -171,6 +196,25 @@ class Model(Options):
         return dataclasses.replace(self, **{k: recipe[k] for k in ("layers", "hidden", "heads",
                                                                    "dropout")
                                             if getattr(self, k) is None})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain values; the recipe options only where set (a
+        job without them writes what earlier releases wrote)."""
+        out = super().to_dict()
+        for f in dataclasses.fields(self):
+            if f.name in _RECIPE_OPTIONS and out[f.name] == f.default:
+                del out[f.name]
+        return out
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~pyg_dist.models.GNN` beyond its sizes."""
+        return {"edge_dropout": self.edge_dropout, "input_dropout": self.input_dropout,
+                "norm": self.norm, "residual": self.residual, "jk": self.jk,
+                "skip": self.skip, "label_input": self.labels_as_input}
+
+
+#: The fields of :class:`Model` written only where set.
+_RECIPE_OPTIONS = ("input_dropout", "norm", "residual", "jk", "skip", "labels_as_input")
 
 
 @dataclass(frozen=True)
@@ -211,6 +255,7 @@ class Job:
     evaluation: Evaluation
     checkpoint: Checkpoint | None
     run: Run
+    post: CorrectSmooth | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"graph": self.graph.to_dict(), "model": self.model.to_dict(),
@@ -219,7 +264,8 @@ class Job:
                 "grad_sync": self.grad_sync.to_dict(), "optimizer": self.optimizer.to_dict(),
                 "evaluation": self.evaluation.to_dict(),
                 "checkpoint": None if self.checkpoint is None else self.checkpoint.to_dict(),
-                "run": self.run.to_dict()}
+                "run": self.run.to_dict(),
+                **({} if self.post is None else {"post": self.post.describe()})}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Job:
@@ -239,7 +285,7 @@ class Job:
                    Adam.from_dict(values.get("optimizer", {})),
                    Evaluation.from_dict(values.get("evaluation", {})),
                    None if ckpt is None else Checkpoint.from_dict(ckpt),
-                   Run.from_dict(values.get("run", {})))
+                   Run.from_dict(values.get("run", {})), _post(values.get("post")))
 
 
 #: The keys of a job's dictionary (:meth:`Job.to_dict`), and an example of each section.
@@ -247,7 +293,7 @@ KEYS = {"graph": {"dataset": "cora", "root": "data"}, "model": {"name": "gcn"},
             "epochs": 200, "strategy": {"name": "graph-parallel", "halo": "exact"},
             "grad_sync": {"compress": "fp16"}, "optimizer": {"lr": 0.01},
             "evaluation": {"every": 1}, "checkpoint": {"dir": "ckpt"},
-            "run": {"progress": False}}
+            "run": {"progress": False}, "post": {"name": "cs"}}
 #: Optimisation steps of a job that does not say.
 DEFAULT_EPOCHS = 200
 
@@ -255,7 +301,7 @@ DEFAULT_EPOCHS = 200
 def check_shape(values: Any) -> None:
     """Raises naming the fix unless ``values`` has a job's shape: a JSON
     object of :data:`KEYS`' keys, each section an object (``checkpoint``
-    may be null), a strategy named, if at all, by one of
+    and ``post`` may be null), a strategy named, if at all, by one of
     :data:`~pyg_dist.config.STRATEGIES`. The fields are checked when read."""
     if not isinstance(values, dict):
         raise ValueError(f"a job is a JSON object with keys {', '.join(KEYS)} (what "
@@ -265,10 +311,10 @@ def check_shape(values: Any) -> None:
         raise ValueError(f"Job has no key {', '.join(map(repr, unknown))}; its keys are "
                          f"{', '.join(KEYS)}")
     for key, value in values.items():
-        if key == "epochs" or (key == "checkpoint" and value is None):
+        if key == "epochs" or (key in ("checkpoint", "post") and value is None):
             continue
         if not isinstance(value, dict):
-            null = " or null" if key == "checkpoint" else ""
+            null = " or null" if key in ("checkpoint", "post") else ""
             raise ValueError(f"Job({key}={value!r}): {key} must be a JSON object of its "
                              f"fields{null}, e.g. \"{key}\": {json.dumps(KEYS[key])}")
     name = values.get("strategy", {}).get("name", "graph-parallel")
@@ -287,6 +333,8 @@ def resolve(base: dict[str, Any], given: dict[str, dict[str, Any]]) -> Job:
     for section, fields in given.items():
         if section == "top":
             values.update(fields)
+        elif section == "post":
+            values["post"] = _post_spec(fields["spec"])
         elif section == "strategy":
             values["strategy"] = _strategy(values.get("strategy") or {}, fields)
         else:
@@ -307,13 +355,43 @@ def resolve(base: dict[str, Any], given: dict[str, dict[str, Any]]) -> Job:
     return job
 
 
+def _post_spec(spec: str) -> dict[str, Any] | None:
+    """The ``post`` section of ``--post SPEC`` (``none`` or a step's spelling)."""
+    if spec.strip() == "none":
+        return None
+    name = spec.split(",")[0].strip()
+    if name not in POSTS:
+        raise ValueError(f"--post {spec}: use none or one of {', '.join(POSTS)}, e.g. "
+                         f"--post cs,correction_layers=20")
+    try:
+        return POSTS[name].parse(spec).describe()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"--post {spec}: {exc}") from None
+
+
+def _post(values: dict[str, Any] | None) -> CorrectSmooth | None:
+    """The post-processing step a job's ``post`` section names (``{"name":
+    ..., **fields}``), or :obj:`None`."""
+    if values is None:
+        return None
+    name = values.get("name")
+    if name not in POSTS:
+        raise ValueError(f"Job(post={values!r}): name the step, {{\"name\": "
+                         f"{' | '.join(map(repr, POSTS))}, ...fields}}, or write null")
+    return POSTS[name].from_dict(values)
+
+
 def _check_strategy(job: Job, hetero: bool) -> None:
     """What the job's strategy says of its model, ranks and settings, before
     any rank starts."""
     strategy = job.strategy
     strategy.check_settings(Settings(job.epochs, job.grad_sync, job.evaluation,
-                                     job.checkpoint, hetero))
+                                     job.checkpoint, hetero, job.model.labels_as_input))
     strategy.check_model(job.model.name, job.model.layers)
+    if job.post is not None and (hetero or strategy.ranks_per_part() != 1):
+        raise ValueError(f"--post {job.post.name} propagates over a homogeneous graph with a "
+                         f"part per rank; leave it out for "
+                         f"{'a heterogeneous graph' if hetero else f'--strategy {strategy.name}'}")
     if job.graph.parts is not None:
         strategy.graph_parts(job.graph.parts)
 

@@ -32,6 +32,7 @@ from pyg_dist.strategies import planner
 from pyg_dist.strategies.task import labelled_type
 from pyg_dist.train.loop import EpochStats, train
 from pyg_dist.train.progress import destination, summary_lines, write
+from pyg_dist.train.post import correct_and_smooth
 
 __all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "report_plan",
            "load_part", "cut_in_words"]
@@ -222,7 +223,7 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
                         layers=layers, dropout=dropout)
     else:
         model = GNN(spec.name, features, hidden, data.meta.num_classes, layers=layers,
-                    dropout=dropout, heads=heads, edge_dropout=spec.edge_dropout)
+                    dropout=dropout, heads=heads, **spec.options())
     model = model.to(data.x.device)
     torch.manual_seed(job.graph.seed * 1000 + distributed.rank())  # dropout differs per rank
     return data, model
@@ -257,10 +258,16 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         layers, hidden, _, _ = spec.sizes()
         print(f"ranks ready; training {spec.name} ({layers} layers, {hidden} hidden) for "
               f"{job.epochs} epochs, {strategy.name}", file=sys.stderr, flush=True)
+    best = _BestState(model) if job.post is not None else None
+    log = _logger(job.run.log_every, rank)
     result = train(model, data, job.epochs, strategy=strategy, grad_sync=job.grad_sync,
                    optimizer=job.optimizer, checkpoint=job.checkpoint,
-                   evaluation=job.evaluation, callback=_logger(job.run.log_every, rank),
+                   evaluation=job.evaluation, callback=log if best is None else best.then(log),
                    progress=job.run.progress)
+    post = None
+    if job.post is not None and best is not None:
+        best.restore()
+        post = correct_and_smooth(model, data, job.post).summary()
     if rank != 0:
         return None
     hetero = isinstance(data, pyg_dist.DistHeteroData)
@@ -288,8 +295,32 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         "eval_halo": (as_policy(job.evaluation.halo) or Exact()).spec(),
         "input_cache": input_cache,
         "grad_compress": job.grad_sync.spec,
+        **({"post": post} if post is not None else {}),
         "config": job.to_dict(),
     }
+
+
+class _BestState:
+    """The model's parameters and buffers at the epoch of best validation
+    accuracy (every rank keeps the same: accuracies are global), for a
+    post-processing step that starts from them."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model, self.best = model, -1.0
+        self.state: dict[str, Any] | None = None
+
+    def then(self, callback: Callable[[EpochStats], None]) -> Callable[[EpochStats], None]:
+        def record(stats: EpochStats) -> None:
+            if stats.evaluated and stats.val_acc > self.best:
+                self.best = stats.val_acc
+                self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            callback(stats)
+
+        return record
+
+    def restore(self) -> None:
+        if self.state is not None:
+            self.model.load_state_dict(self.state)
 
 
 def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:

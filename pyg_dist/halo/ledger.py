@@ -8,7 +8,7 @@ from typing import Any
 from pyg_dist.halo.choices import HaloChoices
 
 __all__ = ["Ledger", "LedgerEntry", "DIRECTIONS", "GRADIENTS", "REGROUP", "STAGE",
-           "ALL_TO_ALL"]
+           "ALL_TO_ALL", "KEEP_STEPS", "FOLDED"]
 
 #: Directions of halo traffic.
 DIRECTIONS = ("fwd", "bwd", "eval")
@@ -27,6 +27,9 @@ STAGE = "stage"
 ALL_TO_ALL = "all_to_all"
 #: Directions counted apart from halo traffic.
 APART = (GRADIENTS, REGROUP, STAGE, ALL_TO_ALL)
+#: The fields of :class:`LedgerEntry` that :meth:`Ledger.fold` sums.
+_SUMMED = ("bytes_sent", "bytes_recv", "rows_sent", "partial_sums_sent", "exchanges",
+           "skipped", "seconds", "overlapped")
 
 
 @dataclass
@@ -34,7 +37,8 @@ class LedgerEntry:
     """One layer's halo traffic in one step and one direction.
 
     Attributes:
-        step: Training step (the ledger's counter when the exchange happened).
+        step: Training step (the ledger's counter when the exchange happened);
+            ``-1`` for the sum of the steps the ledger folded.
         layer: Name of the exchange: the layer's (module path under
             :func:`to_distributed`, else ``layer<k>`` in order of first use),
             ``<layer>/flags`` for Adaptive's announcements, ``degree`` for the
@@ -76,6 +80,12 @@ class LedgerEntry:
     overlapped: float = 0.0
 
 
+#: Steps whose entries a :class:`Ledger` keeps one by one by default.
+KEEP_STEPS = 64
+#: The step under which a :class:`Ledger` books the sum of the steps it folded.
+FOLDED = -1
+
+
 @dataclass
 class Ledger:
     """Per-rank record of halo traffic, per layer, step and direction.
@@ -83,6 +93,13 @@ class Ledger:
     The training loop advances ``step`` once per optimisation step
     (:meth:`~pyg_dist.halo.Ledger.next_step`); exchanges add to the entry of
     the current step.
+
+    A ledger keeps the entries of its last ``keep_steps`` steps (at least;
+    up to twice as many) one by one and folds older steps into one entry per
+    layer and direction, booked at step ``-1``: a long run's
+    ledger stays the same size instead of growing by an entry per layer,
+    direction and step, and every total over the whole run (:meth:`totals`)
+    stays what it was. One step's totals are there for the kept steps only.
 
     Attributes:
         step (int): The current optimisation step. (default: :obj:`0`)
@@ -95,17 +112,61 @@ class Ledger:
         choices (``HaloChoices``): What a halo policy that chooses for itself
             (:class:`~pyg_dist.halo.Auto`) chose per layer, with its
             predicted bytes and seconds.
+        keep_steps (int, optional): Steps kept one by one; :obj:`None` keeps
+            every step. (default: :obj:`64`)
+        folded_through (int): The last step folded (``-1``: none).
     """
 
     step: int = 0
     entries: dict[tuple[int, str, str], LedgerEntry] = field(default_factory=dict)
     notes: dict[str, dict[str, Any]] = field(default_factory=dict)
     choices: HaloChoices = field(default_factory=HaloChoices)
+    keep_steps: int | None = KEEP_STEPS
+    folded_through: int = -1
+    #: Per layer with a recorded choice: the training traffic of the folded
+    #: steps from the choice's step on (for layer_totals).
+    _folded_layers: dict[str, dict[str, float]] = field(default_factory=dict, repr=False,
+                                                        init=False)
 
     def next_step(self) -> int:
-        """Advances ``step`` by one and returns it."""
+        """Advances ``step`` by one and returns it; folds the steps before the
+        last ``keep_steps`` once twice as many are kept."""
         self.step += 1
+        keep = self.keep_steps
+        if keep is not None and self.step - self.folded_through > 2 * keep:
+            self.fold(self.step - keep)
         return self.step
+
+    def fold(self, before: int) -> None:
+        """Folds the entries of steps ``0 .. before - 1`` into one entry per
+        layer and direction at step ``-1`` (bytes, exchanges and
+        seconds summed, the largest staleness kept).
+
+        Args:
+            before (int): The first step kept one by one.
+        """
+        old = [k for k in self.entries if 0 <= k[0] < before]
+        steps: dict[str, set[int]] = {}
+        for key in sorted(old):
+            entry = self.entries.pop(key)
+            s, layer, direction = key
+            into = self.entries.get((FOLDED, layer, direction))
+            if into is None:
+                into = self.entries[(FOLDED, layer, direction)] = LedgerEntry(
+                    FOLDED, layer, direction)
+            for name in _SUMMED:
+                setattr(into, name, getattr(into, name) + getattr(entry, name))
+            into.staleness = max(into.staleness, entry.staleness)
+            choice = self.choices.layers.get(layer)
+            if choice is not None and direction in ("fwd", "bwd") and s >= choice.from_step:
+                acc = self._folded_layers.setdefault(layer, {"bytes_sent": 0.0,
+                                                             "seconds": 0.0, "steps": 0.0})
+                acc["bytes_sent"] += entry.bytes_sent
+                acc["seconds"] += entry.seconds
+                steps.setdefault(layer, set()).add(s)
+        for layer, seen in steps.items():
+            self._folded_layers[layer]["steps"] += len(seen)
+        self.folded_through = max(self.folded_through, before - 1)
 
     def record(self, layer: str, direction: str, **amounts: float) -> LedgerEntry:
         """Adds ``amounts`` (fields of ``LedgerEntry``) to the current step's
@@ -133,7 +194,8 @@ class Ledger:
         return 0 if entry is None else entry.exchanges
 
     def rows(self) -> list[dict[str, Any]]:
-        """Every entry as a dict, ordered by step, layer and direction."""
+        """Every entry as a dict, ordered by step, layer and direction (the
+        folded steps' sums first, at step ``-1``)."""
         return [asdict(self.entries[k]) for k in sorted(self.entries)]
 
     def totals(self, step: int | None = None) -> dict[str, float]:
@@ -141,6 +203,10 @@ class Ledger:
         the halo traffic exchanges, skipped, seconds, overlapped and the
         largest staleness; the gradient all-reduce's and regrouping's seconds
         as ``seconds_grad``, ``overlapped_grad``, ``seconds_regroup``."""
+        if step is not None and 0 <= step <= self.folded_through:
+            raise ValueError(f"Ledger.totals(step={step}): steps up to {self.folded_through} "
+                             f"were folded into step {FOLDED}; ask for a later step, or keep "
+                             f"every step with Ledger(keep_steps=None)")
         out: dict[str, float] = defaultdict(float)
         for (s, _, direction), e in self.entries.items():
             if step is not None and s != step:
@@ -166,23 +232,32 @@ class Ledger:
 
     def layer_totals(self, layer: str, since: int = 0) -> dict[str, float]:
         """Training traffic of ``layer`` (forward and backward) from step
-        ``since`` on: ``bytes_sent``, ``seconds`` (blocked) and ``steps`` seen."""
+        ``since`` on: ``bytes_sent``, ``seconds`` (blocked) and ``steps`` seen.
+        Of the folded steps, those from the step of the layer's recorded
+        choice on count (the one ``since`` a caller passes)."""
         out = {"bytes_sent": 0.0, "seconds": 0.0}
         steps = set()
         for (s, name, direction), e in self.entries.items():
-            if name == layer and direction in ("fwd", "bwd") and s >= since:
+            if name == layer and direction in ("fwd", "bwd") and s >= since and s != FOLDED:
                 out["bytes_sent"] += e.bytes_sent
                 out["seconds"] += e.seconds
                 steps.add(s)
         out["steps"] = float(len(steps))
+        folded = self._folded_layers.get(layer)
+        if folded is not None and since <= self.folded_through:
+            for key in out:
+                out[key] += folded[key]
         return out
 
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step, "rows": self.rows(), "notes": self.notes,
-                "choices": self.choices.state_dict()}
+                "choices": self.choices.state_dict(), "folded_through": self.folded_through,
+                "folded_layers": {k: dict(v) for k, v in self._folded_layers.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
+        self.folded_through = int(state.get("folded_through", -1))
+        self._folded_layers = {k: dict(v) for k, v in state.get("folded_layers", {}).items()}
         self.entries = {
             (r["step"], r["layer"], r["direction"]): LedgerEntry(**r) for r in state["rows"]
         }

@@ -7,20 +7,28 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GINConv
+from torch_geometric.nn.models import JumpingKnowledge
 
 from pyg_dist.nn import (
+    DistBatchNorm,
     DistGATConv,
     DistGCN2Conv,
     DistGCNConv,
+    DistLayerNorm,
     DistMessagePassing,
     DistSAGEConv,
     dropout,
     dropout_edge,
 )
+from pyg_dist.utils.labels import LabelInput
 
-__all__ = ["GNN", "DeepGNN", "MODELS", "DEEP_MODELS"]
+__all__ = ["GNN", "DeepGNN", "MODELS", "DEEP_MODELS", "NORMS", "JK_MODES"]
 
 MODELS = ("gcn", "sage", "gat", "gin")
+#: The norms of :class:`GNN`'s hidden layers.
+NORMS = ("batch", "layer")
+#: The jumping-knowledge heads of :class:`GNN`.
+JK_MODES = ("cat", "max")
 #: Kinds of :class:`DeepGNN`.
 DEEP_MODELS = ("gcn2", "resgcn", "ressage")
 
@@ -37,12 +45,42 @@ class GNN(nn.Module):
     heads of ``hidden_channels`` each (concatenated), an output layer of one
     head, ELU in between, and ``dropout`` on the attention coefficients too.
     ``"gin"`` runs :class:`~torch_geometric.nn.GINConv` layers (a two-layer
-    MLP each) through the generic distributed path. With ``residual``, every
-    layer whose output is as wide as its input adds its input,
-    :math:`\mathbf{H}^{(l+1)} = \mathbf{H}^{(l)} + \sigma(\mathrm{conv}(\mathbf{H}^{(l)}))`
-    (residual GCN / SAGE for deep models). With ``edge_dropout``, each
-    training forward first drops edges with :func:`pyg_dist.nn.dropout_edge`
-    (DropEdge; one mask for every layer of the step, alike on every rank).
+    MLP each) through the generic distributed path. With ``edge_dropout``,
+    each training forward first drops edges with
+    :func:`pyg_dist.nn.dropout_edge` (DropEdge; one mask for every layer of
+    the step, alike on every rank).
+
+    The options of full-batch recipes (OGB's ogbn-arxiv baselines, DGL's
+    ogbn-arxiv GCN), each exact across ranks. A hidden layer computes
+
+    .. math::
+        \mathbf{H}^{(l+1)} = [\mathbf{H}^{(l)} +]\, \sigma(\mathrm{norm}(
+        \mathrm{conv}(\mathrm{drop}(\mathbf{H}^{(l)})) [+ \mathrm{drop}(\mathbf{H}^{(l)})
+        \mathbf{W}^{(l)}_{skip}]))
+
+    - ``norm``: :obj:`"batch"` (:class:`~pyg_dist.nn.DistBatchNorm`, statistics
+      over every rank's nodes) or :obj:`"layer"` (per node, PyG's
+      :class:`~torch_geometric.nn.norm.LayerNorm` with ``mode="node"``) after
+      each hidden convolution, as ``norms.<k>``;
+    - ``residual``: every layer whose output is as wide as its input adds its
+      input (residual GCN / SAGE);
+    - ``skip``: a linear skip, ``skips.<k>``: every layer adds a linear map of
+      its (dropped-out) input to its convolution (DGL's ``use_linear``);
+    - ``jk``: a jumping-knowledge head (:obj:`"cat"` or :obj:`"max"`,
+      :class:`~torch_geometric.nn.models.JumpingKnowledge`): every layer is a
+      hidden layer, their outputs are combined and a linear layer ``lin``
+      maps them to classes, as PyG's
+      :class:`~torch_geometric.nn.models.GraphSAGE` (``jk=...``) names them;
+    - ``label_input``: labels as input (:class:`~pyg_dist.utils.labels.LabelInput`):
+      the first layer reads ``out_channels`` one-hot label columns after the
+      ``in_channels`` features; :func:`~pyg_dist.train.train` fills them (a
+      random half of the training nodes each epoch, the loss on the others;
+      every training node in evaluation).
+
+    With ``norm`` and ``jk`` (no ``residual``, ``skip`` or dropout), the model
+    computes what PyG's :class:`~torch_geometric.nn.models.GraphSAGE` /
+    :class:`~torch_geometric.nn.models.GCN` with the same ``norm`` and ``jk``
+    computes (PyG's batch norm keeps its parameters under ``norms.<k>.module``).
 
     Runs on a plain ``edge_index`` (single process) and on a
     :class:`~pyg_dist.DistEdgeIndex` (distributed). Distributed, dropout is
@@ -64,34 +102,64 @@ class GNN(nn.Module):
             of equal input and output width. (default: :obj:`False`)
         edge_dropout (float, optional): Probability of dropping an edge in
             training. (default: :obj:`0.0`)
+        norm (str, optional): :obj:`"batch"` or :obj:`"layer"` after each
+            hidden convolution; :obj:`None` for none. (default: :obj:`None`)
+        jk (str, optional): :obj:`"cat"` or :obj:`"max"`: a jumping-knowledge
+            head; :obj:`None` for none. (default: :obj:`None`)
+        skip (bool, optional): A linear skip around every convolution.
+            (default: :obj:`False`)
+        label_input (bool, optional): Read the one-hot labels of training
+            nodes as input (the label trick). (default: :obj:`False`)
+        input_dropout (float, optional): Dropout probability of the input
+            features; :obj:`None` for ``dropout``. (default: :obj:`None`)
         **kwargs (optional): Arguments of every convolution (e.g. ``aggr``).
+
+    Shapes:
+        - **input:** node features :math:`(N, F_{in})` (:math:`(N, F_{in} + C)`
+          with ``label_input``), edge indices :math:`(2, E)` or a
+          :class:`~pyg_dist.DistEdgeIndex`
+        - **output:** class logits :math:`(N, C)`
     """
 
     def __init__(self, kind: str, in_channels: int, hidden_channels: int, out_channels: int,
                  layers: int = 2, dropout: float = 0.5, halo: Any = None, heads: int = 8,
-                 residual: bool = False, edge_dropout: float = 0.0, **kwargs: Any) -> None:
+                 residual: bool = False, edge_dropout: float = 0.0, norm: str | None = None,
+                 jk: str | None = None, skip: bool = False, label_input: bool = False,
+                 input_dropout: float | None = None, **kwargs: Any) -> None:
         super().__init__()
-        if not 0.0 <= edge_dropout < 1.0:
-            raise ValueError(f"'GNN' needs 0 <= edge_dropout < 1 (got {edge_dropout}); it is "
-                             f"the fraction of edges dropped each training step")
-        if kind not in MODELS:
-            raise ValueError(f"'GNN' got kind='{kind}'; use one of {', '.join(MODELS)}")
-        if layers < 1:
-            raise ValueError(f"'GNN' needs layers >= 1 (got {layers})")
+        _check(kind, layers, edge_dropout, norm, jk)
+        for name, p in (("dropout", dropout), ("input_dropout", input_dropout)):
+            if p is not None and not 0.0 <= p < 1.0:
+                raise ValueError(f"'GNN' needs 0 <= {name} < 1 (got {p})")
         self.kind = kind
         width = hidden_channels * heads if kind == "gat" else hidden_channels
-        sizes = [in_channels] + [width] * (layers - 1) + [out_channels]
+        inputs = in_channels + (out_channels if label_input else 0)
+        hidden = layers if jk else layers - 1
+        sizes = [inputs] + [width] * hidden + ([] if jk else [out_channels])
         self.convs = nn.ModuleList(
-            _conv(kind, i, o, hidden_channels, k == layers - 1, dropout, heads, halo, kwargs)
+            _conv(kind, i, o, hidden_channels, k == hidden, dropout, heads, halo, kwargs)
             for k, (i, o) in enumerate(zip(sizes[:-1], sizes[1:]))
         )
         for k, layer in enumerate(self.convs):
             layer.halo_name = f"convs.{k}"  # type: ignore[assignment]
+        if norm is not None:
+            self.norms = nn.ModuleList(_norm(norm, width) for _ in range(hidden))
+        if skip:
+            self.skips = nn.ModuleList(nn.Linear(i, o, bias=False)  # the layer's bias serves
+                                       for i, o in zip(sizes[:-1], sizes[1:]))
+        if jk is not None:
+            self.jk = JumpingKnowledge(jk)
+            self.lin = nn.Linear(width * layers if jk == "cat" else width, out_channels)
         self.dropout, self.residual, self.edge_dropout = dropout, residual, edge_dropout
+        self.input_dropout = dropout if input_dropout is None else input_dropout
+        self.num_hidden = hidden
+        self.label_input = LabelInput(out_channels) if label_input else None
 
     def reset_parameters(self) -> None:
-        for conv in self.convs:
-            conv.reset_parameters()  # type: ignore[operator]
+        extra = [self.lin] if hasattr(self, "lin") else []
+        for module in (*self.convs, *getattr(self, "norms", ()), *getattr(self, "skips", ()),
+                       *extra):
+            module.reset_parameters()  # type: ignore[operator]
 
     def forward(self, x: Tensor, edge_index: Any, edge_weight: Tensor | None = None) -> Tensor:
         if edge_weight is not None and self.kind not in ("gcn", "sage"):
@@ -106,14 +174,45 @@ class GNN(nn.Module):
                                  "weights would no longer line up); set edge_dropout=0")
             graph = dropout_edge(edge_index, self.edge_dropout, self.training)
         conv: Any
+        outs = []
         for k, conv in enumerate(self.convs):
-            h = dropout(x, self.dropout, self.training, edge_index)
-            h = (conv(h, graph) if edge_weight is None
-                 else conv(h, graph, edge_weight=edge_weight))
-            if k < len(self.convs) - 1:
+            h_in = dropout(x, self.input_dropout if k == 0 else self.dropout, self.training,
+                           edge_index)
+            h = (conv(h_in, graph) if edge_weight is None
+                 else conv(h_in, graph, edge_weight=edge_weight))
+            if hasattr(self, "skips"):
+                h = h + self.skips[k](h_in)
+            if k < self.num_hidden:
+                h = self.norms[k](h) if hasattr(self, "norms") else h
                 h = F.elu(h) if self.kind == "gat" else h.relu()
             x = x + h if self.residual and h.shape == x.shape else h
-        return x
+            outs.append(x)
+        if not hasattr(self, "jk"):
+            return x
+        return self.lin(dropout(self.jk(outs), self.dropout, self.training, edge_index))
+
+
+def _check(kind: str, layers: int, edge_dropout: float, norm: str | None,
+           jk: str | None) -> None:
+    """Raises on options :class:`GNN` does not have, naming the fix."""
+    if not 0.0 <= edge_dropout < 1.0:
+        raise ValueError(f"'GNN' needs 0 <= edge_dropout < 1 (got {edge_dropout}); it is "
+                         f"the fraction of edges dropped each training step")
+    if kind not in MODELS:
+        raise ValueError(f"'GNN' got kind='{kind}'; use one of {', '.join(MODELS)}")
+    if layers < 1:
+        raise ValueError(f"'GNN' needs layers >= 1 (got {layers})")
+    if norm not in (None, *NORMS):
+        raise ValueError(f"'GNN' got norm={norm!r}; use one of {', '.join(NORMS)} or None")
+    if jk not in (None, *JK_MODES):
+        raise ValueError(f"'GNN' got jk={jk!r}; use one of {', '.join(JK_MODES)} or None")
+
+
+def _norm(norm: str, width: int) -> nn.Module:
+    """A norm of :class:`GNN`'s hidden layers."""
+    if norm == "batch":
+        return DistBatchNorm(width)
+    return DistLayerNorm(width, mode="node")
 
 
 def _conv(kind: str, in_channels: int, out_channels: int, hidden_channels: int, last: bool,

@@ -86,6 +86,9 @@ class Strategy(Options):
     summary: ClassVar[str] = ""
     #: Why the strategy cannot train a heterogeneous graph; empty if it can.
     hetero_refusal: ClassVar[str] = "it trains homogeneous graphs only"
+    #: Why the strategy cannot train a model that reads labels as input;
+    #: empty if it can.
+    labels_refusal: ClassVar[str] = "its steps read the graph's features alone"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -148,6 +151,11 @@ class Strategy(Options):
         if settings.hetero and self.hetero_refusal:
             raise ValueError(f"'train' on a heterogeneous graph: {self.hetero_refusal}; "
                              f"{HETERO_INSTEAD}")
+        if settings.labels_as_input and self.labels_refusal:
+            raise ValueError(f"{self} cannot train a model that reads labels as input: "
+                             f"{self.labels_refusal}; train it with "
+                             f"strategy=GraphParallel(halo=...) (CLI: --strategy "
+                             f"graph-parallel)")
         if settings.evaluation.from_training:
             raise ValueError(f"Evaluation(from_training=True) reads the training forward of "
                              f"graph-parallel training under one exact policy (got {self}); "
@@ -278,7 +286,7 @@ class Runner:
             epoch (int): The epoch.
             optimizer (torch.optim.Optimizer): The optimizer to step.
         """
-        return take_step(self.model, self.task, optimizer, self.sync)
+        return take_step(self.model, self.task.for_epoch(epoch), optimizer, self.sync)
 
     def evaluate(self, step: Step) -> tuple[float, float, float]:
         """Global accuracies on the train, validation and test masks after

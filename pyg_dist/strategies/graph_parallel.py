@@ -110,6 +110,7 @@ class GraphParallel(Strategy):
 
     name: ClassVar[str] = "graph-parallel"
     hetero_refusal: ClassVar[str] = ""
+    labels_refusal: ClassVar[str] = ""
     halo: HaloPolicy | str | None = option(
         None, f"{'|'.join(SPECS)}, each [,compress={'|'.join(CODECS)}]", type=str,
         metavar="POLICY")
@@ -153,6 +154,11 @@ class GraphParallel(Strategy):
             raise ValueError(f"Evaluation(from_training=True) reads the training forward of "
                              f"graph-parallel training under one exact policy (got {self}); "
                              f"evaluate with a forward of its own (from_training=False)")
+        if settings.evaluation.from_training and settings.labels_as_input:
+            raise ValueError("Evaluation(from_training=True): a model that reads labels as "
+                             "input reads half of them in training and all of them in "
+                             "evaluation; evaluate with a forward of its own "
+                             "(from_training=False)")
 
     def runner(self, model: nn.Module, task: Task, settings: Settings) -> Runner:
         return _GraphParallelRun(self, model, task, settings)
@@ -253,7 +259,7 @@ class _GraphParallelRun(Runner):
             with torch.no_grad():
                 self.model.eval()
                 expected = self.task.logits(self.model(*self.task.inputs))
-        step = take_step(self.model, self.task, optimizer, self.sync)
+        step = take_step(self.model, self.task.for_epoch(epoch), optimizer, self.sync)
         if expected is not None:
             assert step.logits is not None, "the step's forward gave logits"
             differs = not torch.allclose(step.logits.detach(), expected, rtol=1e-4, atol=1e-5)

@@ -154,7 +154,8 @@ class Checkpoint(Options):
 class Settings:
     """What a strategy's run shares with every other strategy's: the planned
     epochs, the gradient sum, evaluation, checkpoints, and whether the graph
-    is heterogeneous. :func:`~pyg_dist.train.train` makes one from its
+    is heterogeneous and whether its model reads labels as input.
+    :func:`~pyg_dist.train.train` makes one from its
     arguments and checks their types here, before any rank works.
 
     Args:
@@ -167,6 +168,9 @@ class Settings:
             checkpoints. (default: :obj:`None`)
         hetero (bool, optional): Whether the graph is heterogeneous.
             (default: :obj:`False`)
+        labels_as_input (bool, optional): Whether the model reads labels as
+            input (:class:`~pyg_dist.strategies.task.LabelTask`).
+            (default: :obj:`False`)
     """
 
     epochs: int
@@ -174,6 +178,7 @@ class Settings:
     evaluation: Evaluation = Evaluation()
     checkpoint: Checkpoint | None = None
     hetero: bool = False
+    labels_as_input: bool = False
 
     def __post_init__(self) -> None:
         check_int(type(self), "epochs", self.epochs, 0, "it counts optimisation steps")

@@ -2,9 +2,12 @@
 :class:`Task` holds the labels and masks, the model's inputs, its logits of
 the model's output, the ledger and the halo registry; :class:`HeteroTask`
 reads a heterogeneous graph's labelled node type, and the model's inputs as
-the type dictionaries or the homogeneous view."""
+the type dictionaries or the homogeneous view; :class:`LabelTask` gives a
+model that reads labels as input its label columns and each epoch's loss
+mask."""
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -16,8 +19,9 @@ from pyg_dist.halo.layer import registry_of
 from pyg_dist.metrics import MASKS, accuracies, data_keys
 from pyg_dist.models.hetero import READS
 from pyg_dist.nn.twin import DistLayer
+from pyg_dist.utils.labels import LabelInput
 
-__all__ = ["Task", "HeteroTask", "task_of", "is_hetero", "labelled_type"]
+__all__ = ["Task", "HeteroTask", "LabelTask", "task_of", "is_hetero", "labelled_type"]
 
 
 def is_hetero(data: Any) -> bool:
@@ -74,6 +78,8 @@ class Task:
     """
 
     hetero = False
+    #: Whether the model reads labels as input (:class:`~pyg_dist.strategies.task.LabelTask`).
+    labels_as_input = False
     train_mask: Tensor
     val_mask: Tensor | None
     test_mask: Tensor | None
@@ -108,6 +114,16 @@ class Task:
         """The logits the loss reads of the model's output ``out``: all of it."""
         return out
 
+    def for_epoch(self, epoch: int) -> Task:
+        """What training epoch ``epoch`` (from 1) reads: the model's inputs
+        and the loss's ``train_mask``; the task itself, unless labels enter
+        as input (:class:`~pyg_dist.strategies.task.LabelTask`).
+
+        Args:
+            epoch (int): The epoch.
+        """
+        return self
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> tuple[float, float, float]:
         """Global accuracy of ``model`` on ``train_mask``, ``val_mask`` and
@@ -134,7 +150,58 @@ def task_of(data: Any, model: nn.Module, inputs: tuple[Any, ...] | None = None) 
     """
     if isinstance(data, Task):
         return data
-    return HeteroTask(data, model) if is_hetero(data) else Task(data, inputs)
+    if is_hetero(data):
+        return HeteroTask(data, model)
+    labels = getattr(model, "label_input", None)
+    return Task(data, inputs) if labels is None else LabelTask(data, labels, inputs)
+
+
+class LabelTask(Task):
+    r"""A graph whose model reads labels as input (the label trick; see
+    :mod:`pyg_dist.utils.labels`): the model's first argument is the
+    features followed by ``labels.num_classes`` one-hot label columns. In
+    training epoch :math:`e` the training nodes that
+    :meth:`~pyg_dist.utils.labels.LabelInput.shown` picks fill their columns
+    and the loss reads the other training nodes; in evaluation every training
+    node fills its columns. The split is a hash of the global node ids and
+    the epoch: one process and every cut draw the same. The label columns
+    cross the halo with the features.
+
+    Args:
+        data (DistData or torch_geometric.data.Data): The graph, with ``x``,
+            ``y``, ``train_mask`` and ``edge_index`` (a ``DistData``'s
+            ``global_id``; in one process row :math:`i` is node :math:`i`).
+        labels (LabelInput): How the model reads labels.
+        inputs (tuple, optional): The model's arguments after the first.
+            (default: :obj:`None`, ``(data.edge_index,)``)
+
+    Attributes:
+        global_id (torch.Tensor): ``[N]`` global id of each row.
+    """
+
+    labels_as_input = True
+
+    def __init__(self, data: Any, labels: LabelInput, inputs: tuple[Any, ...] | None = None
+                 ) -> None:
+        super().__init__(data, inputs)
+        self.labels = labels
+        self.x, self.rest = self.inputs[0], self.inputs[1:]
+        classes = int(self.y.max()) + 1 if self.y.numel() else 0
+        if classes > labels.num_classes:
+            raise ValueError(f"'train' got labels up to {classes - 1} for a model that reads "
+                             f"{labels.num_classes} label columns; build the model with "
+                             f"out_channels = the number of classes")
+        gid = getattr(data, "global_id", None)
+        self.global_id = (gid if gid is not None
+                          else torch.arange(self.y.numel(), device=self.y.device))
+        self.inputs = (labels.inputs(self.x, self.y, self.train_mask), *self.rest)
+
+    def for_epoch(self, epoch: int) -> Task:
+        shown = self.labels.shown(self.global_id, self.train_mask, epoch)
+        view = copy.copy(self)
+        view.inputs = (self.labels.inputs(self.x, self.y, shown), *self.rest)
+        view.train_mask = self.train_mask & ~shown
+        return view
 
 
 class HeteroTask(Task):

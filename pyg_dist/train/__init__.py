@@ -12,6 +12,8 @@ from pyg_dist.train.loop import (
     train,
     train_step,
 )
+from pyg_dist.train.post import CorrectSmooth, PostResult, correct_and_smooth
 
 __all__ = ["train", "evaluate", "accuracies", "TrainResult", "EpochStats", "sync_parameters",
-           "all_reduce_gradients", "global_loss", "halo_choices", "train_step"]
+           "all_reduce_gradients", "global_loss", "halo_choices", "train_step",
+           "correct_and_smooth", "CorrectSmooth", "PostResult"]

@@ -120,7 +120,7 @@ def train(
     task = task_of(data, model)
     strategy = as_strategy(strategy)
     settings = Settings(epochs, grad_sync or GradSync(), evaluation or Evaluation(),
-                        checkpoint, task.hetero)
+                        checkpoint, task.hetero, task.labels_as_input)
     strategy.check_settings(settings)
     optimizer, scheduler = make_optimizer(model, optimizer, epochs)
     plateau = isinstance(scheduler, lr_scheduler.ReduceLROnPlateau)

@@ -83,7 +83,7 @@ def test_a_written_config_file_reruns_the_same_job(tmp_path, write):
 
 @pytest.mark.parametrize("config, message", [
     ({"epoch": 3}, "Job has no key 'epoch'; its keys are graph, model, epochs, strategy, "
-                   "grad_sync, optimizer, evaluation, checkpoint, run"),
+                   "grad_sync, optimizer, evaluation, checkpoint, run, post"),
     ([{"epochs": 3}], r"a job is a JSON object with keys graph, model"),
     ({"epochs": -5}, r"Job\(epochs=-5\): epochs must be an integer >= 1"),
     ({"epochs": "5"}, r"Job\(epochs='5'\): epochs must be an integer >= 1"),
@@ -111,6 +111,21 @@ def test_a_written_config_file_reruns_the_same_job(tmp_path, write):
                                   r"\[0, 1\)"),
     ({"model": {"edge_dropout": 3.0}}, r"Model\(edge_dropout=3.0\): edge_dropout is the "
                                        r"fraction dropped"),
+    ({"model": {"norm": "group"}}, r"Model\(norm='group'\): use one of batch, layer, or None"),
+    ({"model": {"jk": "lstm"}}, r"Model\(jk='lstm'\): use one of cat, max, or None"),
+    ({"model": {"input_dropout": 1.5}}, r"Model\(input_dropout=1.5\): input_dropout is the "
+                                        r"fraction dropped"),
+    ({"model": {"name": "gcn2", "labels_as_input": True, "jk": "cat"}},
+     r"--jk, --labels-as-input apply to the models of pyg_dist.models.GNN, not to gcn2; leave "
+     r"them out or use --model gcn\|sage\|gat\|gin"),
+    ({"post": "cs"}, r"Job\(post='cs'\): post must be a JSON object of its fields or null, e.g. "
+                     r"\"post\": \{\"name\": \"cs\"\}"),
+    ({"post": {"correction_layers": 3}}, r"Job\(post=\{'correction_layers': 3\}\): name the "
+                                         r"step, \{\"name\": 'cs', ...fields\}, or write null"),
+    ({"post": {"name": "cs", "layers": 3}}, r"CorrectSmooth has no field 'layers'; its fields "
+                                            r"are autoscale, correction_alpha"),
+    ({"post": {"name": "cs", "smoothing_alpha": 2}}, r"CorrectSmooth\(smoothing_alpha=2\): use a "
+                                                     r"number in \[0, 1\]"),
     ({"run": {"timeout": -1}}, r"Run\(timeout=-1\): give seconds > 0, or None"),
     ({"run": {"log_every": -1}}, r"Run\(log_every=-1\): log_every must be an integer >= 0"),
     ({"run": {"progress": "yes"}}, r"Run\(progress='yes'\): progress must be True or False, "
@@ -145,7 +160,7 @@ def test_train_refuses_a_bad_config_in_one_line_before_any_rank_starts(tmp_path,
         main(["train", "--config", str(path)])
     assert str(exc.value) == ("pyg-dist train: Job has no key 'epoch'; its keys are graph, "
                               "model, epochs, strategy, grad_sync, optimizer, evaluation, "
-                              "checkpoint, run")
+                              "checkpoint, run, post")
     with pytest.raises(SystemExit, match=r"^pyg-dist train: Model\(layers=0\): layers must be "
                                          r"an integer >= 1"):
         main(["train", "--layers", "0"])
@@ -163,3 +178,58 @@ def test_the_output_of_plan_is_no_job(tmp_path):
     path.write_text(json.dumps({"test_acc": 0.5, "config": None}))
     with pytest.raises(ValueError, match="'config' holds None, not a job's JSON object"):
         read_config(str(path))
+
+
+def test_post_and_recipe_flags_spell_the_job_sections():
+    job = job_of("--model", "sage", "--norm", "batch", "--jk", "cat", "--skip", "--residual",
+                 "--input-dropout", "0.1", "--labels-as-input", "--post",
+                 "cs,correction_layers=3,autoscale=false,scale=2")
+    assert job.to_dict()["model"] == {
+        "name": "sage", "layers": 2, "hidden": 16, "heads": 1, "dropout": 0.5,
+        "edge_dropout": 0.0, "input_dropout": 0.1, "norm": "batch", "residual": True,
+        "jk": "cat", "skip": True, "labels_as_input": True}
+    assert job.to_dict()["post"] == {"name": "cs", "correction_layers": 3,
+                                     "correction_alpha": 0.8, "smoothing_layers": 50,
+                                     "smoothing_alpha": 0.8, "autoscale": False, "scale": 2.0}
+    assert job.post.spec() == "cs,correction_layers=3,autoscale=false,scale=2.0"
+    assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job
+    assert job_of("--post", "cs").post.spec() == "cs"
+    # a job without them writes neither the recipe options nor a post section
+    plain = job_of("--model", "sage").to_dict()
+    assert "post" not in plain and "norm" not in plain["model"]
+    # a config's step is replaced, not merged, by --post; none removes it
+    base = job.to_dict()
+    assert resolve(base, {"post": {"spec": "cs,smoothing_layers=4"}}).post.spec() == \
+        "cs,smoothing_layers=4"
+    assert resolve(base, {"post": {"spec": "none"}}).post is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--post", "lp"], "--post lp: use none or one of cs, e.g. --post cs,correction_layers=20"),
+    (["--post", "cs,foo=1"], "--post cs,foo=1: bad post-processing step 'cs,foo=1': 'foo=1' is "
+                             "not KEY=VALUE with KEY one of correction_layers, correction_alpha, "
+                             "smoothing_layers, smoothing_alpha, autoscale, scale"),
+    (["--post", "cs,correction_layers=x"], "--post cs,correction_layers=x: bad "
+                                           "post-processing step 'cs,correction_layers=x': "
+                                           "correction_layers takes a number, got 'x'"),
+    (["--post", "cs,autoscale=maybe"], "--post cs,autoscale=maybe: bad post-processing step "
+                                       "'cs,autoscale=maybe': autoscale takes true or false, "
+                                       "got 'maybe'"),
+    (["--post", "cs", "--model", "gcn2", "--strategy", "layer-pipeline"],
+     "--post cs propagates over a homogeneous graph with a part per rank; leave it out for "
+     "--strategy layer-pipeline"),
+    (["--post", "cs", "--dataset", "synthetic-mag"],
+     "--post cs propagates over a homogeneous graph with a part per rank; leave it out for a "
+     "heterogeneous graph"),
+    (["--norm", "batch", "--model", "gcn2"],
+     "--norm applies to the models of pyg_dist.models.GNN, not to gcn2; leave it out or use "
+     "--model gcn|sage|gat|gin"),
+    (["--labels-as-input", "--strategy", "gradient-only"],
+     "cannot train a model that reads labels as input: its steps read the graph's features "
+     "alone; train it with strategy=GraphParallel(halo=...) (CLI: --strategy graph-parallel)"),
+])
+def test_bad_post_and_recipe_flags_are_refused_in_one_line(args, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", *args])
+    assert str(exc.value).startswith("pyg-dist train: ")
+    assert str(exc.value).endswith(message), str(exc.value)

@@ -81,3 +81,48 @@ def test_tags_refuse_to_wrap(monkeypatch):
     c.tag("b", "eval")  # 1 + 1 * 3 + 2 = 6
     with pytest.raises(RuntimeError, match="message tag 7 > 6"):
         c.tag("c", "fwd")
+
+
+def test_a_long_run_folds_old_steps_and_keeps_every_total():
+    """Steps booked by hand (two layers forward and backward, the gradient
+    all-reduce): once twice ``keep_steps`` are kept the older ones fold into
+    one entry per layer and direction at step -1; the run's totals, one kept
+    step's totals and a chosen layer's traffic since its choice's step equal
+    an unfolded ledger's, and a state dict reads back as the same ledger."""
+    from pyg_dist.halo.choices import LayerChoice
+
+    def book(ledger, steps):
+        ledger.choices.layers["l1"] = LayerChoice("exact", 3, True, 1, 0.0, 0.0)
+        for _ in range(steps):
+            s = ledger.step
+            for layer, width in (("l0", 4), ("l1", 2)):
+                ledger.record(layer, "fwd", bytes_sent=width * (s + 1), exchanges=1,
+                              seconds=0.5, staleness=s % 3)
+                if layer == "l1":
+                    ledger.record(layer, "bwd", bytes_sent=width, exchanges=1, seconds=0.25)
+            ledger.record("gradients", "grad", bytes_sent=10, seconds=0.125)
+            ledger.next_step()
+
+    folded, every = Ledger(keep_steps=4), Ledger(keep_steps=None)
+    book(folded, 30)
+    book(every, 30)
+    # folds come once more than 2 x 4 steps are kept; the last, at step 28, kept 24 on
+    assert folded.folded_through == 23 and every.folded_through == -1
+    assert sorted({s for s, _, _ in folded.entries}) == [-1, 24, 25, 26, 27, 28, 29]
+    assert len(folded.entries) == 4 + 4 * 6 and len(every.entries) == 4 * 30
+    assert folded.entries[(-1, "l0", "fwd")].bytes_sent == sum(4 * (s + 1) for s in range(24))
+    assert folded.entries[(-1, "l0", "fwd")].exchanges == 24
+    assert folded.entries[(-1, "l0", "fwd")].staleness == 2
+    assert folded.totals() == every.totals()
+    assert folded.totals(28) == every.totals(28)
+    assert folded.layer_totals("l1", 3) == every.layer_totals("l1", 3) == {
+        "bytes_sent": float(sum(2 * (s + 1) + 2 for s in range(3, 30))), "seconds": 27 * 0.75,
+        "steps": 27.0}
+    with pytest.raises(ValueError, match=r"^Ledger.totals\(step=7\): steps up to 23 were "
+                                         r"folded into step -1; ask for a later step, or keep "
+                                         r"every step with Ledger\(keep_steps=None\)$"):
+        folded.totals(7)
+    back = Ledger(keep_steps=4)
+    back.load_state_dict(folded.state_dict())
+    assert back.entries == folded.entries and back.folded_through == 23
+    assert back.layer_totals("l1", 3) == folded.layer_totals("l1", 3)
