@@ -31,8 +31,8 @@ from pyg_dist.runtime.peers import PeerLost
 from pyg_dist.strategies import planner
 from pyg_dist.strategies.task import labelled_type
 from pyg_dist.train.loop import EpochStats, train
-from pyg_dist.train.progress import destination, summary_lines, write
 from pyg_dist.train.post import correct_and_smooth
+from pyg_dist.train.progress import destination, summary_lines, write
 
 __all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "report_plan",
            "load_part", "cut_in_words"]
