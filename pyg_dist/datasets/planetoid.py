@@ -31,7 +31,7 @@ def raw_files(name: str, root: str | os.PathLike) -> list[Path]:
 
 
 def missing_raw_files(name: str, root: str | os.PathLike) -> list[Path]:
-    """Those of :func:`raw_files` that are not there.
+    """Those of ``raw_files`` that are not there.
 
     Args:
         name (str): :obj:`"cora"`, :obj:`"citeseer"` or :obj:`"pubmed"`.
@@ -44,7 +44,7 @@ def planetoid(name: str, root: str | os.PathLike, download: bool = False) -> Any
     """Loads Cora, CiteSeer or PubMed with PyG's own loader, with
     row-normalised features and the public split.
 
-    The raw files (:func:`raw_files`: ``root/Cora/raw/ind.cora.x``, ...) are
+    The raw files (``raw_files``: ``root/Cora/raw/ind.cora.x``, ...) are
     read where they are; when one is missing, a :class:`FileNotFoundError`
     names the folder and the files it needs, and nothing is downloaded
     unless ``download`` asks for it. A read-only ``root`` is copied to a

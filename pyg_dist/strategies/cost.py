@@ -85,7 +85,7 @@ class Probe:
         exact_compute: The slowest rank's median exact step less its waits
             (every halo edge aggregated).
         measured: What strategies measured for their own predictions
-            (:meth:`~pyg_dist.strategies.base.Strategy.measure`), by name.
+            (``Strategy.measure``), by name.
     """
 
     world_size: int

@@ -23,7 +23,7 @@ grid draws the masks of one process. Norms run on rows, their statistics over
 every rank's row block; the loss and accuracies run on rows. Every parameter's
 gradient is summed over all :math:`P` ranks (:attr:`FeatureGrid.gradient_group`).
 
-Predicted (:meth:`FeatureParallel.candidates`, per grid), from the probe's
+Predicted (``FeatureParallel.candidates``, per grid), from the probe's
 exact compute :math:`C` scaled by the grid's largest share of edges and rows,
 each all-to-all of width :math:`w` :math:`\alpha + B_a(w)/\beta` (:math:`B_a`:
 the busiest rank's bytes sent and received), each halo exchange
@@ -115,7 +115,7 @@ class FeatureParallel(Strategy):
     and every rank does the same work whatever the cut. Trains
     :class:`~pyg_dist.models.GNN` (``gcn``, ``sage``, ``gin``), PyG's ``GCN``,
     ``GraphSAGE`` and ``GIN`` converted with :func:`~pyg_dist.nn.to_distributed`,
-    or one layer of :data:`RUNS`; the data comes from :meth:`load` (or, given a
+    or one layer of ``RUNS``; the data comes from :meth:`load` (or, given a
     :class:`~pyg_dist.DistData`, from its folder, whose part count the grid's
     parts divide).
 
@@ -366,8 +366,8 @@ def load_grid(folder: Any, slices: int, halo: HaloPolicy | str | None = None,
     parts :math:`dk .. dk + k - 1` (:math:`k` = folder parts / grid parts),
     so one folder serves every grid whose parts divide its own. A rank reads
     only its columns of those parts' rows, a block of rows at a time
-    (:func:`~pyg_dist.partitioning.io.read_part_columns`). With one grid part
-    it may also be a graph folder (:mod:`pyg_dist.datasets.ondisk`): every
+    (``pyg_dist.partitioning.io.read_part_columns``). With one grid part
+    it may also be a graph folder (``pyg_dist.datasets.ondisk``): every
     rank reads the whole structure and its columns, with no partitioning.
 
     Args:
@@ -572,7 +572,7 @@ def compile_model(model: nn.Module, num_features: int) -> list[Op]:
     """``model`` as :class:`Op` steps: a :class:`~pyg_dist.models.GNN`
     (``gcn``, ``sage``, ``gin``), PyG's ``GCN``, ``GraphSAGE`` or ``GIN``
     converted with :func:`~pyg_dist.nn.to_distributed`, or one layer of
-    :data:`RUNS`; raises :class:`ValueError`, naming what runs, otherwise.
+    ``RUNS``; raises :class:`ValueError`, naming what runs, otherwise.
 
     Args:
         model (torch.nn.Module): The model.
@@ -1277,7 +1277,7 @@ class _FeatureParallelRun(Runner):
 # -- the planner's measurements and predictions -----------------------------------------------
 
 def measure(model: nn.Module, data: Any) -> dict[str, Any] | None:
-    """What :meth:`FeatureParallel.candidates` needs of a graph-parallel
+    """What ``FeatureParallel.candidates`` needs of a graph-parallel
     part (collective): the model's steps, and for every grid of the world
     (:math:`T` dividing it, the folder's parts merged :math:`T` at a time) its
     parts' rows and edges and its cut's halo rows received and sent per part.

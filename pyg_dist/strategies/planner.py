@@ -19,7 +19,7 @@ parameters untouched) and measures, reduced over the ranks:
   minimum vertex cover (:meth:`~pyg_dist.DistEdgeIndex.pre_aggregated`),
   where a layer can: its rows, its compute and its one setup exchange;
 * **what strategies ask for**: each registered strategy's
-  :meth:`~pyg_dist.strategies.base.Strategy.measure` (sizes its own
+  ``Strategy.measure`` (sizes its own
   predictions need).
 
 :func:`predict` asks every strategy of

@@ -59,8 +59,8 @@ def train(
     global. Training stops after ``epochs`` steps, or earlier under the
     evaluation's stop rules (a target accuracy, patience, a time budget). The
     returned ``test_acc`` is taken at the epoch of best validation accuracy.
-    Rank 0 shows a progress bar (:mod:`pyg_dist.train.progress`; lines
-    printed with :func:`~pyg_dist.train.progress.write` go above it), whose
+    Rank 0 shows a progress bar (``pyg_dist.train.progress``; lines
+    printed with ``pyg_dist.train.progress.write`` go above it), whose
     estimate of the time left leaves out the first epoch.
 
     On a heterogeneous graph, loss and accuracies are those of the one node

@@ -197,9 +197,12 @@ def test_a_missing_ogbn_mag_says_that_nothing_downloads_and_how_to(tmp_path, cap
         load_dataset("ogbn-mag", root=tmp_path)
     with pytest.raises(ValueError, match="holding ogbn_mag/raw.*pass root"):
         load_dataset("ogbn-mag")
-    with pytest.raises(FileNotFoundError, match="does not download"):
+    # the command line checks the folder before loading: one line, exit status 2
+    with pytest.raises(SystemExit, match="--dataset ogbn-mag: no ogbn_mag/raw in --root .*"
+                                         "does not download") as exit_:
         main(["convert", "--dataset", "ogbn-mag", "--root", str(tmp_path),
               "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2
     assert not (tmp_path / "out").exists()
 
 
