@@ -135,3 +135,31 @@ def test_peer_lost_message_names_rank_host_and_remedy():
     assert "the process of rank 1 on host0 (198.18.0.1) has exited" in message
     assert "--resume" in message and "PYG_DIST_TIMEOUT" in message
     assert issubclass(PeerLost, RuntimeError)
+
+
+def test_a_timeout_with_every_peer_answering_is_a_stalled_network(monkeypatch):
+    """A link that went down and came back: the collective timed out, but the
+    store holds no failure and every beacon answers now. The error says the
+    network stalled and names the fix; any other error passes unchanged."""
+    from pyg_dist.runtime import peers
+
+    server = socket.create_server(("127.0.0.1", 0))
+    me, other = Peer(0, "host0", "127.0.0.1", 1), Peer(1, "host1", "127.0.0.1",
+                                                        server.getsockname()[1])
+    monkeypatch.setattr(peers._state, "me", me)
+    monkeypatch.setattr(peers._state, "peers", [me, other])
+    monkeypatch.setattr(peers._state, "timeout", 2.0)
+    monkeypatch.setattr(peers._state, "store", None)
+    gloo = RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 2000ms "
+                        "for recv operation to complete")
+    with pytest.raises(peers.NetworkStalled) as info, peers.guard("halo exchange"):
+        raise gloo
+    assert isinstance(info.value, PeerLost) and info.value.lost == []
+    assert info.value.__cause__ is gloo
+    assert str(info.value).startswith(
+        "halo exchange timed out on rank 0 on host0 (127.0.0.1) after 0.0 s, but every peer "
+        "answers now: the network stalled for longer than PYG_DIST_TIMEOUT (2 s)")
+    assert "pyg-dist train --checkpoint DIR --resume" in str(info.value)
+    with pytest.raises(RuntimeError, match="^shapes differ$"), peers.guard("all-reduce"):
+        raise RuntimeError("shapes differ")
+    server.close()

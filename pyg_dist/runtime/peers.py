@@ -16,7 +16,10 @@ beacon port and package versions. Two things use the directory:
   error; without a report it knocks on every peer's beacon and raises
   :class:`PeerLost` naming the ranks and hosts it cannot reach (no answer:
   link down, host unreachable) or whose process is gone (the host refuses
-  the connection).
+  the connection). A collective that ran into the timeout although every
+  peer answers afterwards raises :class:`NetworkStalled`: the network
+  stopped moving for longer than the timeout (a link that went down and came
+  back) and the connections may have lost their place.
 
 A beacon answers from the kernel's TCP stack, so a rank busy computing or
 blocked in a collective still answers.
@@ -38,9 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "Peer", "PeerLost", "PeerFailed", "VersionMismatch", "publish", "close", "directory",
-    "name", "probe", "guard", "lost_peers", "describe_loss", "report_failure",
-    "clear_failure", "failures", "describe_failures",
+    "Peer", "PeerLost", "PeerFailed", "NetworkStalled", "VersionMismatch", "publish", "close",
+    "directory", "name", "probe", "guard", "lost_peers", "describe_loss", "describe_stall",
+    "report_failure", "clear_failure", "failures", "describe_failures",
     "check_versions", "package_versions", "local_address", "PROBE_TIMEOUT",
 ]
 
@@ -77,6 +80,16 @@ class PeerLost(RuntimeError):
 
     def __reduce__(self) -> Any:  # pickled with its fields (pyg_dist.launch sends it back)
         return type(self), (str(self), self.lost)
+
+
+class NetworkStalled(PeerLost):
+    """Raised when a collective or halo exchange ran into the timeout
+    although every peer answers afterwards: the network stalled for longer
+    than the timeout (a link that was down for a while, heavy congestion).
+    ``lost`` is empty."""
+
+    def __init__(self, message: str, lost: list[tuple[Peer, str]] | None = None) -> None:
+        super().__init__(message, lost or [])
 
 
 class PeerFailed(PeerLost):
@@ -225,8 +238,8 @@ def guard(what: str) -> Iterator[None]:
     """Runs a collective; if it fails, raises :class:`PeerFailed` naming
     the peers that reported giving up (:func:`failures`), else probes the
     peers and raises :class:`PeerLost` naming those lost (the original
-    error as its cause), or re-raises the error unchanged when every peer
-    answers."""
+    error as its cause); when every peer answers, a timeout becomes
+    :class:`NetworkStalled` and any other error is re-raised unchanged."""
     start = time.monotonic()
     try:
         yield
@@ -239,9 +252,33 @@ def guard(what: str) -> Iterator[None]:
             raise PeerFailed(describe_failures(what, failed, time.monotonic() - start), lost,
                              failed) from exc
         lost = lost_peers()
+        if not lost and _timed_out(exc):
+            raise NetworkStalled(describe_stall(what, time.monotonic() - start)) from exc
         if not lost:
             raise
         raise PeerLost(describe_loss(what, lost, time.monotonic() - start), lost) from exc
+
+
+def _timed_out(error: BaseException) -> bool:
+    """Whether a collective's error is its timeout (gloo: "Timed out
+    waiting 2000ms for recv operation"; NCCL: "Watchdog caught collective
+    operation timeout")."""
+    text = str(error).lower()
+    return "timed out" in text or "timeout" in text
+
+
+def describe_stall(what: str, waited: float) -> str:
+    """The error of :func:`guard` when a collective timed out but every peer
+    answers: the network stalled; what to do."""
+    me = _state.me
+    where = f" on {me}" if me is not None else ""
+    return (
+        f"{what} timed out{where} after {waited:.1f} s, but every peer answers now: the "
+        f"network stalled for longer than PYG_DIST_TIMEOUT ({_state.timeout:g} s), e.g. a "
+        f"link that went down and came back. Every rank stops: restart from the last "
+        f"checkpoint (pyg-dist train --checkpoint DIR --resume), and raise PYG_DIST_TIMEOUT "
+        f"if the network stalls for longer than that"
+    )
 
 
 def report_failure(doing: str, error: BaseException) -> None:
