@@ -196,6 +196,9 @@ class Adam(Options):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"Adam({name}={value!r}): use a number >= 0")
+        if self.lr == 0:
+            raise ValueError("Adam(lr=0): a learning rate of 0 never changes the weights; use "
+                             "a rate > 0 (--lr 0.01), or leave it out for the model's own")
         object.__setattr__(self, "schedule", _schedule(self.schedule))
 
     def to_dict(self) -> dict[str, Any]:
