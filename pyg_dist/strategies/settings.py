@@ -38,8 +38,8 @@ class GradSync(Options):
         try:
             parse_grad_compress(self.compress)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"GradSync(compress={self.compress!r}): {exc}; use "
-                             f"{GRAD_COMPRESS_CHOICES}") from None
+            hint = "" if "; use " in str(exc) else f"; use {GRAD_COMPRESS_CHOICES}"
+            raise ValueError(f"GradSync(compress={self.compress!r}): {exc}{hint}") from None
 
     @property
     def spec(self) -> str:
