@@ -44,7 +44,12 @@ from pyg_dist.cli.commands import (
     layouts_command,
     partition_command,
 )
-from pyg_dist.cli.errors import check_dataset, check_parts_dir, reporting
+from pyg_dist.cli.errors import (
+    check_checkpoint_dir,
+    check_dataset,
+    check_parts_dir,
+    reporting,
+)
 from pyg_dist.cli.help import (
     DESCRIPTION,
     EPILOG,
@@ -311,6 +316,7 @@ def _run(args: argparse.Namespace) -> int:
                         job.strategy.ranks_per_part())
     else:
         check_dataset(args.command, job.graph)
+    check_checkpoint_dir(args.command, job.checkpoint.dir if job.checkpoint else None)
     if args.command == "plan":
         return train_command(job, plan_rank, report_plan(args.json))
     return train_command(job)

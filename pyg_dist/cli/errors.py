@@ -7,6 +7,7 @@ The checks here need no graph: the command runs them before it loads one,
 so a wrong path fails in a second, with nothing written."""
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -21,7 +22,8 @@ from pyg_dist.partitioning.io import META_FILE, read_meta
 from pyg_dist.runtime import env
 
 __all__ = ["UsageError", "EXIT_USAGE", "EXIT_FAILED", "EXIT_INTERRUPTED", "reporting",
-           "check_out", "check_parts_dir", "check_dataset", "check_graph_folder"]
+           "check_out", "check_parts_dir", "check_dataset", "check_graph_folder",
+           "check_checkpoint_dir"]
 
 #: The exit status of an error the command line can fix (argparse's too).
 EXIT_USAGE = 2
@@ -111,6 +113,19 @@ def check_out(command: str, out: str, overwrite: bool) -> None:
                          f"replace it, or name a new folder")
 
 
+def check_checkpoint_dir(command: str, folder: str | os.PathLike | None) -> None:
+    """Refuses a ``--checkpoint`` that names a file (the ranks would train
+    until their first checkpoint and fail there).
+
+    Args:
+        command (str): The command (``"train"``).
+        folder (str or os.PathLike, optional): ``--checkpoint``, if given.
+    """
+    if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+        raise UsageError(f"pyg-dist {command}: --checkpoint {folder} is a file; name a folder "
+                         f"for the checkpoints (it is created if missing)")
+
+
 def check_parts_dir(command: str, parts_dir: str, ranks: int | None = None,
                     ranks_per_part: int = 1) -> int:
     """The part count of partition folder ``--parts-dir``, or an error
@@ -127,6 +142,9 @@ def check_parts_dir(command: str, parts_dir: str, ranks: int | None = None,
     path = Path(parts_dir)
     cut = (f"cut one with 'pyg-dist partition --dataset NAME --parts P --out {parts_dir}', "
            f"or leave --parts-dir out to cut the graph for this run")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"pyg-dist {command}: --parts-dir {parts_dir} is a file; name the "
+                         f"partition folder (the --out of pyg-dist partition)")
     if not path.is_dir():
         raise UsageError(f"pyg-dist {command}: --parts-dir {parts_dir}: no such folder; {cut}")
     if not (path / META_FILE).is_file():
