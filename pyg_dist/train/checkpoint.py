@@ -149,8 +149,7 @@ def load_checkpoint(folder: str | os.PathLike, model: nn.Module,
         state = torch.load(file, weights_only=True)
         if int(state["epoch"]) != epoch:
             raise ValueError(f"'{file}' holds epoch {state['epoch']}, not {epoch}; {_FIX}")
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+        _restore(file, model, optimizer, state)
     registry = registry_of(data)
     if state["halo"] is not None and registry is not None:
         registry.load_state_dict(state["halo"])
@@ -158,6 +157,23 @@ def load_checkpoint(folder: str | os.PathLike, model: nn.Module,
         data.ledger.load_state_dict(state["ledger"])
     _set_rng_state(state["rng"])
     return int(state["epoch"]), state["extra"]
+
+
+def _restore(file: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+             state: dict[str, Any]) -> None:
+    """Loads the model's and optimizer's state of ``file``; a checkpoint of
+    another model (other layers or sizes) is named, with what differs."""
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        lines = [line.strip().rstrip(".") for line in str(exc).splitlines() if line.strip()]
+        detail = "; ".join(lines[1:3] or lines[:1])
+        raise ValueError(
+            f"'{file}' holds the state of another model or optimizer ({detail}); resume with "
+            f"the job that wrote it (its JSON line, pyg-dist train --config FILE), or point "
+            f"--checkpoint at a new folder, or start without resume"
+        ) from None
 
 
 _FIX = ("copy back the files this run wrote, resume from another folder, or start without "
