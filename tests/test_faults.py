@@ -4,7 +4,9 @@ an error naming the folder and the room needed, keeps the previous folder or
 checkpoint whole and loadable, and leaves no temporary file; a part or a
 checkpoint file with flipped bytes, cut short or taken from another run is
 refused on every rank together, naming the file, before any training step."""
+import contextlib
 import gc
+import io
 import json
 import shutil
 import subprocess
@@ -142,12 +144,16 @@ def _refusals(root: str) -> dict:
     _run(root / "parts", root / "ck", 2)
     _run(root / "parts", root / "ck-other", 2, init_seed=1)
     got = {}
-    for kind, victim, other in (("part", "parts/part_1.pt", "other/part_1.pt"),
-                                ("checkpoint", "ck/rank_1.pt", "ck-other/rank_1.pt")):
+    # A checkpoint is refused when rank 1's files of both epochs are damaged
+    # (with the one before intact, the ranks fall back to it: see below).
+    for kind, victims in (("part", ["part_1.pt"]),
+                          ("checkpoint", ["rank_1.pt", "rank_1.prev.pt"])):
+        folder, other = ("parts", "other") if kind == "part" else ("ck", "ck-other")
         for how in HOW:
             if rank == 0:
-                shutil.copyfile(root / victim, root / "backup")
-                _damage(root / victim, how, root / other)
+                for victim in victims:
+                    shutil.copyfile(root / folder / victim, root / f"backup-{victim}")
+                    _damage(root / folder / victim, how, root / other / victim)
             distributed.barrier()
             steps = []
             try:
@@ -157,9 +163,27 @@ def _refusals(root: str) -> dict:
                 got[kind, how] = (type(exc).__name__, str(exc), steps)
             distributed.barrier()
             if rank == 0:
-                shutil.copyfile(root / "backup", root / victim)
+                for victim in victims:
+                    shutil.copyfile(root / f"backup-{victim}", root / folder / victim)
             distributed.barrier()
+    got["fallback"] = _fallback(root, rank)
     return got
+
+
+def _fallback(root: Path, rank: int) -> dict:
+    """Rank 1's newest checkpoint file flipped, its previous one intact: the
+    ranks resume from epoch 1, rank 0 warns once; the weights after epoch 3
+    are those of a run never resumed."""
+    if rank == 0:
+        shutil.copytree(root / "ck", root / "ck-fallback")
+        _damage(root / "ck-fallback" / "rank_1.pt", "flipped", root / "ck-other" / "rank_1.pt")
+    distributed.barrier()
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        model, _, steps = _run(root / "parts", root / "ck-fallback", 3)
+    reference, _, _ = _run(root / "parts", root / "ck-reference", 3)
+    same = all(torch.equal(v, reference.state_dict()[k]) for k, v in model.state_dict().items())
+    return {"steps": steps, "stderr": stderr.getvalue(), "same_weights": same}
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +202,27 @@ def test_a_damaged_part_is_refused_on_every_rank(refusals, how):
     assert message.startswith(f"'DistData.load' of '{root / 'parts'}' failed on 1 of 2 ranks:")
     assert (f"ValueError: part 1 in '{root / 'parts'}' is corrupted or from another "
             f"partitioning (part_1.pt does not match the checksum in meta.json)") in message
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_intact_one_before(refusals):
+    """Every rank holds epoch 1 intact, rank 1's file of epoch 2 is flipped:
+    both ranks resume from epoch 1 (epochs 2 and 3 run again), one warning
+    names the file, and the weights equal those of a run never resumed."""
+    root, got = refusals
+    ck = root / "ck-fallback"
+    assert [g["fallback"]["steps"] for g in got] == [[2, 3], [2, 3]]
+    assert [g["fallback"]["same_weights"] for g in got] == [True, True]
+    warnings = [line for line in got[0]["fallback"]["stderr"].splitlines()
+                if line.startswith("warning:")]
+    assert len(warnings) == 1
+    start, damaged = warnings[0].split(" (127.0.0.1): ")  # rank 1 on <this machine's name>
+    assert start.startswith(f"warning: the checkpoint of epoch 2 in '{ck}' is damaged (rank 1 on ")
+    assert damaged == (
+        f"'{ck / 'rank_1.pt'}' (epoch 2) does not match the sha256 latest.json records for rank "
+        f"1 at epoch 2: its bytes changed after it was written (flipped or cut off) or it comes "
+        f"from another run, '{ck / 'rank_1.prev.pt'}' holds epoch 1); every rank holds the one "
+        f"of epoch 1 intact: resuming from it")
+    assert "warning:" not in got[1]["fallback"]["stderr"]
 
 
 @pytest.mark.parametrize("how", HOW)

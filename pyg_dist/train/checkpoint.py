@@ -21,11 +21,15 @@ storage needed). On resume the ranks agree on the newest epoch some
 its file of that epoch, current or previous, once its sha256 matches: an
 interruption at any point leaves a complete checkpoint to resume from, and
 a damaged file, or one of another run, is refused on every rank together.
+When every rank still holds the checkpoint before intact (its ``.prev.pt``
+file, whose sha256 ``latest.json`` also records), the ranks resume from that
+one instead, and rank 0 prints one warning naming the damaged files.
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +116,8 @@ def find_checkpoint(folder: str | os.PathLike) -> int | None:
     Raises on every rank when the checkpoint was written by another number of
     ranks, or some rank lacks its file of that epoch or holds one whose
     sha256 is not the one ``latest.json`` records (damaged, or of another
-    run).
+    run), unless every rank holds the checkpoint before intact: then that
+    epoch, with a warning on rank 0 naming the damaged files.
 
     Args:
         folder (str or os.PathLike): The checkpoint folder.
@@ -222,11 +227,37 @@ def _find(folder: Path) -> tuple[int | None, Path | None]:
     if missing:
         held = "; ".join(_held(folder, r, views[r]["files"], epoch,
                                expected[r] if expected else None) for r in missing)
-        raise ValueError(
-            f"the checkpoint of epoch {epoch} in '{folder}' is incomplete: {held}. Every "
-            f"machine needs its ranks' rank_<r>.pt files, as written, in '{folder}'; {_FIX}"
-        )
+        fallback = _previous_intact(views, sums or {}, epoch)
+        if fallback is None:
+            raise ValueError(
+                f"the checkpoint of epoch {epoch} in '{folder}' is incomplete: {held}. Every "
+                f"machine needs its ranks' rank_<r>.pt files, as written, in '{folder}'; {_FIX}"
+            )
+        previous_epoch, chosen = fallback
+        warning = (f"warning: the checkpoint of epoch {epoch} in '{folder}' is damaged ({held}); "
+                   f"every rank holds the one of epoch {previous_epoch} intact: resuming from it")
+        if rank == 0 and warning not in _WARNED:  # once, though resuming looks twice
+            _WARNED.add(warning)
+            print(warning, file=sys.stderr, flush=True)
+        epoch = previous_epoch
     return epoch, _rank_file(folder, rank, bool(chosen[rank]))
+
+
+#: The fallback warnings this process printed.
+_WARNED: set[str] = set()
+
+
+def _previous_intact(views: list[dict[str, Any]], sums: dict[str, Any],
+                     epoch: int) -> tuple[int, list[bool | None]] | None:
+    """The epoch before ``epoch`` that ``latest.json`` records a sha256 of
+    for every rank and every rank's file of which matches it, with which of
+    each rank's files holds it; :obj:`None` when there is no such epoch."""
+    older = [int(e) for e in sums if int(e) < epoch and sums[e]]
+    if not older:
+        return None
+    previous = max(older)
+    chosen = [_pick(v["files"], previous, sums[str(previous)][r]) for r, v in enumerate(views)]
+    return None if any(c is None for c in chosen) else (previous, chosen)
 
 
 def _pick(files: list[dict[str, Any]], epoch: int, digest: str | None) -> bool | None:
