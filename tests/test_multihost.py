@@ -255,7 +255,7 @@ def test_a_link_down_for_two_seconds_mid_epoch_is_ridden_out(cluster, cora_parts
     usual = sorted(s for e, s in seconds.items() if e != 8)[len(seconds) // 2]
     print(f"epoch 8, with the link down for {flap.restored - flap.cut:.1f} s: {seconds[8]:.2f} s;"
           f" the median epoch: {usual:.2f} s")
-    assert seconds[8] >= 2.0 > 10 * usual
+    assert seconds[8] >= 2.0 and seconds[8] > 5 * usual  # stalled, not merely slow
     _, expected = two_by_two["hosts"]
     weights = _weights(cluster.hosts[0].workdir / "ckpt")
     for name, value in expected.items():
