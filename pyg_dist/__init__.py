@@ -1,4 +1,16 @@
 """pyg_dist: distributed full-graph GNN training for PyTorch Geometric."""
+import importlib as _importlib
+import warnings as _warnings
+
+from tqdm.std import TqdmWarning as _TqdmWarning
+
+# torch_geometric imports tqdm.auto, which in a Jupyter kernel without ipywidgets warns
+# "IProgress not found" and falls back to the text bar, the one pyg_dist draws anyway:
+# that one warning is left out while tqdm.auto is first imported; every other is shown.
+with _warnings.catch_warnings():
+    _warnings.filterwarnings("ignore", "IProgress not found", _TqdmWarning)
+    _importlib.import_module("tqdm.autonotebook")
+
 from pyg_dist.data.dist_data import DistData, DistEdgeIndex
 from pyg_dist.data.hetero_data import DistHeteroData
 from pyg_dist.partitioning import PartitionMeta, partition

@@ -93,3 +93,30 @@ def test_a_run_redirected_keeps_stdout_one_json_line_and_ends_without_a_warning(
     assert said[-5].startswith("done: 3 epochs on 2 ranks in ")
     assert said[-1] == ("the JSON line went to run.json; 'pyg-dist train --config FILE' reruns "
                         "the job it holds")
+
+
+def test_a_compile_is_announced_on_its_own_line_before_the_bar(monkeypatch, capsys):
+    """The kernels load (a first use compiles them, which says so) before the
+    bar is drawn: the announcement stands alone on the first line, the bar's
+    first drawing below it, never on one line together."""
+    import torch
+
+    from pyg_dist.ops import backends, cpu_ext
+
+    loaded = []
+
+    def first_use():  # what a first use does: announce, compile (here nothing), load
+        cpu_ext._announce_compile(None)
+        loaded.append(True)
+        return None
+
+    monkeypatch.setattr(backends, "_cpu_kernels", first_use)
+    bar = progress.start_progress(torch.nn.Linear(2, 2), total=5)
+    bar.update(STATS, 0)
+    bar.close()
+    lines = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    assert loaded == [True]
+    assert lines[0] == cpu_ext.COMPILE_MESSAGE, lines
+    drawn = [line for line in lines[1:] if line.strip()]
+    assert drawn[0].startswith("train:   0%|"), drawn
+    assert not any(cpu_ext.COMPILE_MESSAGE in line for line in drawn), drawn

@@ -2,28 +2,29 @@
 
 ::
 
-    pyg-dist partition --dataset cora --root data --parts 4 --out parts/
+    pyg-dist partition --dataset cora --root tests/data --parts 4 --out parts/
     pyg-dist partition --distributed --input graph/ --parts 4 --out parts/
     pyg-dist convert --dataset ogbn-products --root ogb --out products/
-    pyg-dist train --dataset cora --root data --parts 4 --model gcn
+    pyg-dist train --dataset cora --root tests/data --parts 4 --model gcn
     pyg-dist train --dataset synthetic-mag --num-nodes 20000 --parts 4 --model rgcn
-    pyg-dist train --dataset cora --root data --halo stale:4,compress=int8
-    pyg-dist train --dataset cora --root data --model sage --norm batch --labels-as-input \\
+    pyg-dist train --dataset cora --root tests/data --halo stale:4,compress=int8
+    pyg-dist train --dataset cora --root tests/data --model sage --norm batch --labels-as-input \\
         --post cs
     pyg-dist train --model gcn2 --layers 16 --strategy layer-pipeline --stages 2 --chunks 4
     pyg-dist train --config run.json          # a run's JSON line (or its "config") again
     torchrun --nproc-per-node 4 -m pyg_dist.cli train --dataset synthetic --parts 4
-    pyg-dist train --dataset cora --root data --strategy auto --accept stale
+    pyg-dist train --dataset cora --root tests/data --strategy auto --accept stale
     pyg-dist plan --dataset synthetic --parts 4 --accept approximate
-    pyg-dist layouts --dataset cora --root data --parts 4 --model gcn2 --layers 32
+    pyg-dist layouts --dataset cora --root tests/data --parts 4 --model gcn2 --layers 32
     pyg-dist check --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 10.0.0.1 \\
         --parts-dir parts
 
 ``train`` spawns its ranks itself (or joins the group when started under
 torchrun) and ends its output with one JSON line of results, whose ``config``
 is the resolved job. ``plan`` takes ``train``'s options, runs the probe of
-``--strategy auto`` on the ranks and prints every strategy's predicted epoch
-time and bytes (one JSON line each, fastest first), then the choice.
+``--strategy auto`` on the ranks and prints a table of the strategies'
+predicted epoch time and bytes against exact, the best few of each risk, the
+choice marked (``--json``: one JSON line per strategy, then the choice).
 ``check`` tests one machine of a multi-host job before its torchrun starts.
 The options of ``train`` are the fields of :mod:`pyg_dist.config`'s option
 objects and of :mod:`pyg_dist.cli.job`.
