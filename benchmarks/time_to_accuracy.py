@@ -509,6 +509,16 @@ def plot(path: Path, title: str, rows: list[dict], target: float) -> None:
     print(f"wrote {path}")
 
 
+def finished(row: dict) -> None:
+    """One line as each row ends (the tables come when every row ran)."""
+    if "curve" not in row:
+        print(f"{row['row']}: {row.get('skipped', 'no curve')}", flush=True)
+        return
+    last = row["curve"][-1] if row["curve"] else {"epoch": 0, "seconds": 0.0}
+    print(f"{row['row']}: best val {100 * best_val(row):.2f}%, {last['epoch']} epochs in "
+          f"{last['seconds']:.0f} s, load {_load()}", flush=True)
+
+
 def configurations(args):
     for kind in args.models:
         for layers in args.layers:
@@ -539,10 +549,12 @@ def bench_graph(args, graph: str, tmp: str, threads: int) -> list[dict]:
         where = f"testbed {args.testbed}" if args.testbed else "local"
         title = f"{graph}, {kind} {layers}x{hidden}, {args.ranks} ranks ({where})"
         rows = [run_peer(args, graph_file, data_bytes, kind, layers, hidden, threads)]
+        finished(rows[-1])
         for label in args.rows:
             rows.append({"row": label, "skipped": problem} if problem else
                         run_ours(args, parts, partition_s, graph, label, kind, layers,
                                  hidden, threads))
+            finished(rows[-1])
         target = target_of(rows)
         figures(rows, target)
         for row in rows:
