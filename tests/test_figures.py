@@ -42,6 +42,9 @@ NOT_MEASURED = {
         "121.4 s": "an example error message", "120 s": "an example error message",
         "0.0 s": "an example error message",
         "2 s": "the ping timeout of pyg_dist.runtime.peers",
+        "0.2 s": "the kernel's first TCP retransmission timeout",
+        "3.2 s": "the kernel's retransmission backoff (0.2 s doubled four times)",
+        "2.0 s": "an example error message",
     },
     "halo.md": {
         "1 MiB": "the probe's cap, a constant of halo/auto.py",
