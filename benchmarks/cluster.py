@@ -4,9 +4,11 @@ links (network namespaces, tc tbf), against the same ranks on one host.
     sudo python benchmarks/cluster.py [--datasets cora community] [--hosts 2 4]
         [--links 1gbit 10gbit loopback | --regime gpu-10gbe gpu-100gbit] [--seeds 3]
         [--epochs-cora 200] [--epochs-community 20] [--community-nodes 200000]
-        [--eval-every 5] [--policies LABEL ...] [--json out.json]
+        [--eval-every 5] [--policies LABEL ...] [--cut metis|random] [--json out.json]
 
-For each dataset and host count H the graph is cut into H parts with METIS;
+For each dataset and host count H the graph is cut into H parts with METIS
+(``--cut random``: a seeded random cut, where a part's halo is nearly the
+whole graph; the floor's tiny graph and ``gradient-only``'s clusters stay METIS);
 each host holds meta.json and its own part and runs one rank under torchrun
 (``--nnodes H --nproc-per-node 1``). ``loopback`` runs the same H ranks on one
 host. One row per policy: test accuracy (mean over seeds, at the best
@@ -459,6 +461,8 @@ def main():
     parser.add_argument("--epochs-community", type=int, default=20)
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--policies", nargs="+", default=[p[0] for p in POLICIES])
+    parser.add_argument("--cut", choices=["metis", "random"], default="metis",
+                        help="how the graph is cut into the hosts' parts (default metis)")
     parser.add_argument("--json", default=None, help="write the table rows here")
     # on the ranks
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -494,7 +498,7 @@ def main():
                            "clusters": Path(tmp) / f"{dataset}-{hosts}-clusters",
                            "floor": Path(tmp) / f"{dataset}-{hosts}-floor",
                            "features": data.num_features, "classes": classes}
-                meta = pyg_dist.partition(data, hosts, folders["parts"], method="metis")
+                meta = pyg_dist.partition(data, hosts, folders["parts"], method=args.cut)
                 pyg_dist.partition(data, hosts, folders["clusters"], method="metis",
                                    clusters_per_part=CLUSTERS)
                 tiny = community_graph(preset("synthetic-arxiv", num_nodes=FLOOR_NODES * hosts,
@@ -502,15 +506,15 @@ def main():
                                               num_classes=classes), seed=0)
                 pyg_dist.partition(tiny, hosts, folders["floor"], method="metis")
                 print(f"\n{dataset}: {data.num_nodes} nodes, {data.num_edges} edges, "
-                      f"{epochs} epochs, model {MODELS[dataset]}; {hosts} parts, METIS cut "
+                      f"{epochs} epochs, model {MODELS[dataset]}; {hosts} parts, {args.cut} cut "
                       f"{meta.edge_cut / meta.num_edges:.1%} of edges, halo {meta.halo_sizes}",
                       flush=True)
                 if args.regime:
                     rates, extra = regime_rates(dataset, hosts, folders, epochs, args)
-                    runs = [(f"{name} ({rate})", rate, dict(extra, regime=name))
+                    runs = [(f"{name} ({rate})", rate, dict(extra, regime=name, cut=args.cut))
                             for name, rate in rates.items()]
                 else:
-                    runs = [(link, link, {}) for link in args.links]
+                    runs = [(link, link, {"cut": args.cut}) for link in args.links]
                 for i, (label, link, extra) in enumerate(runs):
                     seeds = args.seeds if i == 0 else (args.seeds_other_links or args.seeds)
                     start = time.time()
