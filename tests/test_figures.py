@@ -66,19 +66,7 @@ NOT_MEASURED = {
 
 #: Per guide, measured figures whose command no record names, so results.md
 #: cannot hold them with it yet: listed so the gap stays visible.
-NO_COMMAND = {
-    "hetero.md": {"7%": "the METIS balance of the table above it (synthetic-mag, 4 parts)"},
-    "ops.md": {"10 µs": "the dispatch cost of the custom op, eager mode",
-               "60–100 µs": "the dispatch cost of the custom op, eager mode"},
-    "partitioning.md": {"500k nodes": "the cluster graph rank 0 cuts, at 500k nodes",
-                        "8M edges": "the cluster graph rank 0 cuts, at 500k nodes",
-                        "8%": "the cluster graph's entries against the edges",
-                        "0.85x": "the entries left by merging clusters into communities",
-                        "3.6%": "the cut when the cluster graph keeps 21k entries"},
-    "troubleshooting.md": {"8.1%": "VmRSS drift over long runs",
-                           "0.45%": "VmRSS drift with MALLOC_MMAP_THRESHOLD_",
-                           "0.51%": "VmRSS drift with MALLOC_MMAP_THRESHOLD_"},
-}
+NO_COMMAND: dict[str, dict[str, str]] = {}
 
 
 def figures(text: str) -> list[tuple[str, set[tuple[float, str]]]]:
