@@ -24,6 +24,7 @@ from pyg_dist.train.preemption import Preempted, StopSignals, stop_message
 from pyg_dist.train.progress import start_progress
 from pyg_dist.train.result import EpochStats, TrainResult
 from pyg_dist.train.stopping import StopRules
+from pyg_dist.utils.memory import TRIM_EVERY, release_freed_memory
 
 __all__ = ["train", "evaluate", "accuracies", "TrainResult", "EpochStats", "sync_parameters",
            "all_reduce_gradients", "global_loss", "halo_choices", "train_step"]
@@ -174,6 +175,8 @@ def train(
             saved = bool(checkpoint and checkpoint.every and epoch % checkpoint.every == 0)
             if saved:
                 save(epoch)
+            if epoch % TRIM_EVERY == 0:  # resident memory stays what the run uses
+                release_freed_memory()
             if bar is not None:
                 bar.update(stats, result.halo_bytes)
             if callback is not None:
