@@ -38,7 +38,7 @@ DOCS = REPO / "docs"
 GENERATED = {"cli.md"}
 GUIDES = sorted(p for p in DOCS.glob("*.md") if p.name not in GENERATED)
 PAGES = [REPO / "README.md", *GUIDES]
-#: The tracked folders a clone holds that examples read (never ../shared).
+#: The tracked folders a clone holds that examples read (nothing outside the clone).
 CLONE = ("tests/data", "scripts", "benchmarks", "notebooks")
 
 PYTHON = {"python", "py", "python3"}
