@@ -1,6 +1,7 @@
 import os
 import sys
 
+import pytest
 import torch
 
 # Without CUDA, Triton kernels run on the CPU through Triton's interpreter. The
@@ -9,6 +10,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+from pyg_dist.cli import commands, run  # noqa: E402  (after the Triton flag)
 
 
 def pytest_collection_finish(session):
@@ -23,3 +26,17 @@ def pytest_terminal_summary(terminalreporter):
 
     if worlds.summary():
         terminalreporter.write_line(worlds.summary())
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """Fails the test if a graph is loaded or cut, or a rank starts: the
+    checks of a command that must refuse before any of that."""
+    def ran(*args, **kwargs):
+        raise AssertionError("a graph was loaded or cut, or a rank started")
+
+    for name in ("load_graph", "partition_graph", "partition_distributed"):
+        monkeypatch.setattr(commands, name, ran)
+    monkeypatch.setattr(run, "_partition", ran)
+    monkeypatch.setattr(run.pyg_dist, "launch", ran)
+    monkeypatch.setattr(commands.pyg_dist, "launch", ran)

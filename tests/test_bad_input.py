@@ -20,7 +20,7 @@ import torch
 from graphs import awkward_graph
 
 import pyg_dist
-from pyg_dist.cli import commands, main, run
+from pyg_dist.cli import main
 from pyg_dist.cli.errors import EXIT_USAGE
 from pyg_dist.config import Checkpoint
 from pyg_dist.datasets import open_graph_folder, write_graph_folder
@@ -230,19 +230,6 @@ def base(tmp_path_factory):
     SINGLE["data"] = pyg_dist.DistData.load(BASE / "one")
     train(GNN("sage", 4, 4, 3), SINGLE["data"], 2, progress=False,
           checkpoint=Checkpoint(BASE / "ck", every=2))
-
-
-@pytest.fixture
-def nothing_runs(monkeypatch):
-    """Fails the case if a graph is loaded or cut, or a rank starts."""
-    def ran(*args, **kwargs):
-        raise AssertionError("a graph was loaded or cut, or a rank started")
-
-    for name in ("load_graph", "partition_graph", "partition_distributed"):
-        monkeypatch.setattr(commands, name, ran)
-    monkeypatch.setattr(run, "_partition", ran)
-    monkeypatch.setattr(run.pyg_dist, "launch", ran)
-    monkeypatch.setattr(commands.pyg_dist, "launch", ran)
 
 
 def snapshot(folder):
