@@ -1,7 +1,10 @@
 """Resident memory of this process, from /proc (Linux): what the benchmarks
 report as memory. ``peak()`` is the high-water mark since the last ``reset_peak()``
 (or since the process started, where the kernel refuses the reset)."""
+import gc
 from pathlib import Path
+
+from pyg_dist.utils.memory import release_freed_memory
 
 __all__ = ["current", "live", "peak", "reset_peak", "tensor_bytes"]
 
@@ -24,14 +27,8 @@ def live() -> int:
     """Resident bytes after a garbage collection and glibc's ``malloc_trim``
     (memory the allocator kept after it was freed goes back first): what is
     in use. :func:`current` where glibc is not there."""
-    import ctypes
-    import gc
-
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    release_freed_memory()
     return current()
 
 
