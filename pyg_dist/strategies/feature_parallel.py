@@ -606,13 +606,17 @@ def _gnn_ops(model: GNN) -> list[Op]:
     if model.kind not in MODELS:
         raise ValueError(f"feature-parallel training runs GNN kinds {', '.join(MODELS)} "
                          f"({RUNS}); got GNN('{model.kind}')")
-    if model.residual or model.edge_dropout:
-        raise ValueError("feature-parallel training runs GNN without residual connections "
-                         "and edge dropout; set residual=False, edge_dropout=0")
+    extras = [name for name, attribute in (("norm", "norms"), ("skip", "skips"), ("jk", "jk"))
+              if hasattr(model, attribute)]
+    if model.residual or model.edge_dropout or extras:
+        raise ValueError("feature-parallel training runs GNN without residual connections, "
+                         "edge dropout, norms, linear skips and a jumping-knowledge head; set "
+                         "residual=False, edge_dropout=0, norm=None, skip=False, jk=None")
     ops: list[Op] = []
     for k, conv in enumerate(model.convs):
-        if model.dropout > 0:
-            ops.append(Op("dropout", p=float(model.dropout)))
+        p = float(model.input_dropout if k == 0 else model.dropout)
+        if p > 0:  # GNN's dropout of p = 0 draws no mask
+            ops.append(Op("dropout", p=p))
         ops.append(Op("conv", conv, weighted=model.kind in ("gcn", "sage")))
         if k < len(model.convs) - 1:
             ops.append(Op("act", torch.relu))

@@ -80,6 +80,8 @@ def model_of(name):
         return to_distributed(GraphConv(F_IN, CLASSES, aggr="mean")), True
     if name == "gcn-late":  # dropout after layer 0 only: layer 0's aggregate is static
         return to_distributed(GCN(F_IN, HIDDEN, 2, CLASSES, dropout=P_DROP)), False
+    if name == "gcn-no-input-dropout":
+        return GNN("gcn", F_IN, HIDDEN, CLASSES, dropout=P_DROP, input_dropout=0.0), False
     if name == "sage-late":
         return to_distributed(GraphSAGE(F_IN, HIDDEN, 2, CLASSES, dropout=P_DROP)), False
     assert name == "gcn-batchnorm"
@@ -92,7 +94,8 @@ CASES = ["gcn", "gcn-weighted", "sage-mean", "sage-sum", "gin", "sage-project", 
 #: features in place, or None). "kept": layer 0 aggregates the unchanged
 #: features (its aggregate kept after step 0); "dropped": input dropout.
 STEP_CASES = {"kept": ("gcn-late", None), "kept-sage": ("sage-late", None),
-              "changed": ("gcn-late", 1), "dropped": ("gcn", None)}
+              "kept-gnn": ("gcn-no-input-dropout", None), "changed": ("gcn-late", 1),
+              "dropped": ("gcn", None)}
 
 
 def masks(num_nodes, width, call):
@@ -101,10 +104,15 @@ def masks(num_nodes, width, call):
     return keep * (1.0 / (1.0 - P_DROP))
 
 
+def gnn_dropouts(model):
+    """GNN's dropout probability before each layer."""
+    return [model.input_dropout if k == 0 else model.dropout for k in range(len(model.convs))]
+
+
 def dropout_calls(model):
     """Dropout draws per forward pass of ``model``."""
     if isinstance(model, GNN):
-        return len(model.convs) if model.dropout > 0 else 0
+        return sum(p > 0 for p in gnn_dropouts(model))
     if isinstance(model, BasicGNN):
         return model.num_layers - 1 if model.dropout.p > 0 else 0
     return 0
@@ -127,10 +135,11 @@ def reference_forward(model, data, weighted, first_call=0):
         if weight is not None:
             return model(data.x, data.edge_index, edge_weight=weight)
         return model(data.x, data.edge_index)
-    x = data.x
+    x, call = data.x, first_call
     for k, conv in enumerate(model.convs):
-        if model.training:
-            x = x * masks(data.num_nodes, x.size(1), first_call + k)
+        if model.training and gnn_dropouts(model)[k] > 0:
+            x = x * masks(data.num_nodes, x.size(1), call)
+            call += 1
         x = conv(x, data.edge_index) if weight is None else conv(x, data.edge_index, weight)
         if k < len(model.convs) - 1:
             x = x.relu()
@@ -335,7 +344,8 @@ def prepare(world, root):
     the grid's (one folder serves every grid); a graph folder."""
     data, references = whole_graph()
     folders = {"num_nodes": data.num_nodes}
-    states = {name: model_of(name)[0].state_dict() for name in ("sage-late",)}
+    states = {name: model_of(name)[0].state_dict()
+              for name in ("sage-late", "gcn-no-input-dropout")}
     for parts in {p for p, _ in GRIDS[world]}:
         folders["metis", parts] = root / f"metis{parts}"
         pyg_dist.partition(data, parts, folders["metis", parts], method="metis", seed=3)
@@ -451,7 +461,8 @@ def test_a_kept_aggregate_gives_every_step_of_one_process(runs, data, world, cas
                 assert_close(per_rank[r][key]["state"][param], value,
                              what=f"{what}: {param} after {EPOCHS} steps, rank {r}")
         every = set(range(EPOCHS))
-        made = {"kept": {0}, "kept-sage": {0}, "changed": {0, changed_at}, "dropped": every}
+        made = {"kept": {0}, "kept-sage": {0}, "kept-gnn": {0}, "changed": {0, changed_at},
+                "dropped": every}
         halo = {**made, "dropped": {0, 1}}
         assert moved_at(per_rank, key, "convs.0/rows", "all_to_all") == (
             made[case] if slices > 1 else set()), what
@@ -522,6 +533,27 @@ def test_the_cli_refuses_models_naming_the_layers_that_run():
     with pytest.raises(ValueError, match="--slices 4 does not divide the 6 ranks"):
         FeatureParallel(slices=4).graph_parts(6)
     assert FeatureParallel(slices=3).graph_parts(6) == 2
+
+
+@pytest.mark.parametrize("option", [{"norm": "batch"}, {"skip": True}, {"jk": "cat"},
+                                    {"residual": True}])
+def test_gnn_options_that_do_not_run_are_refused_naming_the_fix(option):
+    with pytest.raises(ValueError) as error:
+        compile_model(GNN("gcn", 4, 8, 3, **option), 4)
+    assert str(error.value) == (
+        "feature-parallel training runs GNN without residual connections, edge dropout, "
+        "norms, linear skips and a jumping-knowledge head; set residual=False, "
+        "edge_dropout=0, norm=None, skip=False, jk=None")
+
+
+def test_gnn_input_dropout_is_its_own():
+    """Dropout p before layer 0 is ``input_dropout`` (none at 0), ``dropout`` before the others."""
+    def dropouts(model):
+        return [op.p for op in compile_model(model, 4) if op.kind == "dropout"]
+
+    assert dropouts(GNN("gcn", 4, 8, 3, dropout=0.5, input_dropout=0.0)) == [0.5]
+    assert dropouts(GNN("gcn", 4, 8, 3, dropout=0.5, input_dropout=0.2)) == [0.2, 0.5]
+    assert dropouts(GNN("gcn", 4, 8, 3, dropout=0.3)) == [0.3, 0.3]
 
 
 def test_plain_pyg_layers_and_norms_are_asked_to_be_converted():
