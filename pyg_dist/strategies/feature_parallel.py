@@ -22,6 +22,9 @@ masks come from the graph's hash of (global node, global column), so every
 grid draws the masks of one process. Norms run on rows, their statistics over
 every rank's row block; the loss and accuracies run on rows. Every parameter's
 gradient is summed over all :math:`P` ranks (:attr:`FeatureGrid.gradient_group`).
+A layer that aggregates the unchanged features (nothing random before it)
+moves their aggregate into rows, and exchanges its halo, at the first step
+only, and keeps the rows.
 
 Predicted (``FeatureParallel.candidates``, per grid), from the probe's
 exact compute :math:`C` scaled by the grid's largest share of edges and rows,
