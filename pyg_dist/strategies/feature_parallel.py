@@ -82,7 +82,7 @@ from pyg_dist.utils.dropout import DroppedInput, next_call
 __all__ = ["FeatureParallel", "FeatureGrid", "FeatureParallelData", "FeatureParallelModel",
            "feature_grid", "load_grid", "compile_model", "choose_orders", "simulate", "needs",
            "orders_of", "measure", "predict", "bounds", "Op", "Event", "RUNS", "MODELS",
-           "COLUMNS", "ROWS", "AGGREGATE_FIRST", "TRANSFORM_FIRST"]
+           "GNN_REFUSED", "COLUMNS", "ROWS", "AGGREGATE_FIRST", "TRANSFORM_FIRST"]
 
 #: The layers feature-parallel training runs (errors name them).
 RUNS = ("GCNConv (DistGCNConv, aggr 'add', with or without edge weights), SAGEConv "
@@ -90,6 +90,9 @@ RUNS = ("GCNConv (DistGCNConv, aggr 'add', with or without edge weights), SAGECo
         "(aggr 'add', 'sum' or 'mean'): the layers whose messages are linear in x_j")
 #: The CLI's models it trains (:class:`~pyg_dist.models.GNN` kinds).
 MODELS = ("gcn", "sage", "gin")
+#: :class:`~pyg_dist.models.GNN`'s options it refuses, with their CLI flags.
+GNN_REFUSED = (("residual", "--residual"), ("edge_dropout", "--edge-dropout"),
+               ("norm", "--norm"), ("skip", "--skip"), ("jk", "--jk"))
 #: The layouts of a node matrix: part rows × a column slice, or a row block × every column.
 COLUMNS, ROWS = "columns", "rows"
 #: The orders of a layer: aggregate the input on columns, then transform on
@@ -164,10 +167,17 @@ class FeatureParallel(Strategy):
     def load(self, folder: Any) -> FeatureParallelData:
         return load_grid(folder, self.slices)
 
-    def check_model(self, kind: str, layers: int | None = None) -> None:
+    def check_model(self, kind: str, layers: int | None = None,
+                    options: dict[str, Any] | None = None) -> None:
         if kind not in MODELS:
             raise ValueError(f"--strategy feature-parallel trains --model {'|'.join(MODELS)} "
                              f"(it runs {RUNS}); got --model {kind}")
+        given = [flag for key, flag in GNN_REFUSED
+                 if (options or {}).get(key) not in (None, False, 0, 0.0)]
+        if given:
+            raise ValueError(f"--strategy feature-parallel trains GNN without "
+                             f"{', '.join(given)}; leave {'them' if len(given) > 1 else 'it'} "
+                             f"out")
 
     def check_settings(self, settings: Settings) -> None:
         super().check_settings(settings)
