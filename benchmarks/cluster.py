@@ -4,7 +4,8 @@ links (network namespaces, tc tbf), against the same ranks on one host.
     sudo python benchmarks/cluster.py [--datasets cora community] [--hosts 2 4]
         [--links 1gbit 10gbit loopback | --regime gpu-10gbe gpu-100gbit] [--seeds 3]
         [--epochs-cora 200] [--epochs-community 20] [--community-nodes 200000]
-        [--eval-every 5] [--policies LABEL ...] [--cut metis|random] [--json out.json]
+        [--eval-every 5] [--policies LABEL ...] [--cut metis|random]
+        [--input-dropout P] [--json out.json]
 
 For each dataset and host count H the graph is cut into H parts with METIS
 (``--cut random``: a seeded random cut, where a part's halo is nearly the
@@ -20,6 +21,9 @@ its bytes are the parameter gradients'), every other row graph-parallel.
 ``feature-parallel`` adds a row per grid of the H ranks (``feature-parallel
 DxT``, D = H/T graph parts x T feature slices, every host holding the whole
 partition folder; its bytes include the all-to-alls).
+``--input-dropout 0`` trains the GCN without dropout on its input features
+(default: the model's dropout 0.5 there too), where feature-parallel grids
+keep layer 0's aggregate after the first step.
 ``auto`` adds its choice per layer; each table ends with the fastest policy
 within 1 point of exact (overall and keeping every edge) and ``auto``'s time
 and bytes against both. The baseline is measured in the same run.
@@ -166,7 +170,8 @@ def predictions(args):
     torch.manual_seed(0)
     from pyg_dist.models import GNN
 
-    model = GNN("gcn", data.x.size(1), args.hidden, data.meta.num_classes, layers=args.layers)
+    model = GNN("gcn", data.x.size(1), args.hidden, data.meta.num_classes, layers=args.layers,
+                input_dropout=args.input_dropout)
     measured = dataclasses.replace(planner.probe(model, data), clusters=True)
     candidates = planner.predict(measured, args.epochs)
     measurable = [c for c in candidates if c.label in PLANNER_LABELS.values()
@@ -187,7 +192,8 @@ def run_policy(data, args, seed, strategy, evaluation):
     torch.manual_seed(seed)
     # a feature-parallel rank's x holds its columns only
     width = getattr(data, "num_features", None) or data.x.size(1)
-    model = GNN("gcn", width, args.hidden, data.meta.num_classes, layers=args.layers)
+    model = GNN("gcn", width, args.hidden, data.meta.num_classes, layers=args.layers,
+                input_dropout=args.input_dropout)
     torch.manual_seed(seed * 1000 + data.rank)
     return train(model, data, args.epochs, strategy=strategy, progress=False,
                  evaluation=evaluation)
@@ -248,7 +254,9 @@ def run_job(dataset, hosts, link, folders, epochs, seeds, args, calibrate=False)
                    "--whole-dir", "whole",
                    "--epochs", str(epochs), "--seeds", str(seeds), "--eval-every",
                    str(args.eval_every), "--hidden", str(hidden), "--layers", str(layers),
-                   "--policies", *args.policies] + (["--calibrate"] if calibrate else [])
+                   "--policies", *args.policies] + (["--calibrate"] if calibrate else []) + (
+                       [] if args.input_dropout is None else
+                       ["--input-dropout", str(args.input_dropout)])
     rate = None if loopback or calibrate else link
     with Cluster(hosts=1 if loopback else hosts, rate=rate) as cluster:
         per_host = hosts if loopback else 1
@@ -463,6 +471,8 @@ def main():
     parser.add_argument("--policies", nargs="+", default=[p[0] for p in POLICIES])
     parser.add_argument("--cut", choices=["metis", "random"], default="metis",
                         help="how the graph is cut into the hosts' parts (default metis)")
+    parser.add_argument("--input-dropout", type=float, default=None, metavar="P",
+                        help="the GCN's dropout of its input features (default: its dropout)")
     parser.add_argument("--json", default=None, help="write the table rows here")
     # on the ranks
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -506,7 +516,10 @@ def main():
                                               num_classes=classes), seed=0)
                 pyg_dist.partition(tiny, hosts, folders["floor"], method="metis")
                 print(f"\n{dataset}: {data.num_nodes} nodes, {data.num_edges} edges, "
-                      f"{epochs} epochs, model {MODELS[dataset]}; {hosts} parts, {args.cut} cut "
+                      f"{epochs} epochs, model {MODELS[dataset]}"
+                      + ("" if args.input_dropout is None else
+                         f", input dropout {args.input_dropout:g}")
+                      + f"; {hosts} parts, {args.cut} cut "
                       f"{meta.edge_cut / meta.num_edges:.1%} of edges, halo {meta.halo_sizes}",
                       flush=True)
                 if args.regime:
@@ -515,6 +528,9 @@ def main():
                             for name, rate in rates.items()]
                 else:
                     runs = [(link, link, {"cut": args.cut}) for link in args.links]
+                if args.input_dropout is not None:
+                    runs = [(label, link, dict(extra, input_dropout=args.input_dropout))
+                            for label, link, extra in runs]
                 for i, (label, link, extra) in enumerate(runs):
                     seeds = args.seeds if i == 0 else (args.seeds_other_links or args.seeds)
                     start = time.time()

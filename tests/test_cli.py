@@ -495,6 +495,9 @@ def test_configs_of_the_previous_release_are_the_same_jobs(name):
     (["--slices", "0"],
      "pyg-dist train: FeatureParallel(slices=0): slices must be an integer >= 1; it counts the "
      "ranks of a graph part"),
+    (["--slices", "2", "--norm", "batch", "--skip"],
+     "pyg-dist train: --strategy feature-parallel trains GNN without --norm, --skip; leave "
+     "them out"),
 ])
 def test_bad_slices_are_one_line_naming_the_fix_before_any_rank_starts(argv, message):
     from pyg_dist.cli import main

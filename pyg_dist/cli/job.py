@@ -387,7 +387,7 @@ def _check_strategy(job: Job, hetero: bool) -> None:
     strategy = job.strategy
     strategy.check_settings(Settings(job.epochs, job.grad_sync, job.evaluation,
                                      job.checkpoint, hetero, job.model.labels_as_input))
-    strategy.check_model(job.model.name, job.model.layers)
+    strategy.check_model(job.model.name, job.model.layers, job.model.options())
     if job.post is not None and (hetero or strategy.ranks_per_part() != 1):
         raise ValueError(f"--post {job.post.name} propagates over a homogeneous graph with a "
                          f"part per rank; leave it out for "

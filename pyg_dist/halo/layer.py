@@ -245,10 +245,7 @@ class LayerHalo:
     def __init__(self, edge_index: Any, name: str, policy: HaloPolicy | None,
                  training: bool, complete: bool = False) -> None:
         registry: HaloRegistry = edge_index.registry
-        policy = registry.policy(policy)
-        if not training:
-            policy = registry.eval_default or Exact(compress=None,
-                                                    cache_inputs=policy.cache_inputs)
+        policy = self.policy_of(edge_index, policy, training)
         self.policy, self.name, self.edge_index = policy, name, edge_index
         self.mode = "train" if training else "eval"
         self.direction = "fwd" if training else "eval"
@@ -259,6 +256,17 @@ class LayerHalo:
                                 channel.ledger.step, self.direction, edge_index,
                                 registry.planned_steps, complete)
         self.dropped: DroppedInput | None = None
+
+    @staticmethod
+    def policy_of(edge_index: Any, own: HaloPolicy | None, training: bool) -> HaloPolicy:
+        """The policy a layer that sets ``own`` runs on ``edge_index`` in
+        training (``training``) or evaluation (see the class)."""
+        registry: HaloRegistry = edge_index.registry
+        policy = registry.policy(own)
+        if not training:
+            policy = registry.eval_default or Exact(compress=None,
+                                                    cache_inputs=policy.cache_inputs)
+        return policy
 
     @classmethod
     @torch.compiler.disable

@@ -131,7 +131,8 @@ class Strategy(Options):
         """
         return DistData.load(folder)
 
-    def check_model(self, kind: str, layers: int | None = None) -> None:
+    def check_model(self, kind: str, layers: int | None = None,
+                    options: dict[str, Any] | None = None) -> None:
         """Raises :class:`ValueError`, naming the fix, when this strategy
         cannot train a model of ``kind`` (a name of :mod:`pyg_dist.models`).
 
@@ -139,6 +140,9 @@ class Strategy(Options):
             kind (str): The model's name (``"gcn"``, ``"gcn2"``, ...).
             layers (int, optional): Its layers; :obj:`None` for its recipe's.
                 (default: :obj:`None`)
+            options (dict, optional): Its keyword arguments beyond the sizes
+                (:class:`~pyg_dist.models.GNN`'s ``norm``, ``skip``, ...);
+                :obj:`None` for none. (default: :obj:`None`)
         """
 
     def check_settings(self, settings: Settings) -> None:

@@ -22,6 +22,9 @@ masks come from the graph's hash of (global node, global column), so every
 grid draws the masks of one process. Norms run on rows, their statistics over
 every rank's row block; the loss and accuracies run on rows. Every parameter's
 gradient is summed over all :math:`P` ranks (:attr:`FeatureGrid.gradient_group`).
+A layer that aggregates the unchanged features (nothing random before it)
+moves their aggregate into rows, and exchanges its halo, at the first step
+only, and keeps the rows.
 
 Predicted (``FeatureParallel.candidates``, per grid), from the probe's
 exact compute :math:`C` scaled by the grid's largest share of edges and rows,
@@ -52,7 +55,7 @@ from pyg_dist.data.dist_data import DistData, DistEdgeIndex
 from pyg_dist.datasets.folder_files import GRAPH_FILE
 from pyg_dist.datasets.ondisk import GraphFolder
 from pyg_dist.grads.sync import LAYER as GRADIENTS_LAYER
-from pyg_dist.halo import HaloPolicy, HaloRows, LayerHalo
+from pyg_dist.halo import Exact, HaloPolicy, HaloRows, LayerHalo
 from pyg_dist.halo.comm import exchange_rows
 from pyg_dist.halo.exchange import HaloChannel
 from pyg_dist.halo.layer import HaloRegistry
@@ -79,7 +82,7 @@ from pyg_dist.utils.dropout import DroppedInput, next_call
 __all__ = ["FeatureParallel", "FeatureGrid", "FeatureParallelData", "FeatureParallelModel",
            "feature_grid", "load_grid", "compile_model", "choose_orders", "simulate", "needs",
            "orders_of", "measure", "predict", "bounds", "Op", "Event", "RUNS", "MODELS",
-           "COLUMNS", "ROWS", "AGGREGATE_FIRST", "TRANSFORM_FIRST"]
+           "GNN_REFUSED", "COLUMNS", "ROWS", "AGGREGATE_FIRST", "TRANSFORM_FIRST"]
 
 #: The layers feature-parallel training runs (errors name them).
 RUNS = ("GCNConv (DistGCNConv, aggr 'add', with or without edge weights), SAGEConv "
@@ -87,6 +90,9 @@ RUNS = ("GCNConv (DistGCNConv, aggr 'add', with or without edge weights), SAGECo
         "(aggr 'add', 'sum' or 'mean'): the layers whose messages are linear in x_j")
 #: The CLI's models it trains (:class:`~pyg_dist.models.GNN` kinds).
 MODELS = ("gcn", "sage", "gin")
+#: :class:`~pyg_dist.models.GNN`'s options it refuses, with their CLI flags.
+GNN_REFUSED = (("residual", "--residual"), ("edge_dropout", "--edge-dropout"),
+               ("norm", "--norm"), ("skip", "--skip"), ("jk", "--jk"))
 #: The layouts of a node matrix: part rows × a column slice, or a row block × every column.
 COLUMNS, ROWS = "columns", "rows"
 #: The orders of a layer: aggregate the input on columns, then transform on
@@ -161,10 +167,17 @@ class FeatureParallel(Strategy):
     def load(self, folder: Any) -> FeatureParallelData:
         return load_grid(folder, self.slices)
 
-    def check_model(self, kind: str, layers: int | None = None) -> None:
+    def check_model(self, kind: str, layers: int | None = None,
+                    options: dict[str, Any] | None = None) -> None:
         if kind not in MODELS:
             raise ValueError(f"--strategy feature-parallel trains --model {'|'.join(MODELS)} "
                              f"(it runs {RUNS}); got --model {kind}")
+        given = [flag for key, flag in GNN_REFUSED
+                 if (options or {}).get(key) not in (None, False, 0, 0.0)]
+        if given:
+            raise ValueError(f"--strategy feature-parallel trains GNN without "
+                             f"{', '.join(given)}; leave {'them' if len(given) > 1 else 'it'} "
+                             f"out")
 
     def check_settings(self, settings: Settings) -> None:
         super().check_settings(settings)
@@ -606,13 +619,17 @@ def _gnn_ops(model: GNN) -> list[Op]:
     if model.kind not in MODELS:
         raise ValueError(f"feature-parallel training runs GNN kinds {', '.join(MODELS)} "
                          f"({RUNS}); got GNN('{model.kind}')")
-    if model.residual or model.edge_dropout:
-        raise ValueError("feature-parallel training runs GNN without residual connections "
-                         "and edge dropout; set residual=False, edge_dropout=0")
+    extras = [name for name, attribute in (("norm", "norms"), ("skip", "skips"), ("jk", "jk"))
+              if hasattr(model, attribute)]
+    if model.residual or model.edge_dropout or extras:
+        raise ValueError("feature-parallel training runs GNN without residual connections, "
+                         "edge dropout, norms, linear skips and a jumping-knowledge head; set "
+                         "residual=False, edge_dropout=0, norm=None, skip=False, jk=None")
     ops: list[Op] = []
     for k, conv in enumerate(model.convs):
-        if model.dropout > 0:
-            ops.append(Op("dropout", p=float(model.dropout)))
+        p = float(model.input_dropout if k == 0 else model.dropout)
+        if p > 0:  # GNN's dropout of p = 0 draws no mask
+            ops.append(Op("dropout", p=p))
         ops.append(Op("conv", conv, weighted=model.kind in ("gcn", "sage")))
         if k < len(model.convs) - 1:
             ops.append(Op("act", torch.relu))
@@ -703,15 +720,19 @@ class Event:
             (a halo exchange among a slice's ranks).
         width: The whole width of the rows moved (each rank moves its share).
         grad: Whether gradients flow back the same way.
-        once: An all-to-all made once per run (a static input's rows, kept),
-            or a halo exchanged at the first two steps only (a static
-            input's: exchanged, then fetched once and kept).
+        once: Made at the first ``steps`` steps of a run only, then kept: a
+            static input's rows, the aggregate of a static input (its halo
+            and its all-to-all, one step), or the halo of a static input
+            dropped out before a layer (two steps: exchanged, then fetched
+            once and kept, the mask applied to it).
+        steps: The steps a ``once`` event runs at.
     """
 
     kind: str
     width: int
     grad: bool
     once: bool = False
+    steps: int = 1
 
 
 def needs(spec: list[Any], order: str) -> set[str]:
@@ -776,21 +797,28 @@ def simulate(program: list[list[Any]], orders: list[str]) -> list[Event]:
         elif kind == "norm":
             grad = True
         elif kind == "conv":
-            events += _conv_events(spec, order_at[i], grad, static or dropped)
+            events += _conv_events(spec, order_at[i], grad, static, dropped)
             _, layer, _, width, _, _ = spec
             layouts = {COLUMNS} if layer == "gcn" and order_at[i] == TRANSFORM_FIRST else {ROWS}
             grad, static, dropped = True, False, False
     return events
 
 
-def _conv_events(spec: list[Any], order: str, grad: bool, cached: bool) -> list[Event]:
+def _conv_events(spec: list[Any], order: str, grad: bool, static: bool,
+                 dropped: bool) -> list[Event]:
+    """The communications of conv step ``spec`` in ``order``: its input
+    ``static`` (the graph's features, unchanged: its aggregate in rows is
+    made at the first step and kept) or ``dropped`` (dropped out from them:
+    its halo is kept, the aggregate moved every step)."""
     _, layer, f_in, f_out, _, project = spec
     if order == TRANSFORM_FIRST:
         out = [Event("a2a", f_out, True), Event("halo", f_out, True)]
         return out + ([Event("a2a", f_out, True)] if layer == "sage" else [])
     if project:
         return [Event("a2a", f_in, True), Event("halo", f_in, True), Event("a2a", f_in, True)]
-    return [Event("halo", f_in, grad, once=cached), Event("a2a", f_in, grad)]
+    if static:
+        return [Event("halo", f_in, False, once=True), Event("a2a", f_in, False, once=True)]
+    return [Event("halo", f_in, grad, once=dropped, steps=2), Event("a2a", f_in, grad)]
 
 
 def choose_orders(program: list[list[Any]], a2a_rows: float, halo_rows: float) -> list[str]:
@@ -964,6 +992,25 @@ class _Value:
     static: bool = False
 
 
+@dataclass
+class _KeptAggregate:
+    """A layer's aggregate of the static input in the rows layout, with what
+    it was made from: the input (and its version), the edge weights (and
+    theirs). It serves a later call whose input and weights are the same,
+    unchanged tensors."""
+
+    source: Tensor
+    version: int
+    weight: Tensor | None
+    weight_version: int
+    rows: Tensor
+
+    def serves(self, source: Tensor, weight: Tensor | None) -> bool:
+        return (self.source is source and self.version == source._version
+                and self.weight is weight
+                and (weight is None or self.weight_version == weight._version))
+
+
 class FeatureParallelModel:
     r"""``model`` run on the grid: calling it gives the logits of this
     rank's row block (``[row block, classes]``). Each step of the model
@@ -971,7 +1018,8 @@ class FeatureParallelModel:
     (:func:`choose_orders`: the orders that move the fewest bytes), the
     halos of column slices under the graph's policies, the all-to-alls booked
     in the graph's ledger apart (direction ``"all_to_all"``; ``"eval"`` in
-    evaluation). A static input's rows layout is made once and kept.
+    evaluation). A static input's rows layout is made once and kept, and so
+    is the rows layout of a layer's aggregate of it (:meth:`_aggregate_rows`).
 
     Args:
         model (torch.nn.Module): The model (every rank holds all of it).
@@ -993,6 +1041,7 @@ class FeatureParallelModel:
         self._needs, self._names = self._plan_needs()
         self._mover = _Mover(self.grid, self.graph)
         self._static: dict[str, tuple[int, Tensor]] = {}
+        self._aggregates: dict[tuple[str, str], _KeptAggregate] = {}
         self._empty = torch.empty(2, 0, dtype=torch.long, device=data.x.device)
 
     def _plan_needs(self) -> tuple[list[set[str]], list[str]]:
@@ -1099,12 +1148,12 @@ class FeatureParallelModel:
         return self._linear(op, value, weight)
 
     def _gcn(self, op: Op, order: str, value: _Value, weight: Tensor | None) -> _Value:
-        conv, (f_in, f_out), name = op.module, op.widths, self._name(op)
+        conv, f_out, name = op.module, op.widths[1], self._name(op)
         coefficients = _GCNCoefficients(bool(conv.normalize), bool(conv.improved),
                                         bool(conv.add_self_loops))
         if order == AGGREGATE_FIRST:
-            agg = self._aggregate(conv, value.tensors[COLUMNS], coefficients, weight, f_out)
-            out = F.linear(self._move(agg, ROWS, f_in, name), conv.lin.weight)
+            agg = self._aggregate_rows(conv, name, value, coefficients, weight, f_out)
+            out = F.linear(agg, conv.lin.weight)
             return _Value({ROWS: out if conv.bias is None else out + conv.bias}, f_out)
         z = self._move(F.linear(value.tensors[ROWS], conv.lin.weight), COLUMNS, f_out, name)
         out = self._aggregate(conv, z, coefficients, weight, f_out)
@@ -1114,16 +1163,17 @@ class FeatureParallelModel:
         return _Value({COLUMNS: out}, f_out)
 
     def _sage(self, op: Op, order: str, value: _Value, weight: Tensor | None) -> _Value:
-        conv, (f_in, f_out), name = op.module, op.widths, self._name(op)
+        conv, f_out, name = op.module, op.widths[1], self._name(op)
         coefficients = _SumCoefficients(conv.aggr == "mean", weighted_mean=True)
         if order == AGGREGATE_FIRST:
             if conv.project:
                 width = int(conv.lin.out_channels)
                 source = self._move(conv.lin(value.tensors[ROWS]).relu(), COLUMNS, width, name)
+                agg = self._aggregate_rows(conv, name, _Value({COLUMNS: source}, width),
+                                           coefficients, weight, f_out)
             else:
-                width, source = f_in, value.tensors[COLUMNS]
-            agg = self._aggregate(conv, source, coefficients, weight, f_out)
-            out = conv.lin_l(self._move(agg, ROWS, width, name))
+                agg = self._aggregate_rows(conv, name, value, coefficients, weight, f_out)
+            out = conv.lin_l(agg)
         else:
             z = self._move(F.linear(value.tensors[ROWS], conv.lin_l.weight), COLUMNS, f_out,
                            name)
@@ -1141,8 +1191,8 @@ class FeatureParallelModel:
         """A generic-path layer whose message is ``x_j`` times an optional
         edge weight: its own ``forward`` on rows, its ``propagate`` the
         aggregation of its input's column slice."""
-        conv, (f_in, f_out), name = op.module, op.widths, self._name(op)
-        columns, rows = value.tensors[COLUMNS], value.tensors[ROWS]
+        conv, f_out, name = op.module, op.widths[1], self._name(op)
+        rows = value.tensors[ROWS]
         coefficients = _SumCoefficients(conv.aggr == "mean", weighted_mean=False)
         weight_arg = LINEAR_MESSAGES[conv.pyg_class]
 
@@ -1153,13 +1203,48 @@ class FeatureParallelModel:
                 raise ValueError(f"'{type(conv).__name__}' propagates something else than its "
                                  f"input; feature-parallel training runs {RUNS}")
             w = kwargs.get(weight_arg) if weight_arg is not None else None
-            agg = self._aggregate(conv, columns, coefficients, w, f_out)
-            return self._move(agg, ROWS, f_in, name)
+            return self._aggregate_rows(conv, name, value, coefficients, w, f_out)
 
         extra = {weight_arg: weight} if weight_arg is not None and weight is not None else {}
         with _propagating(conv, propagate):
             out = conv(rows, self._empty, **extra)
         return _Value({ROWS: out}, f_out)
+
+    def _aggregate_rows(self, layer: Any, name: str, value: _Value, coefficients: Any,
+                        weight: Tensor | None, out_width: int) -> Tensor:
+        """The layer's aggregation of ``value``'s columns, in the rows
+        layout. The aggregate of a static input (the graph's features,
+        unchanged) under edge weights that need no gradient is made at the
+        first call and kept while input and weights stay the same unchanged
+        tensors, per halo policy the layer runs (training's and evaluation's
+        apart when they differ): its halo and its all-to-all are not run
+        again. Kept only where the policy's halo of such an input is the
+        one exact exchange (:class:`~pyg_dist.halo.Exact` caching inputs;
+        any policy on one graph part, without halo)."""
+        columns = value.tensors[COLUMNS]
+        policy = self._kept_under(layer, value, weight)
+        kept = None if policy is None else self._aggregates.get((name, policy))
+        if kept is not None and kept.serves(columns, weight):
+            return kept.rows
+        agg = self._aggregate(layer, columns, coefficients, weight, out_width)
+        rows = self._move(agg, ROWS, value.width, name)
+        if policy is not None:
+            self._aggregates[name, policy] = _KeptAggregate(
+                columns, columns._version, weight, 0 if weight is None else weight._version,
+                rows.detach())
+        return rows
+
+    def _kept_under(self, layer: Any, value: _Value, weight: Tensor | None) -> str | None:
+        """The key (the halo policy's spec) under which the layer's
+        aggregate of ``value`` is kept, :obj:`None` where it is not."""
+        if not value.static or (weight is not None and weight.requires_grad):
+            return None
+        if self.grid.parts == 1:
+            return ""
+        policy = LayerHalo.policy_of(self.graph, layer.halo, layer.training)
+        if type(policy) is not Exact or not policy.cache_inputs:
+            return None
+        return policy.spec()
 
     def _aggregate(self, layer: Any, h: Tensor, coefficients: Any, weight: Tensor | None,
                    out_width: int) -> Tensor:
@@ -1352,17 +1437,17 @@ def predict(program: list[list[Any]], sizes: dict[str, list[int]], slices: int, 
                 continue
             moved = 4.0 * sum(_a2a_elements(n, e.width, slices) for n in rows)
             one = alpha + 4.0 * max(_a2a_busiest(n, e.width, slices) for n in rows) / beta
-            if e.once:  # a static input's rows, made at the first step and kept
-                nbytes += moved
-                seconds += one / max(epochs, 1)
+            if e.once:  # a static input's rows or aggregate, made at the first step and kept
+                nbytes += min(epochs, e.steps) * moved
+                seconds += min(epochs, e.steps) * one / max(epochs, 1)
             else:
                 nbytes += epochs * ways * moved
                 seconds += ways * one
         elif len(rows) > 1 and halo_rows:
             moved = 4.0 * halo_rows * e.width
             one = ways * (alpha + busiest_halo * 4.0 * -(-e.width // slices) / beta)
-            if e.once:  # a static input's halo: exchanged at the first step, then kept
-                fills = min(epochs, 2)
+            if e.once:  # a static input's halo: exchanged at the first step(s), then kept
+                fills = min(epochs, e.steps)
                 nbytes += fills * moved
                 seconds += fills * one / max(epochs, 1)
             else:

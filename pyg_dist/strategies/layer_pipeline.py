@@ -78,7 +78,8 @@ class LayerPipeline(Strategy):
     def load(self, folder: Any) -> Any:
         return pipeline.load(folder, self.stages)
 
-    def check_model(self, kind: str, layers: int | None = None) -> None:
+    def check_model(self, kind: str, layers: int | None = None,
+                    options: dict[str, Any] | None = None) -> None:
         if kind not in DEEP_MODELS:
             raise ValueError(f"--strategy layer-pipeline splits a deep model into stages; use "
                              f"--model {' | '.join(DEEP_MODELS)} (got --model {kind})")

@@ -5,7 +5,11 @@ projected, normalised one), GIN, GraphConv on the generic path and PyG's
 GCN with batch norm; METIS and random cuts of a directed graph with
 self-loops, duplicates and isolated nodes; dropout on. Outputs, parameter
 gradients and norm statistics; three training steps end with PyG's weights;
-the planner's bytes are the ledger's; halo policies apply per slice.
+the planner's bytes are the ledger's; halo policies apply per slice. Layer
+0's aggregate of the features, kept after the first step where nothing
+random comes before it, gives every step's outputs and gradients of one
+process, and is made again when the features change in place; with input
+dropout it is moved every step.
 
 One rank battery per world size (tests/worlds.py) runs every case (the test
 process builds the references); the checks that need no ranks run in this
@@ -23,7 +27,8 @@ import torch.nn.functional as F
 from graphs import awkward_graph
 from tolerances import assert_close
 from torch_geometric.nn import GraphConv, SAGEConv
-from torch_geometric.nn.models import GCN
+from torch_geometric.nn.models import GCN, GraphSAGE
+from torch_geometric.nn.models.basic_gnn import BasicGNN
 from worlds import Battery
 
 import pyg_dist
@@ -73,12 +78,24 @@ def model_of(name):
         return DistSAGEConv(F_IN, CLASSES, aggr="mean", project=True, normalize=True), False
     if name == "graphconv":
         return to_distributed(GraphConv(F_IN, CLASSES, aggr="mean")), True
+    if name == "gcn-late":  # dropout after layer 0 only: layer 0's aggregate is static
+        return to_distributed(GCN(F_IN, HIDDEN, 2, CLASSES, dropout=P_DROP)), False
+    if name == "gcn-no-input-dropout":
+        return GNN("gcn", F_IN, HIDDEN, CLASSES, dropout=P_DROP, input_dropout=0.0), False
+    if name == "sage-late":
+        return to_distributed(GraphSAGE(F_IN, HIDDEN, 2, CLASSES, dropout=P_DROP)), False
     assert name == "gcn-batchnorm"
     return to_distributed(GCN(F_IN, HIDDEN, 2, CLASSES, norm="batch_norm")), False
 
 
 CASES = ["gcn", "gcn-weighted", "sage-mean", "sage-sum", "gin", "sage-project", "graphconv",
-         "gcn-batchnorm"]
+         "gcn-batchnorm", "gcn-late"]
+#: Runs of several steps: (case, the step before which every rank doubles its
+#: features in place, or None). "kept": layer 0 aggregates the unchanged
+#: features (its aggregate kept after step 0); "dropped": input dropout.
+STEP_CASES = {"kept": ("gcn-late", None), "kept-sage": ("sage-late", None),
+              "kept-gnn": ("gcn-no-input-dropout", None), "changed": ("gcn-late", 1),
+              "dropped": ("gcn", None)}
 
 
 def masks(num_nodes, width, call):
@@ -87,18 +104,42 @@ def masks(num_nodes, width, call):
     return keep * (1.0 / (1.0 - P_DROP))
 
 
+def gnn_dropouts(model):
+    """GNN's dropout probability before each layer."""
+    return [model.input_dropout if k == 0 else model.dropout for k in range(len(model.convs))]
+
+
+def dropout_calls(model):
+    """Dropout draws per forward pass of ``model``."""
+    if isinstance(model, GNN):
+        return sum(p > 0 for p in gnn_dropouts(model))
+    if isinstance(model, BasicGNN):
+        return model.num_layers - 1 if model.dropout.p > 0 else 0
+    return 0
+
+
 def reference_forward(model, data, weighted, first_call=0):
     """The model on the whole graph as PyG runs it (Dist layers on a plain
-    edge_index are PyG's), GNN's dropout drawing the shared masks."""
+    edge_index are PyG's), GNN's and BasicGNN's dropout drawing the shared masks."""
     weight = data.edge_weight if weighted else None
+    if isinstance(model, BasicGNN) and model.dropout.p > 0:
+        x = data.x
+        for k, conv in enumerate(model.convs):
+            x = conv(x, data.edge_index)
+            if k < model.num_layers - 1:
+                x = model.act(x)
+                if model.training:
+                    x = x * masks(data.num_nodes, x.size(1), first_call + k)
+        return x
     if not isinstance(model, GNN):
         if weight is not None:
             return model(data.x, data.edge_index, edge_weight=weight)
         return model(data.x, data.edge_index)
-    x = data.x
+    x, call = data.x, first_call
     for k, conv in enumerate(model.convs):
-        if model.training:
-            x = x * masks(data.num_nodes, x.size(1), first_call + k)
+        if model.training and gnn_dropouts(model)[k] > 0:
+            x = x * masks(data.num_nodes, x.size(1), call)
+            call += 1
         x = conv(x, data.edge_index) if weight is None else conv(x, data.edge_index, weight)
         if k < len(model.convs) - 1:
             x = x.relu()
@@ -139,19 +180,46 @@ def references():
     return whole_graph()[1]
 
 
-def reference_training(data, state):
-    """Three steps of plain single-process training of GNN('gcn') with the
-    shared masks and Adam: the weights after each step."""
-    model, _ = model_of("gcn")
+def reference_training(data, state, name="gcn"):
+    """Three steps of plain single-process training of case ``name`` with
+    the shared masks and Adam: the weights after each step."""
+    model, _ = model_of(name)
     model.load_state_dict(state)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    calls = dropout_calls(model)
     for epoch in range(EPOCHS):
         model.train()
         optimizer.zero_grad()
-        out = reference_forward(model, data, False, first_call=2 * epoch)
+        out = reference_forward(model, data, False, first_call=calls * epoch)
         F.cross_entropy(out[data.train_mask], data.y[data.train_mask]).backward()
         optimizer.step()
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def reference_steps(data, name, changed_at):
+    """Case ``name`` trained ``EPOCHS`` steps on the whole graph (Adam, the
+    upstream gradient of :func:`upstream`), the features doubled before step
+    ``changed_at``: each step's output and gradients, the output in
+    evaluation after them, the final weights."""
+    model, _ = model_of(name)  # seeded: the ranks' initial state
+    data = data.clone()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    calls, steps = dropout_calls(model), []
+    for epoch in range(EPOCHS):
+        if epoch == changed_at:
+            data.x = data.x * 2
+        model.train()
+        optimizer.zero_grad()
+        out = reference_forward(model, data, False, first_call=calls * epoch)
+        (out * upstream(data.num_nodes)).sum().backward()
+        steps.append({"out": out.detach(),
+                      "grads": {n: p.grad.clone() for n, p in model.named_parameters()}})
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        evaluated = reference_forward(model, data, False)
+    return {"steps": steps, "eval": evaluated,
+            "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
 
 
 # -- the ranks ------------------------------------------------------------------------------
@@ -175,22 +243,55 @@ def run_case(folder, slices, name, state, num_nodes, **load):
             "orders": net.orders, "ledger": data.ledger.entries}
 
 
-def train_case(folder, slices, state):
+def steps_case(folder, slices, name, state, num_nodes, changed_at):
+    """``EPOCHS`` steps of case ``name`` on this rank (as
+    :func:`reference_steps`; the features doubled in place before step
+    ``changed_at``), then the output in evaluation: each step's output
+    rows and gradients summed over the grid, the final weights and the
+    ledger's entries (one step per training step; evaluation's after them)."""
+    data = load_grid(folder, slices)
+    data.edge_index.registry.dropout.seed = SEED
+    model, _ = model_of(name)
+    model.load_state_dict(state)
+    net = FeatureParallelModel(model, data)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    steps = []
+    for epoch in range(EPOCHS):
+        if epoch == changed_at:
+            data.x.mul_(2)
+        model.train()
+        optimizer.zero_grad()
+        out = net()
+        (out * upstream(num_nodes)[data.row_global_id]).sum().backward()
+        net.sum_gradients()
+        steps.append({"out": out.detach(),
+                      "grads": {n: p.grad.clone() for n, p in model.named_parameters()}})
+        optimizer.step()
+        data.ledger.next_step()
+    model.eval()
+    with torch.no_grad():
+        evaluated = net()
+    return {"rows": data.row_global_id.clone(), "steps": steps, "eval": evaluated,
+            "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            "ledger": {k: e.bytes_sent for k, e in data.ledger.entries.items()}}
+
+
+def train_case(folder, slices, state, name="gcn"):
     """Three epochs of train() on the grid; the final weights."""
     data = load_grid(folder, slices)
     data.edge_index.registry.dropout.seed = SEED
-    model, _ = model_of("gcn")
+    model, _ = model_of(name)
     model.load_state_dict(state)
     train(model, data, EPOCHS, strategy=FeatureParallel(slices=slices), progress=False,
           optimizer=Adam(lr=0.01, weight_decay=5e-4))
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def planned_bytes(folder, state, epochs):
+def planned_bytes(folder, state, epochs, name="gcn"):
     """The planner's probe on the graph-parallel part of ``folder``, every
     grid's predicted bytes, and what training each grid from that part booked."""
     part = pyg_dist.DistData.load(folder)
-    model, _ = model_of("gcn")
+    model, _ = model_of(name)
     model.load_state_dict(state)
     probe = planner.probe(model, part, steps=1)
     rows = {c.strategy.slices: c.bytes for c in FeatureParallel.candidates(probe, epochs)}
@@ -221,9 +322,17 @@ def battery(folders, states, world):
             out[parts, slices, "covered", "gcn"] = run_case(
                 folders["metis", parts], slices, "gcn", states["gcn"], folders["num_nodes"],
                 pre_aggregate=True)
-        out[parts, slices, "train"] = train_case(folders["metis", parts], slices, states["gcn"])
+        for name in ("gcn", "gcn-late"):
+            out[parts, slices, "train", name] = train_case(folders["metis", parts], slices,
+                                                           states[name], name)
+        for case, (name, changed_at) in STEP_CASES.items():
+            out[parts, slices, "steps", case] = steps_case(
+                folders["metis", parts], slices, name, states[name], folders["num_nodes"],
+                changed_at)
     if world == 4:
         out["plan"] = planned_bytes(folders["random", world], states["gcn"], EPOCHS)
+        out["plan", "gcn-late"] = planned_bytes(folders["random", world], states["gcn-late"],
+                                                EPOCHS, "gcn-late")
         out["int8"] = run_case(folders["metis", 2], 2, "gcn", states["gcn"],
                                folders["num_nodes"], halo="exact,compress=int8")
     return out
@@ -235,6 +344,8 @@ def prepare(world, root):
     the grid's (one folder serves every grid); a graph folder."""
     data, references = whole_graph()
     folders = {"num_nodes": data.num_nodes}
+    states = {name: model_of(name)[0].state_dict()
+              for name in ("sage-late", "gcn-no-input-dropout")}
     for parts in {p for p, _ in GRIDS[world]}:
         folders["metis", parts] = root / f"metis{parts}"
         pyg_dist.partition(data, parts, folders["metis", parts], method="metis", seed=3)
@@ -242,7 +353,7 @@ def prepare(world, root):
     pyg_dist.partition(data, world, root / "random", method="random", seed=3)
     write_graph_folder(data, root / "graph")
     folders["graph"] = root / "graph"
-    states = {name: ref["state"] for name, ref in references.items()}
+    states.update({name: ref["state"] for name, ref in references.items()})
     return (folders, states, world), None
 
 
@@ -257,12 +368,16 @@ def runs(tmp_path_factory):
         world_battery.release()
 
 
-def gather(per_rank, key, num_nodes):
-    first = per_rank[0][key]["out"]
-    full = first.new_full((num_nodes, first.size(1)), float("nan"))
-    for result in per_rank:
-        full[result[key]["rows"]] = result[key]["out"]
+def assemble(pieces, num_nodes):
+    """The whole graph's rows from every rank's ``(rows, out)``."""
+    full = pieces[0][1].new_full((num_nodes, pieces[0][1].size(1)), float("nan"))
+    for rows, out in pieces:
+        full[rows] = out
     return full
+
+
+def gather(per_rank, key, num_nodes):
+    return assemble([(r[key]["rows"], r[key]["out"]) for r in per_rank], num_nodes)
 
 
 @pytest.mark.parametrize("world", sorted(GRIDS))
@@ -292,22 +407,86 @@ def test_every_grid_equals_pyg_on_the_whole_graph(runs, references, data, world)
 
 
 @pytest.mark.parametrize("world", sorted(GRIDS))
-def test_training_ends_with_the_weights_of_one_process(runs, references, data, world):
-    expected = reference_training(data, references["gcn"]["state"])
+@pytest.mark.parametrize("case", ["gcn", "gcn-late"])
+def test_training_ends_with_the_weights_of_one_process(runs, references, data, world, case):
+    """train() for ``EPOCHS`` epochs (an evaluation after each step): with
+    input dropout ("gcn") and with layer 0's aggregate kept ("gcn-late")."""
+    expected = reference_training(data, references[case]["state"], case)
     per_rank = runs(world)
     for parts, slices in GRIDS[world]:
         for r in range(world):
-            state = per_rank[r][parts, slices, "train"]
+            state = per_rank[r][parts, slices, "train", case]
             for name, value in expected.items():
-                assert_close(state[name], value,
-                             what=f"{name} after {EPOCHS} steps on {parts}x{slices}, rank {r}")
+                assert_close(state[name], value, what=f"{case}: {name} after {EPOCHS} steps "
+                                                      f"on {parts}x{slices}, rank {r}")
 
 
-def test_the_planners_bytes_are_the_ledgers(runs):
-    predicted, booked, labels = runs(4)[0]["plan"]
+def moved_at(per_rank, result_key, layer, direction):
+    """The steps at which any rank booked bytes of ``layer`` in ``direction``."""
+    return {step for result in per_rank
+            for (step, name, way), sent in result[result_key]["ledger"].items()
+            if name == layer and way == direction and sent > 0}
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+@pytest.mark.parametrize("case", sorted(STEP_CASES))
+def test_a_kept_aggregate_gives_every_step_of_one_process(runs, data, world, case):
+    """Every step's output and gradients, the output in evaluation after
+    them and the final weights equal one process's. Layer 0's aggregate of
+    the features is moved to the rows (and, with several parts, its halo
+    exchanged) at step 0 only when nothing random comes before layer 0
+    ("kept", "kept-sage"), again at the step the features change in place
+    ("changed"), and at every step under input dropout ("dropped": the
+    features' halo is kept, exchanged at steps 0 and 1); evaluation
+    aggregates nothing again where training kept the aggregate, and once
+    where it did not."""
+    name, changed_at = STEP_CASES[case]
+    expected = reference_steps(data, name, changed_at)
+    per_rank = runs(world)
+    for parts, slices in GRIDS[world]:
+        key, what = (parts, slices, "steps", case), f"{case} on {parts}x{slices}"
+        for step, reference in enumerate(expected["steps"]):
+            got = [(r[key]["rows"], r[key]["steps"][step]["out"]) for r in per_rank]
+            assert_close(assemble(got, data.num_nodes), reference["out"],
+                         what=f"{what}: output of step {step}")
+            for param, grad in reference["grads"].items():
+                for r in range(world):
+                    assert_close(per_rank[r][key]["steps"][step]["grads"][param], grad,
+                                 what=f"{what}: gradient of {param} at step {step}, rank {r}")
+        evaluated = [(r[key]["rows"], r[key]["eval"]) for r in per_rank]
+        assert_close(assemble(evaluated, data.num_nodes), expected["eval"],
+                     what=f"{what}: output in evaluation")
+        for r in range(world):
+            for param, value in expected["state"].items():
+                assert_close(per_rank[r][key]["state"][param], value,
+                             what=f"{what}: {param} after {EPOCHS} steps, rank {r}")
+        every = set(range(EPOCHS))
+        made = {"kept": {0}, "kept-sage": {0}, "kept-gnn": {0}, "changed": {0, changed_at},
+                "dropped": every}
+        halo = {**made, "dropped": {0, 1}}
+        assert moved_at(per_rank, key, "convs.0/rows", "all_to_all") == (
+            made[case] if slices > 1 else set()), what
+        assert moved_at(per_rank, key, "convs.0", "fwd") == (
+            halo[case] if parts > 1 else set()), what
+        evaluated_once = {EPOCHS} if case == "dropped" else set()  # else kept in training
+        assert moved_at(per_rank, key, "convs.0/rows", "eval") == (
+            evaluated_once if slices > 1 else set()), what
+        assert moved_at(per_rank, key, "convs.0", "eval") == (
+            evaluated_once if parts > 1 else set()), what
+
+
+@pytest.mark.parametrize("case", ["gcn", "gcn-late"])
+def test_the_planners_bytes_are_the_ledgers(runs, case):
+    """Input dropout ("gcn": layer 0's aggregate moved every step) and
+    dropout after layer 0 ("gcn-late": layer 0's aggregate made once and
+    kept, fewer bytes on every grid of several slices)."""
+    predicted, booked, labels = runs(4)[0]["plan" if case == "gcn" else ("plan", case)]
     assert sorted(predicted) == [1, 2, 4]
     assert predicted == booked
     assert {"feature-parallel 4x1", "feature-parallel 2x2", "feature-parallel 1x4"} <= set(labels)
+    if case == "gcn-late":
+        moved = runs(4)[0]["plan"][1]
+        assert all(booked[t] < moved[t] for t in (2, 4)), (booked, moved)
 
 
 def test_a_compressed_halo_carries_the_slice_and_the_all_to_all_stays_exact(runs):
@@ -354,6 +533,27 @@ def test_the_cli_refuses_models_naming_the_layers_that_run():
     with pytest.raises(ValueError, match="--slices 4 does not divide the 6 ranks"):
         FeatureParallel(slices=4).graph_parts(6)
     assert FeatureParallel(slices=3).graph_parts(6) == 2
+
+
+@pytest.mark.parametrize("option", [{"norm": "batch"}, {"skip": True}, {"jk": "cat"},
+                                    {"residual": True}])
+def test_gnn_options_that_do_not_run_are_refused_naming_the_fix(option):
+    with pytest.raises(ValueError) as error:
+        compile_model(GNN("gcn", 4, 8, 3, **option), 4)
+    assert str(error.value) == (
+        "feature-parallel training runs GNN without residual connections, edge dropout, "
+        "norms, linear skips and a jumping-knowledge head; set residual=False, "
+        "edge_dropout=0, norm=None, skip=False, jk=None")
+
+
+def test_gnn_input_dropout_is_its_own():
+    """Dropout p before layer 0 is ``input_dropout`` (none at 0), ``dropout`` before the others."""
+    def dropouts(model):
+        return [op.p for op in compile_model(model, 4) if op.kind == "dropout"]
+
+    assert dropouts(GNN("gcn", 4, 8, 3, dropout=0.5, input_dropout=0.0)) == [0.5]
+    assert dropouts(GNN("gcn", 4, 8, 3, dropout=0.5, input_dropout=0.2)) == [0.2, 0.5]
+    assert dropouts(GNN("gcn", 4, 8, 3, dropout=0.3)) == [0.3, 0.3]
 
 
 def test_plain_pyg_layers_and_norms_are_asked_to_be_converted():
