@@ -65,8 +65,8 @@ HOMOGENEOUS_MODELS = tuple(m for m in MODELS if m not in HETERO_MODELS)
 SHALLOW_MODELS = tuple(m for m in HOMOGENEOUS_MODELS if m not in DEEP_MODELS)
 #: Named recipes (``--recipe``): settings over the model's published ones
 #: (``RECIPES``), and the models each applies to. ``planetoid``: the published
-#: recipes as they are (made on Cora, CiteSeer and PubMed). ``ogb``: GCN and
-#: GraphSAGE as full-graph training on an ogbn-arxiv-shaped graph measured best
+#: recipes as they are (made on Cora, CiteSeer and PubMed). ``ogb``: GraphSAGE
+#: (and GCN) as full-graph training on an ogbn-arxiv-shaped graph measured best
 #: (``benchmarks/time_to_accuracy.py``): 256 hidden features, dropout between
 #: the layers but not on the input, no weight decay.
 NAMED_RECIPES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
