@@ -63,6 +63,7 @@ from peer_sampling import allreduce_bytes, peer_rank, sampler_missing
 from rss import current, live, peak, tensor_bytes
 
 import pyg_dist
+from pyg_dist.cli.job import NAMED_RECIPES
 from pyg_dist.config import Adam, Checkpoint, Evaluation, GradientOnly, GraphParallel
 from pyg_dist.datasets import load_dataset
 from pyg_dist.halo import parse_policy
@@ -147,6 +148,14 @@ RECIPES: dict[str, dict[str, Recipe]] = {
 
 
 
+def ogb_row(base: Recipe) -> Recipe:
+    """The CLI's ``--recipe ogb`` on top of ``base``: its input dropout and
+    weight decay (its 256 hidden features are ``--hidden``'s default)."""
+    settings = NAMED_RECIPES["ogb"][0]
+    return replace(base, input_dropout=settings["input_dropout"],
+                   weight_decay=settings["weight_decay"])
+
+
 def accuracy_rows(base: Recipe) -> dict[str, Recipe]:
     """The recipes for accuracy (``GNN``'s options, Correct & Smooth), each on
     top of ``base`` alone; a combination is chosen from their validation
@@ -156,6 +165,7 @@ def accuracy_rows(base: Recipe) -> dict[str, Recipe]:
             "residual+jk:cat": replace(base, residual=True, jk="cat"),
             "skip": replace(base, skip=True),
             "input-dropout:0.1": replace(base, input_dropout=0.1),
+            "input-dropout:0": replace(base, input_dropout=0.0),
             "labels": replace(base, labels_as_input=True),
             "cs": replace(base, post={})}
 
@@ -177,6 +187,7 @@ def combined(graph: str, label: str) -> Recipe:
 
 for _graph in ("cora", "synthetic-arxiv"):
     RECIPES[_graph].update(accuracy_rows(RECIPES[_graph]["exact"]))
+    RECIPES[_graph] = {"ogb": ogb_row(RECIPES[_graph]["exact"]), **RECIPES[_graph]}
 RECIPES["synthetic-products"] = RECIPES["synthetic-arxiv"]
 PEER = "peer (PyG sampling)"
 #: Clusters per part of the partition folder (gradient-only trains on groups of them).
@@ -608,7 +619,7 @@ def parse_args():
     parser.add_argument("--layers", nargs="+", type=int, default=[2], choices=[2, 3])
     parser.add_argument("--hidden", nargs="+", type=int, default=[256])
     parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--rows", nargs="*", default=list(RECIPES["cora"])[:4],
+    parser.add_argument("--rows", nargs="*", default=list(RECIPES["cora"])[:5],
                         help=f"our rows, of {', '.join(RECIPES['cora'])}, or accuracy rows "
                              f"joined by + (norm:batch+labels+cs); none: the peer alone; the "
                              f"peer always runs")

@@ -123,7 +123,7 @@ def _models(names: list[str]) -> str:
             names = [n for n in names if n not in members]
             words.append(kind)
     if words:
-        names = names + [" and ".join(words) + " models"]
+        names = names + words
     return ", ".join(names)
 
 

@@ -28,7 +28,8 @@ from pyg_dist.partitioning.cut import METHODS
 from pyg_dist.strategies import Settings
 from pyg_dist.train.post import POSTS, CorrectSmooth
 
-__all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "HOMOGENEOUS_MODELS", "DEFAULT_PARTS",
+__all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "NAMED_RECIPES", "recipe_of",
+           "HOMOGENEOUS_MODELS", "DEFAULT_PARTS",
            "DEFAULT_EPOCHS", "KEYS", "check_shape", "resolve"]
 
 #: Ranks (= parts) when neither the command line nor torchrun says.
@@ -62,6 +63,22 @@ HOMOGENEOUS_MODELS = tuple(m for m in MODELS if m not in HETERO_MODELS)
 #: (norms, residual connections, a jumping-knowledge head, a linear skip,
 #: labels as input).
 SHALLOW_MODELS = tuple(m for m in HOMOGENEOUS_MODELS if m not in DEEP_MODELS)
+#: Named recipes (``--recipe``): settings over the model's published ones
+#: (``RECIPES``), and the models each applies to. ``planetoid``: the published
+#: recipes as they are (made on Cora, CiteSeer and PubMed). ``ogb``: GraphSAGE
+#: (and GCN) as full-graph training on an ogbn-arxiv-shaped graph measured best
+#: (``benchmarks/time_to_accuracy.py``): 256 hidden features, dropout between
+#: the layers but not on the input, no weight decay.
+NAMED_RECIPES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "planetoid": ({}, MODELS),
+    "ogb": ({"hidden": 256, "input_dropout": 0.0, "weight_decay": 0.0}, ("gcn", "sage")),
+}
+
+
+def recipe_of(model: str, recipe: str = "planetoid") -> dict[str, Any]:
+    """The settings of ``model`` under the named ``recipe``: its published
+    recipe with the named one's settings on top."""
+    return {**RECIPES[model], **NAMED_RECIPES[recipe][0]}
 
 
 def _spelled(names: tuple[str, ...]) -> str:
@@ -136,6 +153,8 @@ class Model(Options):
     """The model and its sizes; unset sizes are the model's published recipe."""
 
     name: str = option("gcn", "|".join(MODELS), choices=MODELS, metavar="NAME")
+    recipe: str = option("planetoid", "|".join(NAMED_RECIPES) + " (ogb: gcn, sage)",
+                         choices=tuple(NAMED_RECIPES), metavar="NAME")
     layers: int | None = option(None, "layers (default: the model's recipe)", type=int,
                                 metavar="L")
     hidden: int | None = option(None, "hidden features (per head for gat)", type=int,
@@ -144,7 +163,7 @@ class Model(Options):
     dropout: float | None = option(None, "dropout (default: the model's recipe)", type=float,
                                    metavar="P")
     edge_dropout: float = option(0.0, "DropEdge rate, shared hash", metavar="P")
-    input_dropout: float | None = option(None, "dropout of the input (default: --dropout)",
+    input_dropout: float | None = option(None, "dropout of the input (default: --dropout; ogb 0)",
                                          type=float, metavar="P")
     norm: str | None = option(None, "|".join(NORMS) + " norm after hidden layers", type=str,
                               choices=NORMS, metavar="KIND")
@@ -157,6 +176,13 @@ class Model(Options):
     def check(self) -> None:
         if self.name not in RECIPES:
             raise ValueError(f"Model(name={self.name!r}): use one of {', '.join(MODELS)}")
+        if self.recipe not in NAMED_RECIPES:
+            raise ValueError(f"Model(recipe={self.recipe!r}): use one of "
+                             f"{', '.join(NAMED_RECIPES)}")
+        if self.name not in NAMED_RECIPES[self.recipe][1]:
+            raise ValueError(f"--recipe {self.recipe} is made for --model "
+                             f"{'|'.join(NAMED_RECIPES[self.recipe][1])}, not {self.name}; "
+                             f"leave --recipe out for {self.name}'s published recipe")
         for name in ("layers", "hidden", "heads"):
             _at_least(self, name, 1, "or None for the model's recipe")
         for name in ("dropout", "edge_dropout", "input_dropout"):
@@ -191,11 +217,12 @@ class Model(Options):
         return sizes.layers, sizes.hidden, sizes.heads, sizes.dropout
 
     def resolved(self) -> Model:
-        """This model with its recipe's sizes where none are set."""
-        recipe = RECIPES[self.name]
+        """This model with its recipe's sizes (and input dropout, where the
+        recipe sets it) where none are set."""
+        recipe = recipe_of(self.name, self.recipe)
         return dataclasses.replace(self, **{k: recipe[k] for k in ("layers", "hidden", "heads",
-                                                                   "dropout")
-                                            if getattr(self, k) is None})
+                                                                   "dropout", "input_dropout")
+                                            if k in recipe and getattr(self, k) is None})
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain values; the recipe options only where set (a
@@ -214,7 +241,8 @@ class Model(Options):
 
 
 #: The fields of :class:`Model` written only where set.
-_RECIPE_OPTIONS = ("input_dropout", "norm", "residual", "jk", "skip", "labels_as_input")
+_RECIPE_OPTIONS = ("recipe", "input_dropout", "norm", "residual", "jk", "skip",
+                   "labels_as_input")
 
 
 @dataclass(frozen=True)
@@ -344,7 +372,7 @@ def resolve(base: dict[str, Any], given: dict[str, dict[str, Any]]) -> Job:
         values["model"] = {"name": HETERO_MODELS[0], **(values.get("model") or {})}
     model = Model.from_dict(values.get("model", {})).resolved()
     _check_fits(graph, model.name)
-    recipe = RECIPES[model.name]
+    recipe = recipe_of(model.name, model.recipe)
     values["model"] = model.to_dict()
     values["optimizer"] = {"lr": recipe["lr"], "weight_decay": recipe["weight_decay"],
                            **(values.get("optimizer") or {})}

@@ -76,8 +76,8 @@ def test_per_model_defaults_are_shown_as_such(capsys, monkeypatch):
     text = " ".join(help_of(capsys, monkeypatch, ["train", "--help"]).split())
     assert RECIPES["gat"]["lr"] == 0.005 and RECIPES["gcn"]["lr"] == 0.01
     assert "--lr LR Adam's learning rate (per model: 0.01; gat 0.005)" in text
-    assert "--layers L layers (per model: 2; deep models 16)" in text
-    assert recipe_default("heads") == "per model: 1; gat 8; hetero models 2"
+    assert "--layers L layers (per model: 2; deep 16)" in text
+    assert recipe_default("heads") == "per model: 1; gat 8; hetero 2"
     job = build_parser().parse_args(["train", "--model", "gat"])
     from pyg_dist.cli import parse_job
 

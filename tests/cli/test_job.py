@@ -204,7 +204,29 @@ def test_post_and_recipe_flags_spell_the_job_sections():
     assert resolve(base, {"post": {"spec": "none"}}).post is None
 
 
+def test_a_named_recipe_fills_what_is_not_given_and_reads_back():
+    job = job_of("--model", "sage", "--recipe", "ogb")
+    model = job.to_dict()["model"]
+    assert (model["recipe"], model["layers"], model["hidden"], model["dropout"],
+            model["input_dropout"]) == ("ogb", 2, 256, 0.5, 0.0)
+    assert (job.optimizer.lr, job.optimizer.weight_decay) == (0.01, 0.0)
+    assert job.model.options()["input_dropout"] == 0.0  # what the ranks build GNN with
+    assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job
+    # what is given wins over the named recipe, as over the published one
+    given = job_of("--model", "gcn", "--recipe", "ogb", "--hidden", "64", "--input-dropout",
+                   "0.2", "--weight-decay", "5e-4")
+    assert (given.model.hidden, given.model.input_dropout, given.optimizer.weight_decay) == \
+        (64, 0.2, 5e-4)
+    # the published recipe is the default, and a job without --recipe writes none
+    plain = job_of("--model", "sage")
+    assert "recipe" not in plain.to_dict()["model"] and plain.model.input_dropout is None
+    assert (plain.model.hidden, plain.optimizer.weight_decay) == (16, 5e-4)
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--recipe", "ogb", "--model", "gat"],
+     "--recipe ogb is made for --model gcn|sage, not gat; leave --recipe out for gat's "
+     "published recipe"),
     (["--post", "lp"], "--post lp: use none or one of cs, e.g. --post cs,correction_layers=20"),
     (["--post", "cs,foo=1"], "--post cs,foo=1: bad post-processing step 'cs,foo=1': 'foo=1' is "
                              "not KEY=VALUE with KEY one of correction_layers, correction_alpha, "
