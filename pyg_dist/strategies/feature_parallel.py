@@ -1019,7 +1019,7 @@ class FeatureParallelModel:
     halos of column slices under the graph's policies, the all-to-alls booked
     in the graph's ledger apart (direction ``"all_to_all"``; ``"eval"`` in
     evaluation). A static input's rows layout is made once and kept, and so
-    is the rows layout of a layer's aggregate of it (:meth:`_aggregate_rows`).
+    is the rows layout of a layer's aggregate of it (``_aggregate_rows``).
 
     Args:
         model (torch.nn.Module): The model (every rank holds all of it).
