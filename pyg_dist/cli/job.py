@@ -153,7 +153,8 @@ class Model(Options):
     """The model and its sizes; unset sizes are the model's published recipe."""
 
     name: str = option("gcn", "|".join(MODELS), choices=MODELS, metavar="NAME")
-    recipe: str = option("planetoid", "|".join(NAMED_RECIPES) + " (ogb: gcn, sage)",
+    recipe: str = option("planetoid", "|".join(NAMED_RECIPES)
+                         + f" (ogb: {', '.join(NAMED_RECIPES['ogb'][1])})",
                          choices=tuple(NAMED_RECIPES), metavar="NAME")
     layers: int | None = option(None, "layers (default: the model's recipe)", type=int,
                                 metavar="L")
