@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from pyg_dist.runtime import distributed
 
-__all__ = ["global_loss", "accuracies", "evaluate", "MASKS"]
+__all__ = ["global_loss", "mean_over_ranks", "accuracies", "evaluate", "MASKS"]
 
 #: The node masks accuracies are reported on, in the order they are returned.
 MASKS = ("train_mask", "val_mask", "test_mask")
@@ -31,15 +31,27 @@ def global_loss(out: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, float]:
           (:math:`N` this rank's nodes)
         - **output:** a scalar tensor, and a float
     """
-    local_sum = F.cross_entropy(out[mask], y[mask], reduction="sum")
-    total, count = distributed.all_reduce_values([float(local_sum.detach()), float(mask.sum())])
-    count = max(count, 1.0)
+    return mean_over_ranks(F.cross_entropy(out[mask], y[mask], reduction="sum"),
+                           int(mask.sum()))
+
+
+def mean_over_ranks(local_sum: Tensor, count: int) -> tuple[Tensor, float]:
+    """A loss summed over ``count`` nodes on each rank, averaged over the
+    nodes of all ranks: this rank's differentiable share, and the global
+    value. Raises on a non-finite loss. Collective.
+
+    Args:
+        local_sum (torch.Tensor): This rank's summed loss (a scalar).
+        count (int): The nodes it sums over.
+    """
+    total, counted = distributed.all_reduce_values([float(local_sum.detach()), float(count)])
+    counted = max(counted, 1.0)
     if not math.isfinite(total):
         raise FloatingPointError(
             "the training loss is not finite; check the inputs for NaN/inf values "
             "(pyg_dist.partition rejects them in node features) or lower the learning rate"
         )
-    return local_sum / count, total / count
+    return local_sum / counted, total / counted
 
 
 def accuracies(pred: Tensor | None, data: Any) -> tuple[float, float, float]:

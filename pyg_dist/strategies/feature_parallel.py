@@ -20,7 +20,10 @@ halo rows :math:`h` of the :math:`D`-part cut per unit of width.
 Elementwise operations (activations, dropout) run on either layout; dropout
 masks come from the graph's hash of (global node, global column), so every
 grid draws the masks of one process. Norms run on rows, their statistics over
-every rank's row block; the loss and accuracies run on rows. Every parameter's
+every rank's row block; accuracies run on rows. The loss runs where the last
+layer leaves the logits: on rows, or on columns, where two values per row (the
+slices' largest log-sum-exp, then the sum of their exponentials) are summed
+over the part's ranks instead of moving the logits. Every parameter's
 gradient is summed over all :math:`P` ranks (:attr:`FeatureGrid.gradient_group`).
 A layer that aggregates the unchanged features (nothing random before it)
 moves their aggregate into rows, and exchanges its halo, at the first step
@@ -32,7 +35,9 @@ each all-to-all of width :math:`w` :math:`\alpha + B_a(w)/\beta` (:math:`B_a`:
 the busiest rank's bytes sent and received), each halo exchange
 :math:`\alpha + R\,4\lceil w/T \rceil/\beta` (:math:`R`: the busiest rank's
 rows sent and received), twice when gradients flow back, and the gradients'
-all-reduce :math:`G`. Bytes are the ledger's own count.
+all-reduce :math:`G`, and for a loss on columns two all-reduces of the
+part's rows, :math:`\alpha + 8 (T-1) n / (T \beta)` each. Bytes are the
+ledger's own count.
 """
 from __future__ import annotations
 
@@ -61,7 +66,7 @@ from pyg_dist.halo.exchange import HaloChannel
 from pyg_dist.halo.layer import HaloRegistry
 from pyg_dist.halo.ledger import ALL_TO_ALL, GRADIENTS, Ledger
 from pyg_dist.halo.plan import HaloPlan
-from pyg_dist.metrics import accuracies, global_loss
+from pyg_dist.metrics import accuracies, global_loss, mean_over_ranks
 from pyg_dist.models.gnn import GNN
 from pyg_dist.nn import DistGCNConv, DistLayer, DistMessagePassing, DistSAGEConv
 from pyg_dist.nn.gcn_norm import gcn_adjacency
@@ -81,8 +86,8 @@ from pyg_dist.utils.dropout import DroppedInput, next_call
 
 __all__ = ["FeatureParallel", "FeatureGrid", "FeatureParallelData", "FeatureParallelModel",
            "feature_grid", "load_grid", "compile_model", "choose_orders", "simulate", "needs",
-           "orders_of", "measure", "predict", "bounds", "Op", "Event", "RUNS", "MODELS",
-           "GNN_REFUSED", "COLUMNS", "ROWS", "AGGREGATE_FIRST", "TRANSFORM_FIRST"]
+           "orders_of", "measure", "predict", "loss_on_columns", "bounds", "Op", "Event", "RUNS",
+           "MODELS", "GNN_REFUSED", "COLUMNS", "ROWS", "AGGREGATE_FIRST", "TRANSFORM_FIRST"]
 
 #: The layers feature-parallel training runs (errors name them).
 RUNS = ("GCNConv (DistGCNConv, aggr 'add', with or without edge weights), SAGEConv "
@@ -716,9 +721,13 @@ class Event:
     """One communication of a training step (:func:`simulate`).
 
     Attributes:
-        kind: ``"a2a"`` (an all-to-all among a part's ranks) or ``"halo"``
-            (a halo exchange among a slice's ranks).
-        width: The whole width of the rows moved (each rank moves its share).
+        kind: ``"a2a"`` (an all-to-all among a part's ranks), ``"halo"``
+            (a halo exchange among a slice's ranks), or, for logits left on
+            the columns, ``"labels"`` (the part's labels gathered by its
+            ranks, once) and ``"loss"`` (the loss's row statistics summed
+            over a part's ranks).
+        width: The whole width of the rows moved (each rank moves its share;
+            for ``"loss"`` the statistics per row).
         grad: Whether gradients flow back the same way.
         once: Made at the first ``steps`` steps of a run only, then kept: a
             static input's rows, the aggregate of a static input (its halo
@@ -733,6 +742,21 @@ class Event:
     grad: bool
     once: bool = False
     steps: int = 1
+
+
+def loss_on_columns(classes: int, slices: int) -> bool:
+    r"""Whether the loss of logits left on the columns is taken there
+    (:meth:`FeatureParallelModel.loss`): where the classes outnumber twice
+    the slices, :math:`C > 2T`, so that two values per row in ring
+    all-reduces (:math:`4 N (T-1)` values sent, all ranks) move less than
+    the logits' all-to-all to rows and its gradient back (:math:`2 C N
+    (T-1)/T`).
+
+    Args:
+        classes (int): :math:`C`, the logits' width.
+        slices (int): :math:`T`.
+    """
+    return slices > 1 and classes > 2 * slices
 
 
 def needs(spec: list[Any], order: str) -> set[str]:
@@ -769,13 +793,14 @@ def orders_of(spec: list[Any]) -> tuple[str, ...]:
     return (AGGREGATE_FIRST,)
 
 
-def simulate(program: list[list[Any]], orders: list[str]) -> list[Event]:
+def simulate(program: list[list[Any]], orders: list[str], slices: int = 1) -> list[Event]:
     """The communications of one training step as
     :class:`FeatureParallelModel` runs it.
 
     Args:
         program (list): The :meth:`Op.spec` of each step.
         orders (list[str]): The order of each conv step.
+        slices (int, optional): :math:`T`. (default: :obj:`1`)
     """
     steps = [*program, ["end"]]
     order_at, convs = {}, iter(orders)
@@ -788,6 +813,11 @@ def simulate(program: list[list[Any]], orders: list[str]) -> list[Event]:
     for i, spec in enumerate(steps):
         consumer = next(j for j in range(i, len(steps)) if steps[j][0] not in ("dropout", "act"))
         wanted = needs(steps[consumer], order_at.get(consumer, AGGREGATE_FIRST))
+        if (spec[0] == "end" and layouts == {COLUMNS} and not static
+                and loss_on_columns(width, slices)):
+            # the loss on the columns (_ColumnLoss): the labels once, two statistics per row
+            events += [Event("labels", 1, False, once=True), Event("loss", 2, False)]
+            break
         for _ in sorted(wanted - layouts):
             events.append(Event("a2a", width, grad and not static, once=static))
         layouts = set(wanted)
@@ -821,24 +851,30 @@ def _conv_events(spec: list[Any], order: str, grad: bool, static: bool,
     return [Event("halo", f_in, grad, once=dropped, steps=2), Event("a2a", f_in, grad)]
 
 
-def choose_orders(program: list[list[Any]], a2a_rows: float, halo_rows: float) -> list[str]:
+def choose_orders(program: list[list[Any]], a2a_rows: float, halo_rows: float,
+                  slices: int = 1) -> list[str]:
     """Each conv's order, the combination whose step moves the fewest rows
-    × width: ``a2a_rows`` per all-to-all and ``halo_rows`` per halo exchange
-    (all ranks, per unit of width; twice where gradients flow back; nothing
-    for what a static input moves once). Ties go to aggregating first.
+    × width: ``a2a_rows`` per all-to-all, ``halo_rows`` per halo exchange
+    and :math:`2 T` ``a2a_rows`` per statistic of a loss on the columns
+    (the values ring all-reduces of one value per row send, :math:`2 N
+    (T-1)`; all ranks, per unit of width; twice where gradients flow back;
+    nothing for what a static input or the labels move once). Ties go to
+    aggregating first.
 
     Args:
         program (list): The :meth:`Op.spec` of each step.
         a2a_rows (float): Rows an all-to-all moves per unit of width, :math:`N (T-1)/T`.
         halo_rows (float): Halo rows of the grid's cut, :math:`\\sum_d h_d`.
+        slices (int, optional): :math:`T`. (default: :obj:`1`)
     """
     choices = [orders_of(spec) for spec in program if spec[0] == "conv"]
 
     def cost(orders: list[str]) -> float:
         total = 0.0
-        for e in simulate(program, orders):
+        for e in simulate(program, orders, slices):
             if not e.once:
-                rows = a2a_rows if e.kind == "a2a" else halo_rows
+                rows = {"a2a": a2a_rows, "halo": halo_rows,
+                        "loss": 2 * slices * a2a_rows}[e.kind]
                 total += rows * e.width * (2 if e.grad else 1)
         return total
 
@@ -899,6 +935,72 @@ class _Mover:
                                  bytes_recv=sum(recv_counts) * size, exchanges=1,
                                  seconds=seconds)
         return torch.cat(blocks, dim=1 if to_rows else 0)
+
+
+class _ColumnLoss(torch.autograd.Function):
+    r"""The summed cross entropy of logits left on the columns (``z``:
+    ``[part rows, slice classes]``), without moving them to rows: each row's
+    log-sum-exp :math:`m + \log \sum_t e^{l_t - m}` from two all-reduces of
+    one value per row among the part's ranks (the slices' log-sum-exps
+    :math:`l_t`: their largest :math:`m`, then the sum; booked as
+    ``logits/loss``), the target's logit on the rank that holds its column.
+    The forward gives this rank's share of the sum (the part's
+    log-sum-exps on slice 0's rank, less the targets' logits it holds); the
+    backward the whole sum's gradient of this rank's columns,
+    :math:`\mathrm{softmax}(z) - \mathbf{1}_y` on the counted rows, times
+    the incoming gradient: every rank steps back from its share with the
+    same weight, as ``loss.backward()`` on :meth:`of`'s loss does."""
+
+    @staticmethod
+    def forward(ctx: Any, z: Tensor, targets: Tensor, width: int,  # type: ignore[override]
+                grid: FeatureGrid, ledger: Ledger, direction: str) -> Tensor:
+        lo, hi = grid.bounds(width)
+        counted = targets >= 0
+        mine = counted & (targets >= lo) & (targets < hi)
+        start = time.perf_counter()
+        part = torch.logsumexp(z, dim=1)  # every slice has columns (loss_on_columns)
+        top = distributed.all_reduce(part.clone(), "max", grid.part_group)
+        lse = top + distributed.all_reduce(torch.exp(part - top), "sum", grid.part_group).log()
+        sent = 2 * lse.numel() * lse.element_size()
+        ledger.record("logits/loss", direction, bytes_sent=sent, bytes_recv=sent, exchanges=2,
+                      seconds=time.perf_counter() - start)
+        picked = z[mine, targets[mine] - lo]
+        share = -picked.sum()
+        if grid.slice == 0:
+            share = share + lse[counted].sum()
+        ctx.save_for_backward(z, lse, targets)
+        ctx.bounds = lo, hi
+        return share
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        z, lse, targets = ctx.saved_tensors
+        lo, hi = ctx.bounds
+        out = torch.exp(z - lse.unsqueeze(1))
+        out[targets < 0] = 0.0
+        mine = (targets >= lo) & (targets < hi)
+        rows = mine.nonzero().view(-1)
+        out[rows, targets[rows] - lo] -= 1.0
+        return out * grad, None, None, None, None, None
+
+    @classmethod
+    def of(cls, z: Tensor, targets: Tensor, width: int, grid: FeatureGrid, ledger: Ledger,
+           direction: str) -> tuple[Tensor, float]:
+        """The loss averaged over the counted rows of every part, as
+        :func:`~pyg_dist.metrics.global_loss` gives it: this rank's
+        differentiable share, and the global value. Collective.
+
+        Args:
+            z (torch.Tensor): ``[part rows, slice classes]`` the logits' columns.
+            targets (torch.Tensor): ``[part rows]`` each row's class, -1 where not counted.
+            width (int): The classes.
+            grid (FeatureGrid): The grid.
+            ledger (Ledger): Where the exchanges are booked.
+            direction (str): Their direction.
+        """
+        share = cls.apply(z, targets, width, grid, ledger, direction)
+        count = int((targets >= 0).sum()) if grid.slice == 0 else 0
+        return mean_over_ranks(share, count)
 
 
 class _Redistribute(torch.autograd.Function):
@@ -1037,11 +1139,13 @@ class FeatureParallelModel:
         self.program = [op.spec() for op in self.ops]
         slices = self.grid.slices
         halo = distributed.all_reduce_values([float(self.graph.num_halo)])[0] / slices
-        self.orders = choose_orders(self.program, _a2a_rows(data.meta.num_nodes, slices), halo)
+        self.orders = choose_orders(self.program, _a2a_rows(data.meta.num_nodes, slices), halo,
+                                    slices)
         self._needs, self._names = self._plan_needs()
         self._mover = _Mover(self.grid, self.graph)
         self._static: dict[str, tuple[int, Tensor]] = {}
         self._aggregates: dict[tuple[str, str], _KeptAggregate] = {}
+        self._targets: tuple[Tensor, Tensor, tuple[int, int], Tensor] | None = None
         self._empty = torch.empty(2, 0, dtype=torch.long, device=data.x.device)
 
     def _plan_needs(self) -> tuple[list[set[str]], list[str]]:
@@ -1070,6 +1174,15 @@ class FeatureParallelModel:
                 the part's edges, given to the layers that take them (as the
                 model would pass them). (default: :obj:`None`)
         """
+        return self.rows(self.output(edge_weight))
+
+    def rows(self, value: _Value) -> Tensor:
+        """The row block of an :meth:`output` (collective)."""
+        return self._materialize(value, {ROWS}, "logits").tensors[ROWS]
+
+    def output(self, edge_weight: Tensor | None = None) -> _Value:
+        """The model's output in the layout its last step leaves it in
+        (collective; the arguments of :meth:`__call__`)."""
         value = _Value({COLUMNS: self.data.x}, self.data.num_features, static=True)
         orders = iter(self.orders)
         for i, op in enumerate(self.ops):
@@ -1082,8 +1195,39 @@ class FeatureParallelModel:
                 value = _Value({ROWS: op.module(value.tensors[ROWS])}, value.width)
             else:
                 value = self._conv(op, next(orders), value, edge_weight)
-        value = self._materialize(value, {ROWS}, "logits")
-        return value.tensors[ROWS]
+        return value
+
+    def loss(self, value: _Value, y: Tensor, mask: Tensor) -> tuple[Tensor, float]:
+        """The training loss of an :meth:`output` (as
+        :func:`~pyg_dist.metrics.global_loss` gives it): on the columns
+        where the output is there alone and :func:`loss_on_columns` says so
+        (two statistics per row cross instead of the logits), else on the
+        rows. Collective.
+
+        Args:
+            value: The model's :meth:`output`.
+            y (torch.Tensor): ``[row block]`` classes.
+            mask (torch.Tensor): ``[row block]`` the nodes the loss counts.
+        """
+        if ROWS in value.tensors or value.static or not loss_on_columns(value.width,
+                                                                         self.grid.slices):
+            return global_loss(self.rows(value), y, mask)
+        kept, versions = self._targets, (y._version, mask._version)
+        if kept is None or kept[0] is not y or kept[1] is not mask or kept[2] != versions:
+            kept = self._targets = (y, mask, versions, self._gather_targets(y, mask))
+        return _ColumnLoss.of(value.tensors[COLUMNS], kept[3], value.width, self.grid,
+                              self.graph.ledger, self._direction)
+
+    def _gather_targets(self, y: Tensor, mask: Tensor) -> Tensor:
+        """``[part rows]`` each row's class where the mask counts it, else
+        -1, from every row block of the part (an all-to-all, booked as
+        ``logits/labels``)."""
+        slices = self.grid.slices
+        mine = torch.where(mask, y, torch.full_like(y, -1)).view(-1, 1).expand(-1, slices)
+        with torch.no_grad():
+            out = self._mover.move(mine.contiguous(), False, slices, "logits/labels",
+                                   self._direction)
+        return out.view(-1)
 
     def _name(self, op: Op) -> str:
         return self.graph.registry.name(op.module) if op.kind in ("conv", "norm") else "input"
@@ -1308,7 +1452,8 @@ def _a2a_rows(num_nodes: int, slices: int) -> float:
 
 class _FeatureParallelRun(Runner):
     """A feature-parallel run: each step the model on the grid
-    (:class:`FeatureParallelModel`), the loss on row blocks, the gradients
+    (:class:`FeatureParallelModel`), the loss where the logits are
+    (:meth:`FeatureParallelModel.loss`), the gradients
     summed over every rank. Given a graph-parallel part (the planner's
     choice), it loads the grid's share from the part's folder first."""
 
@@ -1334,13 +1479,12 @@ class _FeatureParallelRun(Runner):
         self.model.train()
         optimizer.zero_grad(set_to_none=True)
         start = time.perf_counter()
-        logits = self.net()
-        loss, value = global_loss(logits, self.task.y, self.task.train_mask)
+        loss, value = self.net.loss(self.net.output(), self.task.y, self.task.train_mask)
         forward = time.perf_counter() - start
         loss.backward()
         self.net.sum_gradients()
         optimizer.step()
-        return Step(value, forward, logits)
+        return Step(value, forward)
 
     def evaluate(self, step: Step) -> tuple[float, float, float]:
         with torch.no_grad():
@@ -1426,13 +1570,22 @@ def predict(program: list[list[Any]], sizes: dict[str, list[int]], slices: int, 
     """
     rows = sizes["rows"]
     halo_rows = sum(sizes["halo"])
-    orders = choose_orders(program, _a2a_rows(sum(rows), slices), halo_rows)
+    orders = choose_orders(program, _a2a_rows(sum(rows), slices), halo_rows, slices)
     alpha, beta = probe.latency, probe.bandwidth
     busiest_halo = max(h + s for h, s in zip(sizes["halo"], sizes["sent"]))
     seconds = nbytes = 0.0
-    for e in simulate(program, orders):
+    for e in simulate(program, orders, slices):
         ways = 2 if e.grad else 1
-        if e.kind == "a2a":
+        if e.kind in ("labels", "loss"):
+            if slices == 1:  # the logits are on rows already
+                continue
+            if e.kind == "labels":  # int64 classes, each rank's row block to the part's ranks
+                nbytes += min(epochs, e.steps) * 8.0 * sum(n * (slices - 1) for n in rows)
+                seconds += (alpha + 8.0 * max(rows) * (slices - 1) / slices / beta) / max(epochs, 1)
+            else:  # an all-reduce of every part row per statistic, each rank its tensor
+                nbytes += epochs * 4.0 * e.width * slices * sum(rows)
+                seconds += e.width * (alpha + 4.0 * 2 * (slices - 1) / slices * max(rows) / beta)
+        elif e.kind == "a2a":
             if slices == 1:
                 continue
             moved = 4.0 * sum(_a2a_elements(n, e.width, slices) for n in rows)

@@ -41,12 +41,15 @@ from pyg_dist.partitioning import io
 from pyg_dist.strategies import Settings, planner
 from pyg_dist.strategies.feature_parallel import (
     AGGREGATE_FIRST,
+    COLUMNS,
     RUNS,
     TRANSFORM_FIRST,
     FeatureParallelModel,
+    _Value,
     choose_orders,
     compile_model,
     load_grid,
+    loss_on_columns,
 )
 from pyg_dist.train import train
 from pyg_dist.utils.dropout import _keep
@@ -54,6 +57,7 @@ from pyg_dist.utils.dropout import _keep
 #: Grids (parts, slices) per world size: every one whose product is the world.
 GRIDS = {2: [(2, 1), (1, 2)], 3: [(3, 1), (1, 3)], 4: [(4, 1), (2, 2), (1, 4)]}
 F_IN, HIDDEN, CLASSES = 7, 6, 3  # 3 classes on 4 slices: one slice has no column
+LOSS_CLASSES = 10  # more than twice the slices of any grid: a loss on the columns pays
 P_DROP = 0.5
 SEED = 4242  # the shared dropout seed, set on every rank
 EPOCHS = 3
@@ -82,6 +86,8 @@ def model_of(name):
         return to_distributed(GCN(F_IN, HIDDEN, 2, CLASSES, dropout=P_DROP)), False
     if name == "gcn-no-input-dropout":
         return GNN("gcn", F_IN, HIDDEN, CLASSES, dropout=P_DROP, input_dropout=0.0), False
+    if name == "gcn-classes":  # layer 1 narrows to more classes than twice the slices
+        return GNN("gcn", F_IN, 4 * LOSS_CLASSES, LOSS_CLASSES, dropout=P_DROP), False
     if name == "sage-late":
         return to_distributed(GraphSAGE(F_IN, HIDDEN, 2, CLASSES, dropout=P_DROP)), False
     assert name == "gcn-batchnorm"
@@ -93,6 +99,8 @@ CASES = ["gcn", "gcn-weighted", "sage-mean", "sage-sum", "gin", "sage-project", 
 #: Runs of several steps: (case, the step before which every rank doubles its
 #: features in place, or None). "kept": layer 0 aggregates the unchanged
 #: features (its aggregate kept after step 0); "dropped": input dropout.
+#: The cases trained with train() on every grid.
+TRAIN_CASES = ("gcn", "gcn-late", "gcn-classes")
 STEP_CASES = {"kept": ("gcn-late", None), "kept-sage": ("sage-late", None),
               "kept-gnn": ("gcn-no-input-dropout", None), "changed": ("gcn-late", 1),
               "dropped": ("gcn", None)}
@@ -277,14 +285,40 @@ def steps_case(folder, slices, name, state, num_nodes, changed_at):
 
 
 def train_case(folder, slices, state, name="gcn"):
-    """Three epochs of train() on the grid; the final weights."""
+    """Three epochs of train() on the grid; the final weights and the
+    exchanges training booked (layer, direction)."""
     data = load_grid(folder, slices)
     data.edge_index.registry.dropout.seed = SEED
     model, _ = model_of(name)
     model.load_state_dict(state)
     train(model, data, EPOCHS, strategy=FeatureParallel(slices=slices), progress=False,
           optimizer=Adam(lr=0.01, weight_decay=5e-4))
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            "booked": {(name, way) for (_, name, way), e in data.ledger.entries.items()
+                       if e.bytes_sent > 0},
+            "orders": FeatureParallelModel(model, data).orders}
+
+
+def whole_logits(num_nodes):
+    return torch.randn(num_nodes, LOSS_CLASSES, generator=torch.Generator().manual_seed(7))
+
+
+def loss_case(folder, slices, num_nodes):
+    """The training loss of logits left on the columns (the whole graph's
+    :func:`whole_logits`, this rank's columns of its part's rows): the
+    loss, this rank's columns' gradient, and what it booked."""
+    data = load_grid(folder, slices)
+    net = FeatureParallelModel(model_of("gcn")[0], data)
+    lo, hi = data.grid.bounds(LOSS_CLASSES)
+    z = whole_logits(num_nodes)[data.global_id, lo:hi].clone().requires_grad_()
+    for _ in range(2):  # the labels are gathered at the first call only
+        z.grad = None
+        loss, value = net.loss(_Value({COLUMNS: z}, LOSS_CLASSES), data.y, data.train_mask)
+        loss.backward()
+        data.ledger.next_step()
+    return {"value": value, "grad": z.grad, "ids": data.global_id, "columns": (lo, hi),
+            "ledger": {k: e.bytes_sent for k, e in data.ledger.entries.items()},
+            "part_rows": int(data.global_id.numel())}
 
 
 def planned_bytes(folder, state, epochs, name="gcn"):
@@ -322,17 +356,20 @@ def battery(folders, states, world):
             out[parts, slices, "covered", "gcn"] = run_case(
                 folders["metis", parts], slices, "gcn", states["gcn"], folders["num_nodes"],
                 pre_aggregate=True)
-        for name in ("gcn", "gcn-late"):
+        for name in TRAIN_CASES:
             out[parts, slices, "train", name] = train_case(folders["metis", parts], slices,
                                                            states[name], name)
+        out[parts, slices, "loss"] = loss_case(folders["random", world], slices,
+                                               folders["num_nodes"])
         for case, (name, changed_at) in STEP_CASES.items():
             out[parts, slices, "steps", case] = steps_case(
                 folders["metis", parts], slices, name, states[name], folders["num_nodes"],
                 changed_at)
     if world == 4:
         out["plan"] = planned_bytes(folders["random", world], states["gcn"], EPOCHS)
-        out["plan", "gcn-late"] = planned_bytes(folders["random", world], states["gcn-late"],
-                                                EPOCHS, "gcn-late")
+        for name in ("gcn-late", "gcn-classes"):
+            out["plan", name] = planned_bytes(folders["random", world], states[name], EPOCHS,
+                                              name)
         out["int8"] = run_case(folders["metis", 2], 2, "gcn", states["gcn"],
                                folders["num_nodes"], halo="exact,compress=int8")
     return out
@@ -345,7 +382,7 @@ def prepare(world, root):
     data, references = whole_graph()
     folders = {"num_nodes": data.num_nodes}
     states = {name: model_of(name)[0].state_dict()
-              for name in ("sage-late", "gcn-no-input-dropout")}
+              for name in ("sage-late", "gcn-no-input-dropout", "gcn-classes")}
     for parts in {p for p, _ in GRIDS[world]}:
         folders["metis", parts] = root / f"metis{parts}"
         pyg_dist.partition(data, parts, folders["metis", parts], method="metis", seed=3)
@@ -407,18 +444,54 @@ def test_every_grid_equals_pyg_on_the_whole_graph(runs, references, data, world)
 
 
 @pytest.mark.parametrize("world", sorted(GRIDS))
-@pytest.mark.parametrize("case", ["gcn", "gcn-late"])
-def test_training_ends_with_the_weights_of_one_process(runs, references, data, world, case):
+@pytest.mark.parametrize("case", TRAIN_CASES)
+def test_training_ends_with_the_weights_of_one_process(runs, data, world, case):
     """train() for ``EPOCHS`` epochs (an evaluation after each step): with
-    input dropout ("gcn") and with layer 0's aggregate kept ("gcn-late")."""
-    expected = reference_training(data, references[case]["state"], case)
+    input dropout ("gcn"), with layer 0's aggregate kept ("gcn-late"), and
+    with the loss on the columns ("gcn-classes", on every grid of several
+    slices)."""
+    expected = reference_training(data, model_of(case)[0].state_dict(), case)
+    classes = LOSS_CLASSES if case == "gcn-classes" else CLASSES
     per_rank = runs(world)
+    on_columns = 0
     for parts, slices in GRIDS[world]:
         for r in range(world):
-            state = per_rank[r][parts, slices, "train", case]
+            state, booked, orders = per_rank[r][parts, slices, "train", case].values()
+            # where layer 1 leaves the logits on the columns, the loss is taken
+            # there when it moves less than the logits (more classes than 2 T)
+            left = slices > 1 and orders[-1] == TRANSFORM_FIRST
+            columns = left and loss_on_columns(classes, slices)
+            assert (("logits/loss", "all_to_all") in booked) == columns, (orders, booked)
+            assert (("logits/rows", "all_to_all") in booked) == (left and not columns), booked
+            on_columns += columns
             for name, value in expected.items():
                 assert_close(state[name], value, what=f"{case}: {name} after {EPOCHS} steps "
                                                       f"on {parts}x{slices}, rank {r}")
+    if case == "gcn-classes":
+        assert on_columns == sum(parts * slices for parts, slices in GRIDS[world] if slices > 1)
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_a_loss_on_the_columns_is_the_loss_on_the_rows(runs, data, world):
+    """Logits left on the columns: the loss and its gradient of every
+    rank's columns are the whole graph's (rows outside the training mask
+    included, their gradient zero). Two values per part row cross per step;
+    the labels cross at the first step only. One slice: the rows' loss."""
+    logits = whole_logits(data.num_nodes).requires_grad_()
+    loss = F.cross_entropy(logits[data.train_mask], data.y[data.train_mask])
+    loss.backward()
+    for parts, slices in GRIDS[world]:
+        for r, result in enumerate(runs(world)):
+            got, what = result[parts, slices, "loss"], f"{parts}x{slices}, rank {r}"
+            assert got["value"] == pytest.approx(float(loss.detach()), rel=1e-6), what
+            lo, hi = got["columns"]
+            assert_close(got["grad"], logits.grad[got["ids"], lo:hi], what=f"{what}: gradient")
+            booked = {(step, name): sent for (step, name, _), sent in got["ledger"].items()}
+            statistics = 2 * 4 * got["part_rows"] if slices > 1 else 0
+            assert booked.get((0, "logits/loss"), 0) == statistics, what
+            assert booked.get((1, "logits/loss"), 0) == statistics, what
+            assert (booked.get((0, "logits/labels"), 0) > 0) == (slices > 1), what
+            assert (1, "logits/labels") not in booked, what
 
 
 def moved_at(per_rank, result_key, layer, direction):
@@ -475,11 +548,12 @@ def test_a_kept_aggregate_gives_every_step_of_one_process(runs, data, world, cas
             evaluated_once if parts > 1 else set()), what
 
 
-@pytest.mark.parametrize("case", ["gcn", "gcn-late"])
+@pytest.mark.parametrize("case", ["gcn", "gcn-late", "gcn-classes"])
 def test_the_planners_bytes_are_the_ledgers(runs, case):
-    """Input dropout ("gcn": layer 0's aggregate moved every step) and
-    dropout after layer 0 ("gcn-late": layer 0's aggregate made once and
-    kept, fewer bytes on every grid of several slices)."""
+    """Input dropout ("gcn": layer 0's aggregate moved every step), dropout
+    after layer 0 ("gcn-late": layer 0's aggregate made once and kept, fewer
+    bytes on every grid of several slices) and the loss on the columns
+    ("gcn-classes": the labels once, two values per row each step)."""
     predicted, booked, labels = runs(4)[0]["plan" if case == "gcn" else ("plan", case)]
     assert sorted(predicted) == [1, 2, 4]
     assert predicted == booked
@@ -579,8 +653,8 @@ def test_orders_move_the_narrower_width():
     kept), 32; then layer 1 aggregates on the columns it got and moves 16
     both ways to the rows: 64 in all, against 100 forward for layer 0
     aggregating first (then at least 8 + 8 both ways). F = 20: 20 forward,
-    then layer 1 transforms first, 8 both ways, and 8 both ways to the
-    rows: 52, against 64."""
+    then layer 1 transforms first, 8 both ways, and the loss on the
+    columns (its statistics not weighed here): 36, against 64."""
     program = [op.spec() for op in compile_model(GNN("gcn", 100, 16, 8), 100)]
     assert choose_orders(program, 0.0, 500.0) == [AGGREGATE_FIRST, TRANSFORM_FIRST]
     assert choose_orders(program, 750.0, 0.0) == [TRANSFORM_FIRST, AGGREGATE_FIRST]
