@@ -1576,15 +1576,12 @@ def predict(program: list[list[Any]], sizes: dict[str, list[int]], slices: int, 
     seconds = nbytes = 0.0
     for e in simulate(program, orders, slices):
         ways = 2 if e.grad else 1
-        if e.kind in ("labels", "loss"):
-            if slices == 1:  # the logits are on rows already
-                continue
-            if e.kind == "labels":  # int64 classes, each rank's row block to the part's ranks
-                nbytes += min(epochs, e.steps) * 8.0 * sum(n * (slices - 1) for n in rows)
-                seconds += (alpha + 8.0 * max(rows) * (slices - 1) / slices / beta) / max(epochs, 1)
-            else:  # an all-reduce of every part row per statistic, each rank its tensor
-                nbytes += epochs * 4.0 * e.width * slices * sum(rows)
-                seconds += e.width * (alpha + 4.0 * 2 * (slices - 1) / slices * max(rows) / beta)
+        if e.kind == "labels":  # int64 classes, each rank's row block to the part's ranks
+            nbytes += min(epochs, e.steps) * 8.0 * sum(n * (slices - 1) for n in rows)
+            seconds += (alpha + 8.0 * max(rows) * (slices - 1) / slices / beta) / max(epochs, 1)
+        elif e.kind == "loss":  # an all-reduce of the part's rows per statistic, each rank its own
+            nbytes += epochs * 4.0 * e.width * slices * sum(rows)
+            seconds += e.width * (alpha + 4.0 * 2 * (slices - 1) / slices * max(rows) / beta)
         elif e.kind == "a2a":
             if slices == 1:
                 continue
