@@ -987,7 +987,7 @@ class _ColumnLoss(torch.autograd.Function):
     def of(cls, z: Tensor, targets: Tensor, width: int, grid: FeatureGrid, ledger: Ledger,
            direction: str) -> tuple[Tensor, float]:
         """The loss averaged over the counted rows of every part, as
-        :func:`~pyg_dist.metrics.global_loss` gives it: this rank's
+        :func:`~pyg_dist.train.global_loss` gives it: this rank's
         differentiable share, and the global value. Collective.
 
         Args:
@@ -1199,7 +1199,7 @@ class FeatureParallelModel:
 
     def loss(self, value: _Value, y: Tensor, mask: Tensor) -> tuple[Tensor, float]:
         """The training loss of an :meth:`output` (as
-        :func:`~pyg_dist.metrics.global_loss` gives it): on the columns
+        :func:`~pyg_dist.train.global_loss` gives it): on the columns
         where the output is there alone and :func:`loss_on_columns` says so
         (two statistics per row cross instead of the logits), else on the
         rows. Collective.
