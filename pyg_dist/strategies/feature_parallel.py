@@ -1095,22 +1095,29 @@ class _Value:
 
 
 @dataclass
-class _KeptAggregate:
-    """A layer's aggregate of the static input in the rows layout, with what
-    it was made from: the input (and its version), the edge weights (and
-    theirs). It serves a later call whose input and weights are the same,
-    unchanged tensors."""
+class _Kept:
+    """A value kept with what it was made from (tensors, or :obj:`None`):
+    it serves a later call whose sources are the same, unchanged tensors
+    (identity and in-place version). A static input's rows, a layer's
+    aggregate of it (input and edge weights), the part's labels (classes
+    and mask)."""
 
-    source: Tensor
-    version: int
-    weight: Tensor | None
-    weight_version: int
-    rows: Tensor
+    sources: tuple[Tensor | None, ...]
+    versions: tuple[int, ...]
+    value: Tensor
 
-    def serves(self, source: Tensor, weight: Tensor | None) -> bool:
-        return (self.source is source and self.version == source._version
-                and self.weight is weight
-                and (weight is None or self.weight_version == weight._version))
+    @classmethod
+    def of(cls, sources: tuple[Tensor | None, ...], value: Tensor) -> _Kept:
+        return cls(sources, _versions(sources), value)
+
+    def serves(self, sources: tuple[Tensor | None, ...]) -> bool:
+        return (len(sources) == len(self.sources)
+                and all(a is b for a, b in zip(sources, self.sources))
+                and _versions(sources) == self.versions)
+
+
+def _versions(sources: tuple[Tensor | None, ...]) -> tuple[int, ...]:
+    return tuple(-1 if t is None else t._version for t in sources)
 
 
 class FeatureParallelModel:
@@ -1143,9 +1150,9 @@ class FeatureParallelModel:
                                     slices)
         self._needs, self._names = self._plan_needs()
         self._mover = _Mover(self.grid, self.graph)
-        self._static: dict[str, tuple[int, Tensor]] = {}
-        self._aggregates: dict[tuple[str, str], _KeptAggregate] = {}
-        self._targets: tuple[Tensor, Tensor, tuple[int, int], Tensor] | None = None
+        self._static: dict[str, _Kept] = {}
+        self._aggregates: dict[tuple[str, str], _Kept] = {}
+        self._targets: _Kept | None = None
         self._empty = torch.empty(2, 0, dtype=torch.long, device=data.x.device)
 
     def _plan_needs(self) -> tuple[list[set[str]], list[str]]:
@@ -1212,10 +1219,10 @@ class FeatureParallelModel:
         if ROWS in value.tensors or value.static or not loss_on_columns(value.width,
                                                                          self.grid.slices):
             return global_loss(self.rows(value), y, mask)
-        kept, versions = self._targets, (y._version, mask._version)
-        if kept is None or kept[0] is not y or kept[1] is not mask or kept[2] != versions:
-            kept = self._targets = (y, mask, versions, self._gather_targets(y, mask))
-        return _ColumnLoss.of(value.tensors[COLUMNS], kept[3], value.width, self.grid,
+        kept = self._targets
+        if kept is None or not kept.serves((y, mask)):
+            kept = self._targets = _Kept.of((y, mask), self._gather_targets(y, mask))
+        return _ColumnLoss.of(value.tensors[COLUMNS], kept.value, value.width, self.grid,
                               self.graph.ledger, self._direction)
 
     def _gather_targets(self, y: Tensor, mask: Tensor) -> Tensor:
@@ -1247,11 +1254,11 @@ class FeatureParallelModel:
             source = next(iter(value.tensors.values()))
             if value.static:
                 kept = self._static.get(layout)
-                if kept is None or kept[0] != source._version:
+                if kept is None or not kept.serves((source,)):
                     with torch.no_grad():
                         moved = self._move(source, layout, value.width, "input")
-                    kept = self._static[layout] = (source._version, moved)
-                value.tensors[layout] = kept[1]
+                    kept = self._static[layout] = _Kept.of((source,), moved)
+                value.tensors[layout] = kept.value
             else:
                 value.tensors[layout] = self._move(source, layout, value.width, name)
         return _Value({k: t for k, t in value.tensors.items() if k in wanted}, value.width,
@@ -1368,14 +1375,12 @@ class FeatureParallelModel:
         columns = value.tensors[COLUMNS]
         policy = self._kept_under(layer, value, weight)
         kept = None if policy is None else self._aggregates.get((name, policy))
-        if kept is not None and kept.serves(columns, weight):
-            return kept.rows
+        if kept is not None and kept.serves((columns, weight)):
+            return kept.value
         agg = self._aggregate(layer, columns, coefficients, weight, out_width)
         rows = self._move(agg, ROWS, value.width, name)
         if policy is not None:
-            self._aggregates[name, policy] = _KeptAggregate(
-                columns, columns._version, weight, 0 if weight is None else weight._version,
-                rows.detach())
+            self._aggregates[name, policy] = _Kept.of((columns, weight), rows.detach())
         return rows
 
     def _kept_under(self, layer: Any, value: _Value, weight: Tensor | None) -> str | None:
