@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyg_dist.version import __version__
+
 __all__ = [
     "Peer", "PeerLost", "PeerFailed", "NetworkStalled", "VersionMismatch", "publish", "close",
     "directory", "name", "probe", "guard", "lost_peers", "describe_loss", "describe_stall",
@@ -127,8 +129,6 @@ def package_versions() -> dict[str, str]:
     """The versions that must agree on every rank."""
     import torch
     import torch_geometric
-
-    from pyg_dist.version import __version__
 
     python = ".".join(map(str, sys.version_info[:3]))
     return {"python": python, "torch": torch.__version__,
