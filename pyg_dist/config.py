@@ -48,7 +48,6 @@ from pyg_dist.strategies import (
     GraphParallel,
     LayerPipeline,
     Planned,
-    Strategy,  # noqa: F401 - the name of earlier releases; the base is pyg_dist.strategies'
     strategy_from_dict,
 )
 from pyg_dist.strategies.graph_parallel import parse_phases

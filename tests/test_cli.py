@@ -289,12 +289,9 @@ def test_train_help_fits_a_screen_with_each_strategy_s_group_on_request():
         shown = run(CLI + ["train", "--strategy", name, "--help"], env={"COLUMNS": "80"})
         assert [line for line in shown.stdout.splitlines() if line.startswith("strategy: ")] \
             == [title]
-    for old in ("--mode", "--compress", "--no-input-cache", "--clusters-per-part"):
-        # deprecated spellings work but are not offered
-        assert not re.search(rf"(^|\s){old}(\s|,|$)", out.stdout, re.M), old
 
 
-def test_deprecated_options_map_onto_one_spelling(capsys):
+def test_train_options_map_onto_one_spelling():
     from pyg_dist.cli import build_parser, parse_job
     from pyg_dist.config import GradientOnly, GraphParallel
     from pyg_dist.halo import Exact, parse_policy
@@ -302,16 +299,16 @@ def test_deprecated_options_map_onto_one_spelling(capsys):
     def job(*args):
         return parse_job(build_parser().parse_args(["train", *args]))
 
-    assert parse_policy(job("--compress", "int8", "--no-input-cache").strategy.halo) == \
-        Exact(compress="int8", cache_inputs=False)
-    assert job("--halo", "stale:2", "--compress", "fp16").strategy == \
+    assert parse_policy(job("--halo", "exact,compress=int8,cache_inputs=false").strategy.halo) \
+        == Exact(compress="int8", cache_inputs=False)
+    assert job("--halo", "stale:2,compress=fp16").strategy == \
         GraphParallel(halo="stale:2,compress=fp16")
-    assert job("--mode", "gradient-only", "--clusters-per-part", "3").strategy == \
+    assert job("--strategy", "gradient-only", "--clusters-per-rank", "3").strategy == \
         GradientOnly(clusters_per_rank=3)
     assert job("--pre-aggregate").strategy == GraphParallel(pre_aggregate=True)
-    err = capsys.readouterr().err
-    assert "--compress is deprecated; use --halo POLICY,compress=KIND" in err
-    assert "--mode is deprecated; use --strategy" in err
+    for old in ("--mode", "--compress", "--no-input-cache", "--clusters-per-part"):
+        with pytest.raises(SystemExit):  # no spelling of an earlier release is kept
+            build_parser().parse_args(["train", old, "1"])
     stop = job("--target-acc", "0.8", "--time-budget", "60", "--patience", "5").evaluation
     assert (stop.target_acc, stop.time_budget, stop.patience) == (0.8, 60.0, 5)
     with pytest.raises(ValueError, match=r"a fraction in \(0, 1\], e.g. 0.72"):

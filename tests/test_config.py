@@ -1,8 +1,6 @@
 """The typed training options: each checks its own fields with an error that
-names the fix, round-trips through plain dictionaries, and the keywords of
-earlier releases map onto them with a warning."""
+names the fix and round-trips through plain dictionaries."""
 import inspect
-import warnings
 
 import pytest
 import torch
@@ -23,7 +21,6 @@ from pyg_dist.config import (
 )
 from pyg_dist.halo import Exact, Stale
 from pyg_dist.train import train
-from pyg_dist.train.legacy import SPELLINGS, option_objects, translate
 
 EXAMPLES = [
     GraphParallel(),
@@ -111,72 +108,6 @@ def test_each_option_checks_its_fields_and_names_the_fix(make, message):
 def test_train_takes_at_most_ten_parameters():
     assert len(inspect.signature(train).parameters) <= 10
     assert list(inspect.signature(train).parameters)[:3] == ["model", "data", "epochs"]
-
-
-def _translate(old):
-    return option_objects(translate(old))
-
-
-def test_old_keywords_map_onto_the_option_objects():
-    assert _translate({"lr": 0.1}) == {"optimizer": Adam(lr=0.1)}
-    assert _translate({"checkpoint": "c", "checkpoint_every": 2, "resume": True}) == \
-        {"checkpoint": Checkpoint("c", every=2, resume=True)}
-    assert _translate({"eval_every": 5, "eval_halo": "exact,compress=int8"}) == \
-        {"evaluation": Evaluation(every=5, halo="exact,compress=int8")}
-    assert _translate({"grad_compress": "none"}) == {"grad_sync": GradSync()}
-    assert _translate({"mode": "gradient-only", "regroup_every": 3, "shrinkage": 0.5}) == \
-        {"strategy": GradientOnly(regroup_every=3, shrinkage=0.5)}
-    assert _translate({"chunks": 2}) == {"strategy": LayerPipeline(stages=1, chunks=2)}
-    assert _translate({"stages": 1, "chunks": 1}) == {}
-    with pytest.raises(ValueError, match="use one of exact, gradient-only"):
-        _translate({"mode": "isolated"})
-    with pytest.raises(ValueError, match="clusters_per_rank in mode='gradient-only' only"):
-        _translate({"clusters_per_rank": 3})
-    with pytest.raises(ValueError, match="needs checkpoint=<folder>"):
-        _translate({"resume": True})
-
-
-def test_old_flags_map_through_the_same_table():
-    """The CLI's old flags are rows of the one table, translated into the
-    sections a config spells."""
-    assert {s.old for s in SPELLINGS} >= {"--mode", "--compress", "--no-input-cache",
-                                           "--clusters-per-part", "lr", "mode"}
-    assert translate({"--mode": "gradient-only", "--clusters-per-part": 3}) == \
-        {"strategy": {"name": "gradient-only", "clusters_per_rank": 3}}
-    assert translate({"--compress": "int8"}, halo="stale:4") == \
-        {"strategy": {"halo": "stale:4,compress=int8"}}
-    assert translate({"--no-input-cache": True}) == \
-        {"strategy": {"halo": "exact,cache_inputs=false"}}
-
-
-def test_old_keywords_warn_and_train_as_the_new_spelling(tmp_path):
-    """One process: the old spelling gives the weights of the new one."""
-    pyg_dist.partition(awkward_graph(num_features=4), 1, tmp_path / "parts")
-    from pyg_dist.models import GNN
-
-    states = []
-    for old in (True, False):
-        data = pyg_dist.DistData.load(tmp_path / "parts")
-        torch.manual_seed(0)
-        model = GNN("sage", 4, 8, 3, dropout=0.0)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            if old:
-                train(model, data, epochs=3, lr=0.05, weight_decay=0.0, eval_every=2,
-                      progress=False)
-            else:
-                train(model, data, 3, optimizer=Adam(lr=0.05, weight_decay=0.0),
-                      evaluation=Evaluation(every=2), progress=False)
-        deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)
-                        and "train" in str(w.message)]
-        assert len(deprecations) == (1 if old else 0)
-        if old:
-            assert "lr= -> optimizer=Adam(lr=...)" in str(deprecations[0].message)
-            assert "eval_every= -> evaluation=Evaluation(every=...)" in \
-                str(deprecations[0].message)
-        states.append(model.state_dict())
-    for name, value in states[0].items():
-        assert torch.equal(value, states[1][name]), name
 
 
 def test_a_wrong_type_names_the_option_object(tmp_path):

@@ -67,7 +67,6 @@ from pyg_dist.models.gnn import DEEP_MODELS
 from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.pipeline.pipeline import INITIAL_ROWS
 from pyg_dist.runtime import env
-from pyg_dist.train.legacy import SPELLINGS, translate
 from pyg_dist.train.post import POSTS
 
 __all__ = ["main", "build_parser", "parse_job", "read_config", "RECIPES"]
@@ -194,15 +193,6 @@ def _train_parser(sub: Any, name: str, help: str, shown: str | None = None) -> N
         if action.dest in _RECIPE_OPTIONS and action.help is not argparse.SUPPRESS:
             text = re.sub(r" \(default:[^)]*\)$", "", action.help or "")
             action.help = f"{text} ({recipe_default(_RECIPE_OPTIONS[action.dest])})"
-    hidden = train.add_argument_group()
-    hidden.add_argument("--mode", dest="old.mode", choices=["exact", "gradient-only"],
-                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    hidden.add_argument("--compress", dest="old.compress", default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)
-    hidden.add_argument("--no-input-cache", dest="old.no_input_cache", action="store_true",
-                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    hidden.add_argument("--clusters-per-part", dest="old.clusters_per_part", type=int,
-                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def parse_job(args: argparse.Namespace) -> Job:
@@ -210,7 +200,6 @@ def parse_job(args: argparse.Namespace) -> Job:
     file, then the options given, then the model's recipe. Raises
     :class:`ValueError` naming the fix on a bad option."""
     options = given(args)
-    _translate_deprecated(options)
     if args.command == "plan":
         _planned(options)
     base: dict[str, Any] = {}
@@ -256,22 +245,6 @@ def read_config(path: str) -> dict[str, Any]:
         raise ValueError(f"--config {path}: 'config' holds {config!r}, not a job's JSON "
                          f"object (a run's JSON line carries Job.to_dict() there)")
     return dict(config)
-
-
-def _translate_deprecated(options: dict[str, dict[str, Any]]) -> None:
-    """Rewrites the options of earlier releases into their new spelling, saying so."""
-    old = {"--" + key.replace("_", "-"): value for key, value in options.pop("old", {}).items()}
-    for flag in old:
-        new = next(s.new for s in SPELLINGS if s.old == flag)
-        print(f"pyg-dist: warning: {flag} is deprecated; use {new}", file=sys.stderr)
-    strategy = options.setdefault("strategy", {})
-    for key, value in translate(old, strategy.get("halo")).get("strategy", {}).items():
-        if key == "name":
-            strategy.setdefault(key, value)  # --strategy wins over --mode
-        else:
-            strategy[key] = value
-    if not strategy:
-        del options["strategy"]
 
 
 def _refuse_hetero(args: argparse.Namespace) -> None:

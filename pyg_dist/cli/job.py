@@ -17,7 +17,6 @@ from pyg_dist.config import (
     Evaluation,
     GradSync,
     Options,
-    Strategy,
     option,
     strategy_from_dict,
 )
@@ -25,7 +24,7 @@ from pyg_dist.datasets.load import DATASETS, HETERO_DATASETS
 from pyg_dist.models.gnn import DEEP_MODELS, JK_MODES, NORMS
 from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.partitioning.cut import METHODS
-from pyg_dist.strategies import Settings
+from pyg_dist.strategies import Settings, Strategy
 from pyg_dist.train.post import POSTS, CorrectSmooth
 
 __all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "NAMED_RECIPES", "recipe_of",

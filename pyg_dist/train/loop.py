@@ -18,7 +18,6 @@ from pyg_dist.metrics import accuracies, evaluate, global_loss
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies import Settings, Strategy, as_strategy, task_of, train_step
 from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
-from pyg_dist.train.legacy import legacy_keywords
 from pyg_dist.train.optim import make_optimizer
 from pyg_dist.train.preemption import Preempted, StopSignals, stop_message
 from pyg_dist.train.progress import start_progress
@@ -33,7 +32,6 @@ __all__ = ["train", "evaluate", "accuracies", "TrainResult", "EpochStats", "sync
 _clock = time.perf_counter
 
 
-@legacy_keywords
 def train(
     model: nn.Module,
     data: Any,
@@ -113,10 +111,6 @@ def train(
     when uncaught). An error one rank raises alone is left for the others,
     whose next collective then fails naming it
     (``pyg_dist.runtime.peers.PeerFailed``).
-
-    The keywords of earlier releases (``lr``, ``weight_decay``, ``mode``,
-    ``eval_every``, ``grad_compress``, ``stages``, ...) still work for this
-    release, with a :class:`DeprecationWarning` naming the new spelling.
     """
     task = task_of(data, model)
     strategy = as_strategy(strategy)
