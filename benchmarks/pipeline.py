@@ -13,7 +13,7 @@ For each graph and depth, every layout of ``--ranks`` ranks (parts × stages:
 ``--chunks`` chunks, and the baseline: 4x1 with one chunk (exact graph
 parallel). Per row: training bytes per epoch of all ranks (halo rows and
 their gradients, stage-boundary activations and their gradients; counted,
-and predicted by :mod:`pyg_dist.pipeline.cost`), their ratio to the
+and predicted by :mod:`pyg_dist.strategies.layer_pipeline.cost`), their ratio to the
 baseline's, the median epoch time and its ratio, the bubble (share of an
 epoch the average rank waited on a stage boundary) and, at the depths of
 ``--accuracy-layers``, test accuracy (mean over seeds, best validation epoch)
@@ -46,7 +46,7 @@ import pyg_dist
 from pyg_dist import pipeline
 from pyg_dist.config import Evaluation, GraphParallel, LayerPipeline
 from pyg_dist.models import DeepGNN
-from pyg_dist.pipeline import best_layout, halo_rows, layout_costs
+from pyg_dist.strategies.layer_pipeline import best_layout, halo_rows, layout_costs
 from pyg_dist.train import train
 
 HIDDEN = 64

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyg_dist
 from pyg_dist.datasets import community_graph, preset
-from pyg_dist.regroup import GroupRunner
+from pyg_dist.strategies.gradient_only import GroupRunner
 
 SOURCES = ("folder", "peers")
 

@@ -19,8 +19,8 @@ from pyg_dist.datasets.graph import edge_key
 from pyg_dist.datasets.ogb import OGB, convert_ogbn
 from pyg_dist.datasets.ogb_mag import MAG_NAME
 from pyg_dist.partitioning import PartitionMeta, partition_distributed
-from pyg_dist.pipeline import best_layout, halo_rows, layout_costs
 from pyg_dist.runtime import distributed, env
+from pyg_dist.strategies.layer_pipeline import best_layout, halo_rows, layout_costs
 
 __all__ = ["partition_command", "distributed_partition_command", "convert_command",
            "layouts_command", "check_command", "load_graph", "partition_graph", "meta_summary"]

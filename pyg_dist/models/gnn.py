@@ -249,7 +249,7 @@ class DeepGNN(nn.Module):
     The parameters are named as in PyG's GCNII example (``lins.0``,
     ``convs.<k>``, ``lins.1``). Runs on a plain ``edge_index`` (single process),
     on a :class:`~pyg_dist.DistEdgeIndex` (graph parallel) and split into layer
-    stages by :class:`pyg_dist.pipeline.Pipeline`.
+    stages by :class:`pyg_dist.strategies.layer_pipeline.Pipeline`.
 
     Args:
         kind (str): :obj:`"gcn2"`, :obj:`"resgcn"` or :obj:`"ressage"`.

@@ -54,7 +54,7 @@ class DistSAGEConv(DistLayer, SAGEConv):
     (which ``SAGEConv`` does not): ``"mean"`` becomes the weighted mean
     :math:`\sum_j w_{ji} \mathbf{x}_j / \sum_j w_{ji}` and ``"sum"`` the weighted
     sum (gradient-only training's node correction, see
-    ``pyg_dist.regroup.correction``).
+    ``pyg_dist.strategies.gradient_only.correction``).
 
     Args:
         in_channels (int or tuple): Size of each input sample, or :obj:`-1`.

@@ -1,5 +1,7 @@
 r"""Training strategies: how the ranks share the work of
-:func:`pyg_dist.train.train`. One strategy is one file: its option dataclass,
+:func:`pyg_dist.train.train`. One strategy is one file, or one folder where it
+needs machinery of its own (``gradient_only/``, ``layer_pipeline/``,
+``feature_parallel/``): its option dataclass,
 its checks, its runner and its predictions, registered by name
 (:data:`STRATEGIES`) through the hooks of :class:`Strategy`
 (``"auto"`` is :class:`~pyg_dist.config.Planned`).

@@ -45,14 +45,13 @@ from pyg_dist.strategies.feature_parallel import (
     RUNS,
     TRANSFORM_FIRST,
     FeatureParallelModel,
-    _Value,
     choose_orders,
     compile_model,
     load_grid,
     loss_on_columns,
 )
+from pyg_dist.strategies.feature_parallel.model import _Value
 from pyg_dist.train import train
-from pyg_dist.utils.dropout import _keep
 
 #: Grids (parts, slices) per world size: every one whose product is the world.
 GRIDS = {2: [(2, 1), (1, 2)], 3: [(3, 1), (1, 3)], 4: [(4, 1), (2, 2), (1, 4)]}
@@ -106,9 +105,45 @@ STEP_CASES = {"kept": ("gcn-late", None), "kept-sage": ("sage-late", None),
               "dropped": ("gcn", None)}
 
 
+M32 = 0xFFFFFFFF
+
+
+def _lowbias32(h):
+    """Wellons' lowbias32 on a Python integer below 2**32."""
+    h ^= h >> 16
+    h = (h * 0x7FEB352D) & M32
+    h ^= h >> 15
+    h = (h * 0x846CA68B) & M32
+    return h ^ (h >> 16)
+
+
+def keep_reference(ids, width, seed, call, p, columns=None):
+    """The documented dropout hash (pyg_dist.utils.hashing), in Python
+    integers: the call's key lowbias32((seed * 0x9E3779B1 + call) mod 2**32),
+    a row's key lowbias32((v * 0x85EBCA6B + key) mod 2**32), a column's
+    lowbias32((f * 0xC2B2AE35 + key) mod 2**32), an entry's hash the
+    multiply-xorshift steps of a lowbias32 round on their xor, read as int32;
+    the entry survives when that lies above the lowest fraction p of its range."""
+    key = _lowbias32((seed * 0x9E3779B1 + call) & M32)
+    columns = list(range(width)) if columns is None else list(columns)
+    cols = [_lowbias32((f * 0xC2B2AE35 + key) & M32) for f in columns]
+    out = []
+    for v in ids:
+        row = _lowbias32((int(v) * 0x85EBCA6B + key) & M32)
+        line = []
+        for c in cols:
+            h = ((row ^ c) * 0x7FEB352D) & M32
+            h ^= h >> 15
+            h = (h * 0x846CA68B) & M32
+            h ^= h >> 16
+            line.append((h - 2**32 if h >= 2**31 else h) >= int(p * 2**32) - 2**31)
+        out.append(line)
+    return torch.tensor(out, dtype=torch.bool).view(len(ids), len(columns))
+
+
 def masks(num_nodes, width, call):
     """The shared dropout scale of call ``call`` on the whole graph."""
-    keep = _keep(torch.arange(num_nodes), width, SEED, call, P_DROP)
+    keep = keep_reference(range(num_nodes), width, SEED, call, P_DROP)
     return keep * (1.0 / (1.0 - P_DROP))
 
 
@@ -638,8 +673,11 @@ def test_plain_pyg_layers_and_norms_are_asked_to_be_converted():
 
 
 def test_a_slice_of_columns_draws_the_masks_of_its_columns():
+    from pyg_dist.utils.dropout import _keep  # the code under test, against the reference
+
     ids = torch.arange(50) * 7
-    whole = _keep(ids, 10, seed=3, call=2, p=0.5)
+    whole = keep_reference(ids.tolist(), 10, seed=3, call=2, p=0.5)
+    assert torch.equal(_keep(ids, 10, 3, 2, 0.5), whole)
     for lo, hi in ((0, 4), (4, 7), (7, 10)):
         assert torch.equal(_keep(ids, hi - lo, 3, 2, 0.5, torch.arange(lo, hi)), whole[:, lo:hi])
 

@@ -14,11 +14,11 @@ from torch import Tensor
 from pyg_dist.data.dist_data import DistEdgeIndex
 from pyg_dist.halo.ledger import REGROUP
 from pyg_dist.partitioning.io import CLUSTERS_DIR, read_meta
-from pyg_dist.regroup.correction import batch_weight, edge_weights, shrink
-from pyg_dist.regroup.group import ClusterGroup
-from pyg_dist.regroup.move import move_clusters
-from pyg_dist.regroup.schedule import groups, inclusion
 from pyg_dist.runtime import distributed
+from pyg_dist.strategies.gradient_only.correction import batch_weight, edge_weights, shrink
+from pyg_dist.strategies.gradient_only.group import ClusterGroup
+from pyg_dist.strategies.gradient_only.move import move_clusters
+from pyg_dist.strategies.gradient_only.schedule import groups, inclusion
 
 __all__ = ["GroupRunner", "LAYER"]
 
@@ -32,8 +32,8 @@ class GroupRunner:
     r"""Gradient-only training on the clusters of a partition folder cut
     with ``clusters_per_part`` :math:`m > 1`: in period
     :math:`t = \lfloor (\text{epoch} - 1) / R \rfloor` rank :math:`r` holds
-    :func:`~pyg_dist.regroup.groups` ``(C, P, t)[r]`` and trains
-    on the edges between them (see ``pyg_dist.regroup.correction`` for
+    :func:`~pyg_dist.strategies.gradient_only.groups` ``(C, P, t)[r]`` and trains
+    on the edges between them (see ``pyg_dist.strategies.gradient_only.correction`` for
     the corrections). A new group is read from the clusters folder
     (``regroup_from="folder"``: storage every rank can read) or, after the
     first, received from the ranks that held its clusters

@@ -12,11 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyg_dist.runtime import distributed
+from pyg_dist.runtime.grids import process_grid
 
 __all__ = ["Grid", "grid"]
-
-#: Grids by (stages, the default group they were made in).
-_GRIDS: dict[tuple[int, int], Grid] = {}
 
 
 @dataclass(frozen=True)
@@ -57,8 +55,9 @@ class Grid:
 
 def grid(stages: int = 1) -> Grid:
     """This rank's :class:`Grid` for ``stages`` stages over the world (``world
-    size / stages`` parts). Collective the first time per ``stages`` (it
-    creates the stage groups); the same object afterwards.
+    size / stages`` parts), on :func:`~pyg_dist.runtime.grids.process_grid`'s
+    grid of shape ``(stages, parts)``. Collective the first time per
+    ``stages`` (it creates the stage groups).
 
     Args:
         stages (int, optional): Number of stages. (default: :obj:`1`)
@@ -66,20 +65,12 @@ def grid(stages: int = 1) -> Grid:
     Raises:
         ValueError: If ``stages`` does not divide the world size.
     """
-    key = (stages, distributed.group_id())
-    if key in _GRIDS:
-        return _GRIDS[key]
-    world, rank = distributed.world_size(), distributed.rank()
+    world = distributed.world_size()
     if stages < 1 or world % stages:
         divisors = [d for d in range(1, world + 1) if world % d == 0]
         raise ValueError(
             f"stages={stages} does not divide the world size {world}; use one of "
             f"{', '.join(map(str, divisors))} (the graph is cut into world size / stages parts)")
-    parts = world // stages
-    group = None
-    if stages > 1:
-        groups = [distributed.new_group([s * parts + d for d in range(parts)])
-                  for s in range(stages)]
-        group = groups[rank // parts]
-    _GRIDS[key] = Grid(parts, stages, rank % parts, rank // parts, group)
-    return _GRIDS[key]
+    place = process_grid((stages, world // stages))
+    stage, part = place.coords
+    return Grid(world // stages, stages, part, stage, place.group(1))

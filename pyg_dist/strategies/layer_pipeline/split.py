@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from pyg_dist.ops import spmm
-from pyg_dist.pipeline.layers import adjacency, update
 from pyg_dist.runtime import distributed
+from pyg_dist.strategies.layer_pipeline.layers import adjacency, update
 
 __all__ = ["balance", "measure_costs", "check_stages"]
 

@@ -10,12 +10,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from pyg_dist.regroup import GroupRunner
-from pyg_dist.regroup.correction import CORRECTIONS
-from pyg_dist.regroup.schedule import SCHEMES
-from pyg_dist.regroup.trainer import SOURCES
 from pyg_dist.strategies.base import Runner, Step, Strategy, take_step
 from pyg_dist.strategies.cost import GRAD_OPTIONS, Candidate, Probe, grad_seconds
+from pyg_dist.strategies.gradient_only.correction import CORRECTIONS
+from pyg_dist.strategies.gradient_only.schedule import SCHEMES
+from pyg_dist.strategies.gradient_only.trainer import SOURCES, GroupRunner
 from pyg_dist.strategies.options import check_choice, check_int, option
 from pyg_dist.strategies.settings import GradSync, Settings
 from pyg_dist.strategies.task import Task
@@ -33,7 +32,7 @@ class GradientOnly(Strategy):
     the partition folder (cut with ``clusters_per_part`` :math:`m \ge 2`) with
     no halo exchange at all; the groups change every ``regroup_every`` epochs
     and a coverage correction weighs what each group misses (see
-    :mod:`pyg_dist.regroup`). Only gradients cross the network. Under
+    :mod:`pyg_dist.strategies.gradient_only`). Only gradients cross the network. Under
     ``correction="node"`` the model is called with edge weights,
     ``model(x, edge_index, edge_weight)``. Evaluation runs on the whole part.
 
@@ -106,17 +105,34 @@ class _GradientOnlyRun(Runner):
 
     def __init__(self, strategy: GradientOnly, model: nn.Module, task: Task,
                  settings: Settings) -> None:
-        super().__init__(model, task, settings)
+        super().__init__(strategy, model, task, settings)
         self.groups = GroupRunner(task.data, strategy.regroup_every, strategy.regroup,
                                   strategy.correction, strategy.shrinkage,
                                   regroup_from=strategy.regroup_from,
                                   clusters_per_rank=strategy.clusters_per_rank, model=model)
+        self._saved_group: dict[str, Any] | None = None
 
     def step(self, epoch: int, optimizer: torch.optim.Optimizer) -> Step:
         self.groups.prepare(epoch)
+        saved, self._saved_group = self._saved_group, None
+        if saved is not None and saved["groups"] == self.groups.groups:
+            # the group the checkpoint trained on goes on: its graph's dropout and halo state
+            self.groups.graph.registry.load_state_dict(saved["halo"])
         inputs = self.groups.inputs()
         return take_step(self.model, Task(self.groups.data, inputs), optimizer, self.sync,
                          inputs, self.groups.scale)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "clusters_per_rank": self.task.data.meta.clusters_per_part}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base's, and the state of the group's graph (its dropout draws
+        go on while the groups stay the same)."""
+        graph = self.groups.graph
+        group = None if graph is None else {"groups": self.groups.groups,
+                                            "halo": graph.registry.state_dict()}
+        return {**super().state_dict(), "group": group}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._saved_group = state.get("group")

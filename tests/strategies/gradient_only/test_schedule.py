@@ -4,7 +4,7 @@ inclusion probabilities against their formula and against counting."""
 import pytest
 import torch
 
-from pyg_dist.regroup import groups, inclusion
+from pyg_dist.strategies.gradient_only import groups, inclusion
 
 
 @pytest.mark.parametrize("scheme", ["sweep", "random"])

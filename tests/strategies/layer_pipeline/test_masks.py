@@ -14,7 +14,7 @@ from worlds import Battery
 import pyg_dist
 from pyg_dist.config import Adam
 from pyg_dist.models import DeepGNN
-from pyg_dist.pipeline import Pipeline, load
+from pyg_dist.strategies.layer_pipeline import Pipeline, load
 from pyg_dist.train import train
 
 WORLD = 4

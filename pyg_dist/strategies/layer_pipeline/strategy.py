@@ -1,7 +1,7 @@
 """A layer pipeline (GNNPipe) for deep models: the ranks form a grid of
 graph parts × layer stages; activations cross between stages, halo rows
 within a stage. The planner does not rank it: ``pyg-dist layouts`` weighs its
-grids (:mod:`pyg_dist.pipeline.cost`)."""
+grids (:mod:`pyg_dist.strategies.layer_pipeline.cost`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,12 +10,10 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from pyg_dist import pipeline
 from pyg_dist.halo import HaloPolicy
 from pyg_dist.models.gnn import DEEP_MODELS
-from pyg_dist.pipeline import Pipeline
-from pyg_dist.pipeline.pipeline import INITIAL_ROWS
 from pyg_dist.strategies.base import Runner, Step, Strategy
+from pyg_dist.strategies.layer_pipeline.pipeline import INITIAL_ROWS, Pipeline, load
 from pyg_dist.strategies.options import (
     as_policy,
     check_choice,
@@ -33,7 +31,7 @@ __all__ = ["LayerPipeline"]
 class LayerPipeline(Strategy):
     """A layer pipeline for deep models (:class:`~pyg_dist.models.DeepGNN`):
     the ranks form a grid of world size / ``stages`` graph parts × ``stages``
-    layer stages; ``data`` must be loaded with :func:`pyg_dist.pipeline.load`
+    layer stages; ``data`` must be loaded with :func:`pyg_dist.strategies.layer_pipeline.load`
     (what its ``load`` hook does). It takes no gradient compression and no checkpoints.
 
     Args:
@@ -76,7 +74,7 @@ class LayerPipeline(Strategy):
         return world_size // self.stages
 
     def load(self, folder: Any) -> Any:
-        return pipeline.load(folder, self.stages)
+        return load(folder, self.stages)
 
     def check_model(self, kind: str, layers: int | None = None,
                     options: dict[str, Any] | None = None) -> None:
@@ -107,7 +105,7 @@ class _PipelineRun(Runner):
 
     def __init__(self, strategy: LayerPipeline, model: nn.Module, task: Task,
                  settings: Settings) -> None:
-        super().__init__(model, task, settings, sync=False)
+        super().__init__(strategy, model, task, settings, sync=False)
         if strategy.halo is not None and task.registry is not None:
             self.hold(task.registry.using(default=as_policy(strategy.halo)))
         self.pipe = Pipeline(model, task.data, stages=strategy.stages, chunks=strategy.chunks,
@@ -119,8 +117,6 @@ class _PipelineRun(Runner):
     def evaluate(self, step: Step) -> tuple[float, float, float]:
         return self.pipe.evaluate()
 
-    def close(self) -> None:
-        try:
-            self.pipe.gather_parameters()
-        finally:
-            super().close()
+    def finish(self) -> None:
+        self.pipe.gather_parameters()  # every rank gets every stage's parameters
+        super().finish()

@@ -16,12 +16,12 @@ from pyg_dist.metrics import accuracies
 from pyg_dist.models.gnn import DeepGNN
 from pyg_dist.ops import spmm
 from pyg_dist.partitioning.io import read_meta
-from pyg_dist.pipeline.chunks import Chunk, Chunking, chunk_labels
-from pyg_dist.pipeline.grid import Grid, grid
-from pyg_dist.pipeline.layers import adjacency, check_splittable, update
-from pyg_dist.pipeline.masks import StepMasks, step_masks
-from pyg_dist.pipeline.split import balance, check_stages, measure_costs
 from pyg_dist.runtime import distributed
+from pyg_dist.strategies.layer_pipeline.chunks import Chunk, Chunking, chunk_labels
+from pyg_dist.strategies.layer_pipeline.grid import Grid, grid
+from pyg_dist.strategies.layer_pipeline.layers import adjacency, check_splittable, update
+from pyg_dist.strategies.layer_pipeline.masks import StepMasks, step_masks
+from pyg_dist.strategies.layer_pipeline.split import balance, check_stages, measure_costs
 
 __all__ = ["Pipeline", "load"]
 
@@ -107,7 +107,7 @@ class Pipeline:
     With one chunk nothing is historical and the pipeline computes exactly
     what the model computes on the whole graph. The tables are filled by one
     forward pass before the first epoch. Dropout masks are graph-parallel
-    training's (``pyg_dist.pipeline.masks``): the same for every node,
+    training's (``pyg_dist.strategies.layer_pipeline.masks``): the same for every node,
     layer and step whatever the parts, stages and chunks, so one chunk trains
     exactly as graph-parallel training, dropout included.
 
@@ -145,7 +145,7 @@ class Pipeline:
         if not isinstance(graph, DistEdgeIndex) or graph.channel.group is not self.grid.group:
             raise ValueError(
                 "the layer pipeline needs this rank's part loaded in its stage's process group: "
-                "data = pyg_dist.pipeline.load(folder, stages)")
+                "data = pyg_dist.strategies.layer_pipeline.load(folder, stages)")
         if initial_rows not in INITIAL_ROWS:
             raise ValueError(f"initial_rows='{initial_rows}': use one of "
                              f"{', '.join(INITIAL_ROWS)}")

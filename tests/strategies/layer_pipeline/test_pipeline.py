@@ -15,7 +15,7 @@ from worlds import Battery
 
 import pyg_dist
 from pyg_dist.models import DeepGNN
-from pyg_dist.pipeline import Pipeline, balance, best_layout, layout_costs, load
+from pyg_dist.strategies.layer_pipeline import Pipeline, balance, best_layout, layout_costs, load
 
 KINDS = ("gcn2", "resgcn", "ressage")
 LAYERS, WIDTH, CLASSES, LR = 4, 8, 3, 0.5
@@ -305,7 +305,7 @@ def test_stage_bytes_are_the_hand_count(runs):
 
 
 def _halo_rows(folder):
-    from pyg_dist.pipeline import halo_rows
+    from pyg_dist.strategies.layer_pipeline import halo_rows
 
     return halo_rows(folder)
 

@@ -2,7 +2,7 @@ r"""Coverage corrections of gradient-only training.
 
 A rank trains on the union of its clusters; an edge between two of its
 clusters :math:`a \ne b` is there with probability :math:`\pi_{ab}` per
-period (:func:`~pyg_dist.regroup.schedule.inclusion`), an edge inside a
+period (:func:`~pyg_dist.strategies.gradient_only.schedule.inclusion`), an edge inside a
 cluster always.
 
 * ``"node"`` (Horvitz–Thompson): each retained cross-cluster edge weighs
@@ -42,7 +42,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pyg_dist.regroup.group import ClusterGroup
+from pyg_dist.strategies.gradient_only.group import ClusterGroup
 
 __all__ = ["CORRECTIONS", "edge_weights", "node_weights", "batch_weight", "shrink"]
 

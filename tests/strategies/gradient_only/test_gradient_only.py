@@ -129,7 +129,7 @@ def one_step_reference(folder, kind, correction, world=2):
 
     from pyg_dist.models import GNN
     from pyg_dist.partitioning.io import read_meta, read_part
-    from pyg_dist.regroup import groups
+    from pyg_dist.strategies.gradient_only import groups
 
     graph = the_graph()
     path = folder / "parts" / "clusters"

@@ -44,8 +44,8 @@ def groups(num_clusters: int, num_ranks: int, period: int, scheme: str = "sweep"
         num_clusters (int): :math:`C`, the clusters of the folder.
         num_ranks (int): :math:`P`, the ranks.
         period (int): :math:`t`, the period, from :obj:`0`.
-        scheme (str, optional): One of :data:`~pyg_dist.regroup.SCHEMES`
-            (see ``pyg_dist.regroup.schedule``). (default: :obj:`"sweep"`)
+        scheme (str, optional): One of :data:`~pyg_dist.strategies.gradient_only.SCHEMES`
+            (see ``pyg_dist.strategies.gradient_only.schedule``). (default: :obj:`"sweep"`)
         seed (int, optional): Seed of the ``"sweep"`` order and the
             ``"random"`` draws. (default: :obj:`0`)
     """
@@ -67,12 +67,12 @@ def groups(num_clusters: int, num_ranks: int, period: int, scheme: str = "sweep"
 
 def inclusion(num_clusters: int, num_ranks: int, scheme: str = "sweep", seed: int = 0) -> Tensor:
     """``[C, C]`` float64: :math:`\\pi_{ab}`, how often clusters ``a`` and
-    ``b`` share a rank (see ``pyg_dist.regroup.schedule``).
+    ``b`` share a rank (see ``pyg_dist.strategies.gradient_only.schedule``).
 
     Args:
         num_clusters (int): :math:`C`, the clusters of the folder.
         num_ranks (int): :math:`P`, the ranks.
-        scheme (str, optional): One of :data:`~pyg_dist.regroup.SCHEMES`.
+        scheme (str, optional): One of :data:`~pyg_dist.strategies.gradient_only.SCHEMES`.
             (default: :obj:`"sweep"`)
         seed (int, optional): The seed :func:`groups` is given.
             (default: :obj:`0`)

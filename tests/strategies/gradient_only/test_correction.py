@@ -9,7 +9,7 @@ from torch_geometric.data import Data
 
 import pyg_dist
 from pyg_dist.partitioning.io import read_meta
-from pyg_dist.regroup import (
+from pyg_dist.strategies.gradient_only import (
     ClusterGroup,
     batch_weight,
     edge_weights,
@@ -17,7 +17,7 @@ from pyg_dist.regroup import (
     inclusion,
     node_weights,
 )
-from pyg_dist.regroup.correction import shrink
+from pyg_dist.strategies.gradient_only.correction import shrink
 
 
 @pytest.fixture(scope="module")
