@@ -65,8 +65,8 @@ from pyg_dist.config import STRATEGIES, Adam, Checkpoint, Evaluation, GradSync, 
 from pyg_dist.datasets.load import HETERO_DATASETS
 from pyg_dist.models.gnn import DEEP_MODELS
 from pyg_dist.models.hetero import HETERO_MODELS
-from pyg_dist.pipeline.pipeline import INITIAL_ROWS
 from pyg_dist.runtime import env
+from pyg_dist.strategies.layer_pipeline.pipeline import INITIAL_ROWS
 from pyg_dist.train.post import POSTS
 
 __all__ = ["main", "build_parser", "parse_job", "read_config", "RECIPES"]
@@ -169,7 +169,8 @@ def _train_parser(sub: Any, name: str, help: str, shown: str | None = None) -> N
                flags={name: "--" + name.replace("_", "-")
                       for name in ("target_acc", "patience", "time_budget")})
     add_fields(steps, Checkpoint, "checkpoint", prefix="checkpoint-",
-               flags={"dir": "--checkpoint", "resume": "--resume"})
+               flags={"dir": "--checkpoint", "resume": "--resume",
+                      "switch": "--switch-strategy"})
     steps.add_argument("--post", dest="post.spec", default=argparse.SUPPRESS, metavar="SPEC",
                        help=f"{'|'.join(POSTS)}[,KEY=VALUE...] after training (Correct & "
                             f"Smooth)")

@@ -32,6 +32,7 @@ from pyg_dist.strategies import planner
 from pyg_dist.strategies.task import labelled_type
 from pyg_dist.train.loop import EpochStats, train
 from pyg_dist.train.post import correct_and_smooth
+from pyg_dist.train.preemption import StopSignals
 from pyg_dist.train.progress import destination, summary_lines, write
 
 __all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "report_plan",
@@ -252,21 +253,21 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
     """What each rank runs: load its part, build the model, train. Rank 0
     returns the results (identical on every rank)."""
     strategy, spec = job.strategy, job.model
-    data, model = load_part(job, folder)
+    with StopSignals():  # a signal while loading stops at once: nothing to save yet
+        data, model = load_part(job, folder)
     rank = distributed.rank()
     if rank == 0 and job.run.progress:
         layers, hidden, _, _ = spec.sizes()
         print(f"ranks ready; training {spec.name} ({layers} layers, {hidden} hidden) for "
               f"{job.epochs} epochs, {strategy.name}", file=sys.stderr, flush=True)
-    best = _BestState(model) if job.post is not None else None
-    log = _logger(job.run.log_every, rank)
     result = train(model, data, job.epochs, strategy=strategy, grad_sync=job.grad_sync,
                    optimizer=job.optimizer, checkpoint=job.checkpoint,
-                   evaluation=job.evaluation, callback=log if best is None else best.then(log),
+                   evaluation=job.evaluation, callback=_logger(job.run.log_every, rank),
                    progress=job.run.progress)
     post = None
-    if job.post is not None and best is not None:
-        best.restore()
+    if job.post is not None:
+        if result.best_state is not None:  # the best epoch's weights, a resumed run's too
+            model.load_state_dict(result.best_state)
         post = correct_and_smooth(model, data, job.post).summary()
     if rank != 0:
         return None
@@ -298,29 +299,6 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         **({"post": post} if post is not None else {}),
         "config": job.to_dict(),
     }
-
-
-class _BestState:
-    """The model's parameters and buffers at the epoch of best validation
-    accuracy (every rank keeps the same: accuracies are global), for a
-    post-processing step that starts from them."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model, self.best = model, -1.0
-        self.state: dict[str, Any] | None = None
-
-    def then(self, callback: Callable[[EpochStats], None]) -> Callable[[EpochStats], None]:
-        def record(stats: EpochStats) -> None:
-            if stats.evaluated and stats.val_acc > self.best:
-                self.best = stats.val_acc
-                self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-            callback(stats)
-
-        return record
-
-    def restore(self) -> None:
-        if self.state is not None:
-            self.model.load_state_dict(self.state)
 
 
 def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:

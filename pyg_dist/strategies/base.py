@@ -19,11 +19,36 @@ hook                               asked by
 :meth:`Strategy.candidates`        the planner: predictions from a probe
 =================================  ============================================
 
-A :class:`Runner` is one run of a strategy on one rank: it takes a training
-step (:meth:`Runner.step`), evaluates, saves and restores its own state for
-checkpoints, and on :meth:`Runner.close` leaves the graph as it found it
-(every setting it changed for the run is held in a context of the object
-that owns it).
+A :class:`Runner` is one run of a strategy on one rank. It owns every duty
+of the run that depends on the strategy; the loop
+(:func:`~pyg_dist.train.train`) owns the rest (the epochs, evaluation's
+schedule, stop rules, signals, writing checkpoints):
+
+================================  ===============================================
+runner's duty                     hook
+================================  ===============================================
+a training step                   :meth:`Runner.step` (the base takes
+                                  :func:`take_step`; a strategy whose step is
+                                  not "forward, global loss, backward, sum
+                                  gradients" brings its own, see below)
+evaluation                        :meth:`Runner.evaluate`
+what its resume needs             :meth:`Runner.state_dict` /
+                                  :meth:`Runner.load_state_dict`: the strategy
+                                  and gradient sum it trains (a plan's choice
+                                  included), its graph's halo, dropout and
+                                  ledger state, the gradient sum's state
+the end of a run that succeeded   :meth:`Runner.finish` (collective)
+the end of every run              :meth:`Runner.close` (local: never a
+                                  collective, so one rank's error never waits
+                                  for the others)
+================================  ===============================================
+
+The strategies that bring their own step, and why: feature parallelism (the
+model runs on a grid of layouts, its loss where the logits end), the layer
+pipeline (stages exchange activations, chunk by chunk); gradient-only
+training takes :func:`take_step` on its group of clusters. Every setting a
+runner changes for the run is held in a context of the object that owns it
+(:meth:`Runner.hold`) and given back on :meth:`Runner.close`.
 """
 from __future__ import annotations
 
@@ -37,6 +62,7 @@ from torch import Tensor, nn
 
 from pyg_dist.data.dist_data import DistData
 from pyg_dist.grads import GradientSync
+from pyg_dist.halo.layer import registry_of
 from pyg_dist.metrics import global_loss
 from pyg_dist.strategies.cost import Candidate, Probe
 from pyg_dist.strategies.options import Options, as_policy
@@ -145,6 +171,16 @@ class Strategy(Options):
                 :obj:`None` for none. (default: :obj:`None`)
         """
 
+    def continues(self, saved: Strategy) -> bool:
+        """Whether a run of this strategy resumes a checkpoint that ``saved``
+        trained, and trains on as ``saved`` (the default: when they are the
+        same; the planner continues its choice).
+
+        Args:
+            saved (Strategy): The strategy the checkpoint records.
+        """
+        return saved == self
+
     def check_settings(self, settings: Settings) -> None:
         """Raises :class:`ValueError`, naming the fix, on settings this
         strategy cannot train with.
@@ -243,13 +279,15 @@ def strategy_from_dict(values: dict[str, Any]) -> Strategy:
 class Runner:
     """One run of a strategy on one rank, made by :meth:`Strategy.runner`
     and driven by :func:`~pyg_dist.train.train`: a step per epoch, evaluation
-    on the evaluation's schedule, its state in checkpoints, :meth:`Runner.close`
-    at the end. This base trains ``model`` on the task's inputs with a
+    on the evaluation's schedule, its state in checkpoints, :meth:`Runner.finish`
+    after the last epoch and :meth:`Runner.close` at the end. This base
+    trains ``model`` on the task's inputs with a
     :class:`~pyg_dist.grads.GradientSync` and evaluates with a forward of its
     own; for the run, the graph's halo registry evaluates under the
     evaluation's policy and knows the planned steps.
 
     Args:
+        strategy (Strategy): The strategy it runs (what checkpoints record).
         model (torch.nn.Module): The model.
         task (Task): What it trains on.
         settings (Settings): The run's settings.
@@ -262,12 +300,15 @@ class Runner:
             by one.
     """
 
-    def __init__(self, model: nn.Module, task: Task, settings: Settings,
+    def __init__(self, strategy: Strategy, model: nn.Module, task: Task, settings: Settings,
                  sync: bool = True) -> None:
-        self.model, self.task, self.settings = model, task, settings
+        self.strategy, self.model, self.task, self.settings = strategy, model, task, settings
         self.plan: Any = None
         self._held = ExitStack()
         registry = task.registry
+        #: The halo policy of the graph's layers that set none, as the run
+        #: found it (checkpoints record it: the saved halo state is of it).
+        self.graph_halo = registry.policy(None).spec() if registry is not None else None
         if registry is not None:
             self.hold(registry.using(eval_default=as_policy(settings.evaluation.halo),
                                      planned_steps=settings.epochs))
@@ -311,10 +352,25 @@ class Runner:
         return {"halo": policy.spec(), "input_cache": bool(getattr(policy, "cache_inputs",
                                                                    True))}
 
+    def plan_summary(self) -> dict[str, Any] | None:
+        """The planner's predictions and choice, where a plan chose the run
+        (also after a resume, from the checkpoint); else :obj:`None`."""
+        return self.plan.summary() if self.plan is not None else None
+
     def state_dict(self) -> dict[str, Any]:
-        """What checkpoints keep of the run besides the model, optimizer and
-        graph: the gradient sum's state."""
-        return {"grad_sync": self.sync.state_dict() if self.sync is not None else {}}
+        """Everything the run's resume needs besides the model and optimizer:
+        the strategy and gradient sum it trains, the policy of the graph's
+        layers that set none (:attr:`graph_halo`), the plan that chose them,
+        the halo and dropout state and the ledger of the graph it trains on,
+        the gradient sum's state. Collective where halo exchanges are in
+        flight (they complete first)."""
+        registry, ledger = registry_of(self.task.data), self.ledger
+        return {"strategy": self.strategy.describe(),
+                "grad_sync": self.settings.grad_sync.to_dict(),
+                "graph_halo": self.graph_halo, "plan": self.plan_summary(),
+                "halo": registry.state_dict() if registry is not None else None,
+                "ledger": ledger.state_dict() if ledger is not None else None,
+                "grad_state": self.sync.state_dict() if self.sync is not None else {}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict`.
@@ -322,16 +378,36 @@ class Runner:
         Args:
             state (dict): What :meth:`state_dict` returned.
         """
+        registry, ledger = registry_of(self.task.data), self.ledger
+        if registry is not None and state.get("halo") is not None:
+            registry.load_state_dict(state["halo"])
+        if ledger is not None and state.get("ledger") is not None:
+            ledger.load_state_dict(state["ledger"])
         if self.sync is not None:
-            self.sync.load_state_dict(state.get("grad_sync", {}))
+            self.sync.load_state_dict(state.get("grad_state", {}))
+        if self.plan is None and state.get("plan") is not None:
+            self.plan = _SavedPlan(state["plan"])
+
+    def finish(self) -> None:
+        """After the last epoch of a run that succeeded: completes halo
+        exchanges still in flight. Collective."""
+        if self.task.registry is not None:
+            self.task.registry.flush()
 
     def close(self) -> None:
-        """Completes exchanges in flight and gives the graph back its settings."""
-        try:
-            if self.task.registry is not None:
-                self.task.registry.flush()
-        finally:
-            self._held.close()
+        """Gives the graph back the settings the run changed. Local (also
+        after an error on this rank alone, when the others are not there)."""
+        self._held.close()
+
+
+@dataclass(frozen=True)
+class _SavedPlan:
+    """A plan as a checkpoint recorded it (the run resumed its choice)."""
+
+    values: dict[str, Any]
+
+    def summary(self) -> dict[str, Any]:
+        return dict(self.values)
 
 
 def take_step(model: nn.Module, task: Task, optimizer: torch.optim.Optimizer,

@@ -241,7 +241,7 @@ class _GraphParallelRun(Runner):
 
     def __init__(self, strategy: GraphParallel, model: nn.Module, task: Task,
                  settings: Settings) -> None:
-        super().__init__(model, task, settings)
+        super().__init__(strategy, model, task, settings)
         self.strategy = strategy
         registry = task.registry
         if registry is not None:

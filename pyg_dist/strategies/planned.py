@@ -12,7 +12,7 @@ from torch import nn
 from pyg_dist.strategies import planner
 from pyg_dist.strategies.base import STRATEGIES, Runner, Strategy
 from pyg_dist.strategies.cost import RISKS
-from pyg_dist.strategies.gradient_only import DEFAULT_CLUSTERS
+from pyg_dist.strategies.gradient_only.strategy import DEFAULT_CLUSTERS
 from pyg_dist.strategies.options import check_choice, check_int, option
 from pyg_dist.strategies.settings import GradSync, Settings
 from pyg_dist.strategies.task import Task
@@ -44,6 +44,7 @@ class Planned(Strategy):
 
     name: ClassVar[str] = "auto"
     summary: ClassVar[str] = "chosen by a probe and predictions"
+    labels_refusal: ClassVar[str] = "its probe runs the model on the graph's features alone"
     accept: str = option("exact", "|".join(RISKS), choices=RISKS, metavar="RISK")
     probe_steps: int = option(3, "training steps the probe measures", metavar="N")
 
@@ -55,13 +56,15 @@ class Planned(Strategy):
         # gradient-only training is a candidate when approximation is accepted
         return DEFAULT_CLUSTERS if self.accept == "approximate" else 1
 
+    def continues(self, saved: Strategy) -> bool:
+        return True  # a resumed run keeps the choice its checkpoint records
+
     def check_settings(self, settings: Settings) -> None:
         if settings.hetero:
             raise ValueError("'train' on a heterogeneous graph: strategy='auto' ranks "
                              "homogeneous strategies; let each layer choose its halo with "
                              "strategy=GraphParallel(halo='auto') (CLI: --halo auto)")
-        if settings.evaluation.from_training:
-            super().check_settings(settings)
+        super().check_settings(settings)
 
     def runner(self, model: nn.Module, task: Task, settings: Settings) -> Runner:
         if task.registry is None:  # one process: nothing to choose

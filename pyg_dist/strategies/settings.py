@@ -136,18 +136,24 @@ class Checkpoint(Options):
             when there is one, else start at epoch 1 (so the first start and
             every restart share one command); deterministic policies then end
             with the weights of an uninterrupted run. (default: :obj:`False`)
+        switch (bool, optional): Resume with the strategy, gradient sum and
+            halo setup given even where they differ from the checkpoint's
+            (which a resume otherwise refuses, naming both; the planner's
+            ``"auto"`` continues the checkpoint's choice). (default: :obj:`False`)
     """
 
     dir: str | os.PathLike = option(None, "folder for checkpoints", type=str, metavar="DIR")
     every: int = option(0, "write one every N epochs (0: never)", metavar="N")
     resume: bool = option(False, "continue from the last one, if any")
+    switch: bool = option(False, "resume with another strategy than the checkpoint's")
 
     def check(self) -> None:
         if not isinstance(self.dir, (str, os.PathLike)) or not os.fspath(self.dir):
             raise ValueError(f"Checkpoint(dir={self.dir!r}): name the folder for checkpoints")
         check_int(type(self), "every", self.every, 0, "0 writes none")
-        if not isinstance(self.resume, bool):
-            raise ValueError(f"Checkpoint(resume={self.resume!r}): use True or False")
+        for name in ("resume", "switch"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Checkpoint({name}={getattr(self, name)!r}): use True or False")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
-"""Checkpoints of distributed training: every rank's model, optimizer, halo
-policy state, ledger and RNG state, written atomically.
+"""Checkpoints of distributed training: every rank's model, optimizer, RNG
+state and what its run gives to keep (:meth:`~pyg_dist.strategies.Runner.state_dict`:
+the strategy, the halo and dropout state and ledger of the graph it trains
+on, ...), written atomically.
 
 ::
 
@@ -36,14 +38,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyg_dist.halo.layer import registry_of
 from pyg_dist.runtime.distributed import all_gather_objects, failing_together
 from pyg_dist.runtime.distributed import rank as get_rank
 from pyg_dist.runtime.distributed import world_size as get_world_size
 from pyg_dist.runtime.peers import name
 from pyg_dist.utils.files import file_sha256, payload_bytes, replace_durably, write_file
 
-__all__ = ["save_checkpoint", "load_checkpoint", "find_checkpoint"]
+__all__ = ["save_checkpoint", "load_checkpoint", "find_checkpoint", "restore_rng"]
 
 LATEST = "latest.json"
 #: What to do when a checkpoint does not fit.
@@ -52,7 +53,7 @@ DISK_FIX = ("free space there (the folder holds two checkpoints and, while one i
 
 
 def save_checkpoint(folder: str | os.PathLike, epoch: int, model: nn.Module,
-                    optimizer: torch.optim.Optimizer, data: Any,
+                    optimizer: torch.optim.Optimizer,
                     extra: dict[str, Any] | None = None) -> None:
     """Writes this rank's state after ``epoch``; collective (every rank calls it).
 
@@ -62,21 +63,17 @@ def save_checkpoint(folder: str | os.PathLike, epoch: int, model: nn.Module,
         epoch (int): The epoch just finished.
         model (torch.nn.Module): The model whose ``state_dict`` is saved.
         optimizer (torch.optim.Optimizer): The optimizer whose ``state_dict`` is saved.
-        data (DistData or DistHeteroData): The rank's graph: its halo
-            policies' state (its registry) and ledger are saved when it has them.
         extra (dict, optional): Anything else to restore with the checkpoint
-            (returned by :func:`load_checkpoint`). (default: :obj:`None`)
+            (returned by :func:`load_checkpoint`): the run's state, the
+            result so far. (default: :obj:`None`)
     """
     folder = Path(folder)
     rank, world = get_rank(), get_world_size()
-    registry = registry_of(data)
     state = {
         "epoch": epoch,
         "world_size": world,
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
-        "halo": registry.state_dict() if registry is not None else None,
-        "ledger": data.ledger.state_dict() if hasattr(data, "ledger") else None,
         "rng": _rng_state(),
         "extra": extra or {},
     }
@@ -126,20 +123,18 @@ def find_checkpoint(folder: str | os.PathLike) -> int | None:
 
 
 def load_checkpoint(folder: str | os.PathLike, model: nn.Module,
-                    optimizer: torch.optim.Optimizer, data: Any) -> tuple[int, dict[str, Any]]:
-    """Restores this rank's state from the last complete checkpoint; returns
-    its epoch and the ``extra`` dict saved with it. Collective: a file that
-    is missing, damaged or of another run is refused on every rank together,
-    naming it.
+                    optimizer: torch.optim.Optimizer) -> tuple[int, dict[str, Any]]:
+    """Restores this rank's model and optimizer from the last complete
+    checkpoint; returns its epoch and the ``extra`` dict saved with it, with
+    the RNG state under ``"rng"`` (for :func:`restore_rng`, once whatever
+    else the run restores is in place). Collective: a file that is missing,
+    damaged or of another run is refused on every rank together, naming it.
 
     Args:
         folder (str or os.PathLike): The checkpoint folder.
         model (torch.nn.Module): The model to load the saved ``state_dict`` into.
         optimizer (torch.optim.Optimizer): The optimizer to load the saved
             ``state_dict`` into.
-        data (DistData or DistHeteroData): The rank's graph: its halo
-            policies' state and ledger are restored when both it and the
-            checkpoint have them.
     """
     folder = Path(folder)
     epoch, file = _find(folder)
@@ -155,13 +150,7 @@ def load_checkpoint(folder: str | os.PathLike, model: nn.Module,
         if int(state["epoch"]) != epoch:
             raise ValueError(f"'{file}' holds epoch {state['epoch']}, not {epoch}; {_FIX}")
         _restore(file, model, optimizer, state)
-    registry = registry_of(data)
-    if state["halo"] is not None and registry is not None:
-        registry.load_state_dict(state["halo"])
-    if state["ledger"] is not None and hasattr(data, "ledger"):
-        data.ledger.load_state_dict(state["ledger"])
-    _set_rng_state(state["rng"])
-    return int(state["epoch"]), state["extra"]
+    return int(state["epoch"]), {**state["extra"], "rng": state["rng"]}
 
 
 def _restore(file: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -320,7 +309,12 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def restore_rng(state: dict[str, Any]) -> None:
+    """Sets the RNG state a checkpoint saved (``load_checkpoint(...)[1]["rng"]``).
+
+    Args:
+        state (dict): The saved state.
+    """
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])

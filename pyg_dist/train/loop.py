@@ -3,6 +3,7 @@ the strategy's runner takes each step, the loop evaluates, books, checkpoints
 and stops on rules every rank agrees on."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -16,10 +17,22 @@ from torch.optim import lr_scheduler
 from pyg_dist.config import Adam, Checkpoint, Evaluation, GradSync
 from pyg_dist.metrics import accuracies, evaluate, global_loss
 from pyg_dist.runtime import distributed
-from pyg_dist.strategies import Settings, Strategy, as_strategy, task_of, train_step
-from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from pyg_dist.strategies import (
+    Settings,
+    Strategy,
+    as_strategy,
+    strategy_from_dict,
+    task_of,
+    train_step,
+)
+from pyg_dist.train.checkpoint import (
+    find_checkpoint,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
 from pyg_dist.train.optim import make_optimizer
-from pyg_dist.train.preemption import Preempted, StopSignals, stop_message
+from pyg_dist.train.preemption import SIGNALS, Preempted, StopSignals, stop_message
 from pyg_dist.train.progress import start_progress
 from pyg_dist.train.result import EpochStats, TrainResult
 from pyg_dist.train.stopping import StopRules
@@ -95,7 +108,11 @@ def train(
             :obj:`None` is :class:`~pyg_dist.config.Adam` ``()``. The
             scheduler's state is saved in checkpoints. (default: :obj:`None`)
         checkpoint (Checkpoint, optional): Where and how often to write
-            checkpoints, and whether to resume from the last. (default: :obj:`None`)
+            checkpoints, and whether to resume from the last. A checkpoint
+            records the strategy, gradient sum and halo setup it trained
+            with: a resume continues them (``"auto"`` continues its choice
+            without probing again) and refuses others, naming both, unless
+            ``Checkpoint(switch=True)``. (default: :obj:`None`)
         evaluation (Evaluation, optional): When and under which halo policy
             to evaluate, and when to stop early; :obj:`None` is every epoch,
             exactly, to the last epoch. (default: :obj:`None`)
@@ -105,12 +122,15 @@ def train(
 
     SIGTERM and SIGUSR1 (a preemption, SLURM's warning before the time
     limit) stop every rank after the same epoch, which the rank that got the
-    signal finishes first; each saves its checkpoint of that epoch when
-    ``checkpoint`` is given, rank 0 prints how to resume, and every rank
-    raises ``pyg_dist.train.preemption.Preempted`` (exit status 75
-    when uncaught). An error one rank raises alone is left for the others,
-    whose next collective then fails naming it
-    (``pyg_dist.runtime.peers.PeerFailed``).
+    signal finishes first, the last epoch included; each saves its
+    checkpoint of that epoch when ``checkpoint`` is given, rank 0 prints how
+    to resume, and every rank raises ``pyg_dist.train.preemption.Preempted``
+    (exit status 75 when uncaught). Before the run's first epoch has ended
+    (resuming, the planner's probe, the kernels' first build) there is
+    nothing to save: a signal raises ``Preempted`` at once. An error one
+    rank raises alone is left for the others, whose next collective then
+    fails naming it (``pyg_dist.runtime.peers.PeerFailed``); what a run
+    cleans up after an error is local, so no rank waits for the others.
     """
     task = task_of(data, model)
     strategy = as_strategy(strategy)
@@ -118,120 +138,223 @@ def train(
                         checkpoint, task.hetero, task.labels_as_input)
     strategy.check_settings(settings)
     optimizer, scheduler = make_optimizer(model, optimizer, epochs)
-    plateau = isinstance(scheduler, lr_scheduler.ReduceLROnPlateau)
-    runner = strategy.runner(model, task, settings)
-    signals, doing = StopSignals().install(), "resuming"
+    run = _Run(model, optimizer, scheduler, settings)
+    signals = StopSignals().install()
     distributed.forget_failure()
     try:
         sync_parameters(model)
-        result = _resume(runner, optimizer, scheduler, checkpoint)
-
-        def save(epoch: int) -> None:
-            assert checkpoint is not None, "saved only when checkpoints are configured"
-            save_checkpoint(checkpoint.dir, epoch, model, optimizer, task.data,
-                            extra={**result.state_dict(), **runner.state_dict(),
-                                   "schedule": scheduler.state_dict() if scheduler else None})
-
-        rules = StopRules(settings.evaluation, result)
-        every, ledger = settings.evaluation.every, runner.ledger
-        bar = start_progress(model, epochs, result.epochs) if progress else None
-        start = _clock() - result.seconds
-        accs = result.last_accuracies
-        for epoch in range(result.epochs + 1, epochs + 1):
-            epoch_start = _clock()
-            booked = ledger.step if ledger is not None else 0
-            lr = float(optimizer.param_groups[0]["lr"])
-            doing = f"the training step of epoch {epoch}"
-            step = runner.step(epoch, optimizer)
-            if scheduler is not None and not plateau:
-                scheduler.step()
-            trained = _clock()
-            elapsed = rules.elapsed(trained - start)  # the same on every rank
-            evaluated = epoch % every == 0 or epoch == epochs or rules.over_budget(elapsed)
-            if evaluated:
-                doing = f"the evaluation after epoch {epoch}"
-                accs = runner.evaluate(step)
-                if plateau:
-                    scheduler.step(accs[1])
-            times = (trained - epoch_start, step.forward_seconds, _clock() - trained)
-            totals, signalled = _epoch_totals(ledger, booked, times, signals.flags())
-            if ledger is not None:
-                ledger.next_step()
-            stats = EpochStats(epoch, step.loss, *accs, seconds=_clock() - epoch_start,
-                               evaluated=evaluated, lr=lr, **totals)
-            result.history.append(stats)
-            if evaluated and (stats.val_acc > result.val_acc or result.best_epoch == 0):
-                result.best_epoch = epoch
-                result.val_acc, result.test_acc = stats.val_acc, stats.test_acc
-            result.seconds = _clock() - start
-            stopped = rules.after(stats, result, elapsed) if evaluated else None
-            doing = f"saving the checkpoint of epoch {epoch}"
-            saved = bool(checkpoint and checkpoint.every and epoch % checkpoint.every == 0)
-            if saved:
-                save(epoch)
+        run.start(strategy, task)
+        signals.epoch = run.result.epochs
+        bar = start_progress(model, epochs, run.result.epochs) if progress else None
+        stopped, signalled, epoch, saved = None, [0.0] * len(SIGNALS), run.result.epochs, False
+        for epoch in range(run.result.epochs + 1, epochs + 1):
+            stats, signalled = run.epoch(epoch, signals.flags())
+            signals.training()  # an epoch ended: a signal from now on stops after one
+            stopped = run.rules.after(stats, run.result, run.elapsed) if stats.evaluated else None
+            saved = run.save_if_due(epoch)
             if epoch % TRIM_EVERY == 0:  # resident memory stays what the run uses
                 release_freed_memory()
             if bar is not None:
-                bar.update(stats, result.halo_bytes)
+                bar.update(stats, run.result.halo_bytes)
             if callback is not None:
-                doing = f"the callback after epoch {epoch}"
+                run.doing = f"the callback after epoch {epoch}"
                 callback(stats)
-            if stopped is not None:
-                result.stopped = stopped
+            if stopped is not None or any(signalled):
                 break
-            if any(signalled) and epoch < epochs:  # the same epoch on every rank
-                if checkpoint is not None and not saved:
-                    doing = f"saving the checkpoint of epoch {epoch}"
-                    save(epoch)
-                raise _preempted(signalled, epoch, epochs, checkpoint, bar)
         if bar is not None:
             bar.close()
-        result.setup = runner.describe()
-    except Exception as exc:
-        distributed.announce_failure(doing, exc)
+        if not any(signalled):  # a signal in the epoch the run ended on stops it too
+            signalled = run.signals_since(signals.flags())
+        if any(signalled):  # the same epoch on every rank
+            raise run.preempted(signalled, epoch, saved)
+        run.result.stopped = stopped or run.result.stopped
+        run.finish()
+    except BaseException as exc:
+        distributed.announce_failure(run.doing, exc)
         raise
     finally:
         signals.restore()
-        runner.close()
-    if ledger is not None:
-        result.halo_choices = halo_choices(ledger, result.history)
-    if runner.plan is not None:
-        result.plan = {**runner.plan.summary(), **_measured(result)}
-    return result
+        run.close()
+    return run.result
 
 
-def _resume(runner: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
-            checkpoint: Checkpoint | None) -> TrainResult:
-    """The result so far: a fresh one, or the last checkpoint's (the model,
-    optimizer, graph, runner and scheduler restored with it) when the
-    checkpoint resumes and one is there. Collective."""
+class _Run:
+    """One call of :func:`train` on this rank: the runner, optimizer and
+    schedule, the result so far, and each epoch's duties (the step,
+    evaluation on the schedule, booking, the best epoch, checkpoints).
+    ``doing`` names the duty under way, for the peers when it fails."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+                 settings: Settings) -> None:
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.settings, self.checkpoint = settings, settings.checkpoint
+        self.plateau = isinstance(scheduler, lr_scheduler.ReduceLROnPlateau)
+        self.runner: Any = None
+        self.result = TrainResult()
+        self.doing = "resuming"
+        self.elapsed = 0.0
+
+    def start(self, strategy: Strategy, task: Any) -> None:
+        """Loads the checkpoint to resume from, if any; makes the runner of
+        ``strategy`` (the checkpoint's, where the run continues one) and
+        restores its state. Collective."""
+        saved = _load(self.checkpoint, self.model, self.optimizer)
+        if saved is not None:
+            strategy, self.settings = _continued(strategy, self.settings, saved,
+                                                 self.checkpoint)
+        self.doing = "starting the run"
+        self.runner = strategy.runner(self.model, task, self.settings)
+        if saved is not None:
+            _check_setup(self.runner, saved, self.checkpoint)
+            self.runner.load_state_dict(saved["runner"])
+            if self.scheduler is not None and saved.get("schedule") is not None:
+                self.scheduler.load_state_dict(saved["schedule"])
+            self.result = TrainResult.from_state(saved)
+            restore_rng(saved["rng"])
+        self.rules = StopRules(self.settings.evaluation, self.result)
+        self.start_clock = _clock() - self.result.seconds
+        self.accs = self.result.last_accuracies
+
+    def epoch(self, epoch: int, signals: list[float]) -> tuple[EpochStats, list[float]]:
+        """Trains epoch ``epoch``, evaluates it when due, books it; returns
+        its stats and every rank's count of each stop signal. Collective."""
+        runner, ledger, result = self.runner, self.runner.ledger, self.result
+        epoch_start = _clock()
+        booked = ledger.step if ledger is not None else 0
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.doing = f"the training step of epoch {epoch}"
+        step = runner.step(epoch, self.optimizer)
+        if self.scheduler is not None and not self.plateau:
+            self.scheduler.step()
+        trained = _clock()
+        self.elapsed = self.rules.elapsed(trained - self.start_clock)  # the same on every rank
+        evaluated = (epoch % self.settings.evaluation.every == 0 or epoch == self.settings.epochs
+                     or self.rules.over_budget(self.elapsed))
+        if evaluated:
+            self.doing = f"the evaluation after epoch {epoch}"
+            self.accs = runner.evaluate(step)
+            if self.plateau:
+                self.scheduler.step(self.accs[1])
+        times = (trained - epoch_start, step.forward_seconds, _clock() - trained)
+        totals, signalled = _epoch_totals(ledger, booked, times, signals)
+        if ledger is not None:
+            ledger.next_step()
+        stats = EpochStats(epoch, step.loss, *self.accs, seconds=_clock() - epoch_start,
+                           evaluated=evaluated, lr=lr, **totals)
+        result.history.append(stats)
+        result.record_best(stats, self.model)
+        result.seconds = _clock() - self.start_clock
+        return stats, signalled
+
+    def save_if_due(self, epoch: int) -> bool:
+        """Saves the checkpoint of ``epoch`` when one is due; returns whether
+        it did. Collective."""
+        due = self.checkpoint is not None and self.checkpoint.every > 0 \
+            and epoch % self.checkpoint.every == 0
+        if due:
+            self.save(epoch)
+        return due
+
+    def save(self, epoch: int) -> None:
+        """Saves the checkpoint of ``epoch``: the model, optimizer, schedule,
+        result so far and what the runner gives to keep. Collective."""
+        assert self.checkpoint is not None, "saved only when checkpoints are configured"
+        self.doing = f"saving the checkpoint of epoch {epoch}"
+        schedule = self.scheduler.state_dict() if self.scheduler is not None else None
+        save_checkpoint(self.checkpoint.dir, epoch, self.model, self.optimizer,
+                        extra={**self.result.state_dict(), "runner": self.runner.state_dict(),
+                               "schedule": schedule})
+
+    def signals_since(self, signals: list[float]) -> list[float]:
+        """Every rank's count of each stop signal that came after the last
+        epoch's all-reduce. Collective."""
+        self.doing = "ending the run"
+        return distributed.all_reduce_values(signals)
+
+    def preempted(self, signalled: list[float], epoch: int, saved: bool) -> Preempted:
+        """The stop every rank agreed on after ``epoch``, its checkpoint
+        saved (when configured); rank 0 says what was saved and how to resume."""
+        if self.checkpoint is not None and not saved:
+            self.save(epoch)
+        folder = os.fspath(self.checkpoint.dir) if self.checkpoint is not None else None
+        message = stop_message(signalled, distributed.world_size(), epoch,
+                               self.settings.epochs, folder)
+        if distributed.rank() == 0:
+            print(message, file=sys.stderr, flush=True)
+        return Preempted(message, epoch, self.checkpoint is not None)
+
+    def finish(self) -> None:
+        """After the last epoch: the runner's end, how it trained, what
+        self-choosing policies and the plan chose beside what was measured.
+        Collective."""
+        self.doing = "finishing the run"
+        self.runner.finish()
+        result, ledger = self.result, self.runner.ledger
+        result.setup = self.runner.describe()
+        if ledger is not None:
+            result.halo_choices = halo_choices(ledger, result.history)
+        plan = self.runner.plan_summary()
+        if plan is not None:
+            result.plan = {**plan, **_measured(result)}
+
+    def close(self) -> None:
+        """Gives the graph back its settings; local."""
+        if self.runner is not None:
+            self.runner.close()
+
+
+def _load(checkpoint: Checkpoint | None, model: nn.Module,
+          optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
+    """The checkpoint's saved run (the model and optimizer restored from it)
+    when the checkpoint resumes and one is there; else :obj:`None`.
+    Collective."""
     if checkpoint is None or not checkpoint.resume:
-        return TrainResult()
+        return None
     epoch = find_checkpoint(checkpoint.dir)
     if distributed.rank() == 0:
         print(f"no checkpoint in '{os.fspath(checkpoint.dir)}' yet: starting at epoch 1"
               if epoch is None else f"resuming from the checkpoint of epoch {epoch} in "
               f"'{os.fspath(checkpoint.dir)}'", file=sys.stderr, flush=True)
     if epoch is None:
-        return TrainResult()
-    _, extra = load_checkpoint(checkpoint.dir, runner.model, optimizer, runner.task.data)
-    runner.load_state_dict(extra)
-    if scheduler is not None and extra.get("schedule") is not None:
-        scheduler.load_state_dict(extra["schedule"])
-    return TrainResult.from_state(extra)
+        return None
+    return load_checkpoint(checkpoint.dir, model, optimizer)[1]
 
 
-def _preempted(signalled: list[float], epoch: int, epochs: int,
-               checkpoint: Checkpoint | None, bar: Any) -> Preempted:
-    """The stop every rank agreed on after ``epoch``: rank 0 says what was
-    saved and how to resume."""
-    if bar is not None:
-        bar.close()
-    folder = os.fspath(checkpoint.dir) if checkpoint is not None else None
-    message = stop_message(signalled, distributed.world_size(), epoch, epochs, folder)
-    if distributed.rank() == 0:
-        print(message, file=sys.stderr, flush=True)
-    return Preempted(message, epoch, checkpoint is not None)
+def _continued(strategy: Strategy, settings: Settings, saved: dict[str, Any],
+               checkpoint: Any) -> tuple[Strategy, Settings]:
+    """The strategy and settings a resumed run trains with: the
+    checkpoint's, where ``strategy`` continues them (the same, or the
+    planner, which keeps its choice); with ``Checkpoint(switch=True)`` the
+    ones given; else an error naming both."""
+    recorded = saved.get("runner", {})
+    if "strategy" not in recorded:
+        raise ValueError(f"the checkpoint in '{os.fspath(checkpoint.dir)}' records no "
+                         f"strategy (train() did not write it); start without resume, or "
+                         f"from another folder")
+    was = strategy_from_dict(recorded["strategy"])
+    grads = GradSync.from_dict(recorded["grad_sync"])
+    if strategy.continues(was) and (settings.grad_sync in (GradSync(), grads)):
+        return was, dataclasses.replace(settings, grad_sync=grads)
+    if checkpoint.switch:
+        return strategy, settings
+    raise ValueError(f"the checkpoint in '{os.fspath(checkpoint.dir)}' was trained with "
+                     f"strategy={was}, grad_sync={grads}; this run asks for "
+                     f"strategy={strategy}, grad_sync={settings.grad_sync}; resume with the "
+                     f"checkpoint's, or switch on purpose with Checkpoint(..., switch=True) "
+                     f"(CLI: --switch-strategy)")
+
+
+def _check_setup(runner: Any, saved: dict[str, Any], checkpoint: Any) -> None:
+    """Refuses, naming both, a resumed run whose graph sets another halo
+    policy for its layers than the checkpoint's graph did (the saved halo
+    state is of the policies then), unless ``Checkpoint(switch=True)``."""
+    was, now = saved["runner"].get("graph_halo"), runner.graph_halo
+    if was != now and not checkpoint.switch:
+        raise ValueError(f"the checkpoint in '{os.fspath(checkpoint.dir)}' was trained on a "
+                         f"graph whose layers default to halo '{was}'; this run's graph "
+                         f"defaults to '{now}'; load the graph as then (DistData.load(..., "
+                         f"halo='{was}')), or switch on purpose with Checkpoint(..., "
+                         f"switch=True) (CLI: --switch-strategy)")
 
 
 def _measured(result: TrainResult) -> dict[str, Any]:

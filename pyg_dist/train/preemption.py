@@ -9,7 +9,13 @@ all-reduce every epoch already does, so all stop after the same epoch and
 none waits for a timeout; each saves its checkpoint of that epoch (when
 checkpoints are configured); rank 0 prints one line saying how to resume,
 and every rank raises :class:`Preempted`, which ends the process with
-status :data:`PREEMPTED` unless caught. Ctrl-C (SIGINT) still stops at
+status :data:`PREEMPTED` unless caught. A signal in the epoch the run ends
+on anyway (its last, or the one a stop rule ends it after) stops it the
+same way: saved, and :class:`Preempted` instead of a normal return (so
+nothing that follows training, post-processing say, starts). Before the
+first epoch of a run has ended (loading, the kernels' first build, the
+planner's probe) there is nothing to save: a signal raises
+:class:`Preempted` at once, within seconds. Ctrl-C (SIGINT) still stops at
 once, with :class:`KeyboardInterrupt`.
 """
 from __future__ import annotations
@@ -52,14 +58,24 @@ class Preempted(SystemExit):
 
 
 class StopSignals:
-    """While entered, :data:`SIGNALS` are noted instead of ending the
-    process (on the main thread only, where Python runs signal handlers;
-    a signal that is ignored stays ignored); the previous handlers come back
-    on exit. :meth:`flags` gives, per signal, whether it arrived: the values
-    the ranks sum in the epoch's all-reduce."""
+    """While entered, :data:`SIGNALS` stop the run (on the main thread only,
+    where Python runs signal handlers; a signal that is ignored stays
+    ignored); the previous handlers come back on exit. Until
+    :meth:`training` a signal raises :class:`Preempted` at once (nothing
+    to save yet); from then on it is noted, and :meth:`flags` gives, per
+    signal, whether it arrived: the values the ranks sum in the epoch's
+    all-reduce.
 
-    def __init__(self) -> None:
+    Args:
+        epoch (int, optional): The last epoch trained before this run (a
+            resumed checkpoint's), named by a stop before training.
+            (default: :obj:`0`)
+    """
+
+    def __init__(self, epoch: int = 0) -> None:
         self.received: set[int] = set()
+        self.epoch = epoch
+        self.at_once = True
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
@@ -82,12 +98,32 @@ class StopSignals:
             signal.signal(sig, handler)
         self._previous = {}
 
+    def training(self) -> None:
+        """From now on a signal is noted, to stop after the epoch it arrives in."""
+        self.at_once = False
+
     def _note(self, signum: int, frame: FrameType | None) -> None:
         self.received.add(signum)
+        if self.at_once:
+            raise Preempted(early_message(signal.Signals(signum), self.epoch), self.epoch, False)
 
     def flags(self) -> list[float]:
         """1.0 for each of :data:`SIGNALS` this rank received, else 0.0."""
         return [float(sig in self.received) for sig in SIGNALS]
+
+
+def early_message(sig: signal.Signals, epoch: int) -> str:
+    """The line of a stop before a run's first epoch ended.
+
+    Args:
+        sig (signal.Signals): The signal.
+        epoch (int): The last epoch trained before the run (0: none).
+    """
+    where = ("before any epoch was trained" if epoch == 0
+             else f"before training on from the checkpoint of epoch {epoch}")
+    return (f"pyg_dist: stopped by {sig.name} {where} (loading, the kernels' first build or "
+            f"the planner's probe): nothing new to save; run the same command again to start "
+            f"{'over' if epoch == 0 else 'from that checkpoint (with --resume)'}")
 
 
 def stop_message(counts: list[float], world: int, epoch: int, epochs: int,

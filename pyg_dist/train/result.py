@@ -126,6 +126,10 @@ class TrainResult:
         plan (dict, optional): Under ``strategy="auto"``, the chosen strategy
             with its predicted epoch seconds and bytes beside the measured
             ones (see :mod:`pyg_dist.strategies.planner`).
+        best_state (dict, optional): This rank's model ``state_dict`` at
+            :obj:`best_epoch` (kept in checkpoints, so a resumed run has it
+            too), for a step that starts from the best weights (Correct &
+            Smooth); :obj:`None` before any evaluation.
     """
 
     history: list[EpochStats] = field(default_factory=list)
@@ -139,6 +143,7 @@ class TrainResult:
     time_to_target: float | None = None
     epochs_to_target: int | None = None
     setup: dict[str, Any] = field(default_factory=dict)
+    best_state: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def epochs(self) -> int:
@@ -196,12 +201,26 @@ class TrainResult:
         last = self.history[-1]
         return last.train_acc, last.val_acc, last.test_acc
 
+    def record_best(self, stats: EpochStats, model: Any) -> None:
+        """Makes ``stats`` the best epoch, keeping ``model``'s state, when it
+        was evaluated and its validation accuracy beats the best so far (or
+        none was evaluated before).
+
+        Args:
+            stats (EpochStats): The epoch just trained.
+            model (torch.nn.Module): The model after it.
+        """
+        if stats.evaluated and (stats.val_acc > self.val_acc or self.best_epoch == 0):
+            self.best_epoch = stats.epoch
+            self.val_acc, self.test_acc = stats.val_acc, stats.test_acc
+            self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps of the result so far."""
         return {"history": [asdict(e) for e in self.history], "best_epoch": self.best_epoch,
                 "val_acc": self.val_acc, "test_acc": self.test_acc, "seconds": self.seconds,
                 "time_to_target": self.time_to_target,
-                "epochs_to_target": self.epochs_to_target}
+                "epochs_to_target": self.epochs_to_target, "best_state": self.best_state}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> TrainResult:
@@ -214,4 +233,5 @@ class TrainResult:
                    state.get("best_epoch", 0), state.get("val_acc", 0.0),
                    state.get("test_acc", 0.0), state.get("seconds", 0.0),
                    time_to_target=state.get("time_to_target"),
-                   epochs_to_target=state.get("epochs_to_target"))
+                   epochs_to_target=state.get("epochs_to_target"),
+                   best_state=state.get("best_state"))
