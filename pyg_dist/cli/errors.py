@@ -21,7 +21,7 @@ from pyg_dist.datasets.planetoid import PLANETOID, missing_raw_files
 from pyg_dist.partitioning.io import META_FILE, read_meta
 from pyg_dist.runtime import env
 
-__all__ = ["UsageError", "EXIT_USAGE", "EXIT_FAILED", "EXIT_INTERRUPTED", "reporting",
+__all__ = ["one_line", "UsageError", "EXIT_USAGE", "EXIT_FAILED", "EXIT_INTERRUPTED", "reporting",
            "check_out", "check_parts_dir", "check_dataset", "check_graph_folder",
            "check_checkpoint_dir"]
 
@@ -89,11 +89,27 @@ def reporting(command: str, run: Callable[[], int], debug: bool = False,
         if debug:
             traceback.print_exc()
         where = [note for note in getattr(exc, "__notes__", []) if note.startswith("(raised")]
-        first = (str(exc).strip().splitlines() or [""])[0]
-        print(f"pyg-dist {command}: {type(exc).__name__}: {first}", file=sys.stderr)
+        print(f"pyg-dist {command}: {type(exc).__name__}: {one_line(exc)}", file=sys.stderr)
         print(f"{where[0][:-1] + '; ' if where else '('}run again with --debug (or "
               f"{env.DEBUG}=1) to see the traceback)", file=sys.stderr, flush=True)
         return EXIT_FAILED
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message in one line: its first, and where that only
+    heads a list (``"... failed on 1 of 4 ranks:"``), the list's first entry
+    (the failing rank's own message and its fix) and how many more there are.
+
+    Args:
+        error (BaseException): The error.
+    """
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if not lines[0].endswith(":") or len(lines) == 1:
+        return lines[0]
+    more = len(lines) - 2
+    return f"{lines[0]} {lines[1]}" + (f" (and {more} more)" if more else "")
 
 
 def check_out(command: str, out: str, overwrite: bool) -> None:

@@ -151,6 +151,41 @@ def test_any_other_error_is_one_line_and_a_hint_and_debug_shows_the_traceback(ca
                         "(run again with --debug (or PYG_DIST_DEBUG=1) to see the traceback)\n")
 
 
+def test_a_failure_on_some_ranks_is_one_line_that_carries_the_rank_s_own_message(capsys):
+    """The headline of a failure on several ranks ends in ':' and lists the
+    ranks below it; the one line carries the first rank's own message."""
+    def failed_on_a_rank():
+        raise ValueError("'DistData.load' of 'p' failed on 2 of 4 ranks:\n"
+                         "  rank 1 on a: ValueError: part_1.pt is damaged; re-create it\n"
+                         "  rank 3 on b: ValueError: part_3.pt is damaged; re-create it")
+
+    assert reporting("train", failed_on_a_rank) == EXIT_FAILED
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "pyg-dist train: ValueError: 'DistData.load' of 'p' failed on 2 of 4 ranks: rank 1 on "
+        "a: ValueError: part_1.pt is damaged; re-create it (and 1 more)")
+
+
+def test_a_damaged_part_on_one_of_two_ranks_names_the_file_and_the_fix(tmp_path):
+    """A part file with flipped bytes, 2 ranks: the command's one line
+    names the file and how to fix it, without --debug."""
+    from graphs import awkward_graph
+
+    import pyg_dist
+
+    pyg_dist.partition(awkward_graph(num_features=4), 2, tmp_path / "p")
+    part = tmp_path / "p" / "part_1.pt"
+    raw = bytearray(part.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    part.write_bytes(bytes(raw))
+    done = subprocess.run(CLI + ["train", "--parts-dir", str(tmp_path / "p"), "--epochs", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    first = done.stderr.strip().splitlines()[-2]
+    assert done.returncode == EXIT_FAILED, done.stderr[-2000:]
+    assert "failed on 1 of 2 ranks: rank 1 on " in first, done.stderr[-2000:]
+    assert ("part_1.pt does not match the checksum in meta.json); re-create the folder with "
+            "pyg_dist.partition") in first
+
+
 def test_ctrl_c_is_one_line(capsys):
     def interrupted():
         raise KeyboardInterrupt
