@@ -88,8 +88,7 @@ def _set_info(key, value):
 def _checkpoint_of_another_model(folder):
     shutil.copytree(BASE / "ck", folder / "ck")
     model = GNN("sage", 4, 8, 3)  # the folder's model has 4 hidden features
-    return lambda: load_checkpoint(folder / "ck", model, torch.optim.Adam(model.parameters()),
-                                   SINGLE["data"])
+    return lambda: load_checkpoint(folder / "ck", model, torch.optim.Adam(model.parameters()))
 
 
 def _train(*flags):
@@ -146,6 +145,11 @@ CASES = [
     Case("--slices does not divide the ranks",
          lambda f: _train("--strategy", "feature-parallel", "--slices", "3"),
          "--slices 3 does not divide the 2 ranks"),
+    Case("--strategy auto with --labels-as-input",
+         lambda f: _train("--strategy", "auto", "--labels-as-input"),
+         "Planned(accept='exact', probe_steps=3) cannot train a model that reads labels as "
+         "input: its probe runs the model on the graph's features alone; train it with "
+         "strategy=GraphParallel(halo=...) (CLI: --strategy graph-parallel)"),
     Case("--strategy unknown", lambda f: _train("--strategy", "magic"),
          "invalid choice: 'magic' (choose from 'graph-parallel'"),
     Case("--model unknown", lambda f: _train("--model", "bert"),

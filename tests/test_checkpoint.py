@@ -11,7 +11,7 @@ from graphs import awkward_graph
 from tolerances import assert_close
 
 import pyg_dist
-from pyg_dist.config import Checkpoint
+from pyg_dist.config import Adam, Checkpoint
 from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
 from pyg_dist.train import train
@@ -109,6 +109,42 @@ def test_resume_equals_uninterrupted(results, spec):
         assert r["bytes"][0] == r["bytes"][1]
 
 
+def test_the_best_epoch_s_state_survives_a_resume(tmp_path):
+    """TrainResult.best_state is the model at the best validation epoch, also
+    when that epoch was trained before the resume (Correct & Smooth starts
+    from it); a model that reads labels as input is refused by the planner."""
+    pyg_dist.partition(awkward_graph(num_features=4), 1, tmp_path / "parts")
+    data = pyg_dist.DistData.load(tmp_path / "parts")
+    states = {}
+
+    def run(ckpt=None, stop_at=None, resume=False):
+        torch.manual_seed(0)
+        model = GNN("sage", 4, 8, 3, dropout=0.0)
+
+        def keep(stats):
+            states[stats.epoch] = {k: v.clone() for k, v in model.state_dict().items()}
+            if stats.epoch == stop_at:
+                raise KeyboardInterrupt
+
+        return train(model, data, 20, progress=False, callback=keep, optimizer=Adam(lr=0.05),
+                     checkpoint=Checkpoint(ckpt, every=1, resume=resume) if ckpt else None)
+
+    straight = run()
+    best = straight.best_epoch
+    assert 1 < best < 20, best  # a best epoch a resume after it does not train again
+    expected = states[best]
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "ck", stop_at=best + 1)
+    states.clear()
+    resumed = run(tmp_path / "ck", resume=True)
+    assert best not in states and resumed.best_epoch == best
+    for key, value in expected.items():
+        assert torch.equal(resumed.best_state[key], value), key
+    label_model = GNN("sage", 4, 8, 3, label_input=True)
+    with pytest.raises(ValueError, match="its probe runs the model on the graph's features"):
+        train(label_model, data, 1, strategy="auto", progress=False)
+
+
 def test_checkpoint_files_are_complete(tmp_path):
     """A run's folder holds one file per rank (and its previous one) and
     latest.json with the epoch and the sha256 of every rank's file of the
@@ -130,7 +166,7 @@ def test_checkpoint_files_are_complete(tmp_path):
     with pytest.raises(ValueError, match="name the folder for checkpoints"):
         train(model, data, 1, progress=False, checkpoint=Checkpoint(None, resume=True))
     with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
-        load_checkpoint(tmp_path / "none", model, torch.optim.Adam(model.parameters()), data)
+        load_checkpoint(tmp_path / "none", model, torch.optim.Adam(model.parameters()))
 
 
 FINGERPRINT = ("import torch; from pyg_dist.halo.layer import fingerprint; "

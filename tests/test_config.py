@@ -3,7 +3,6 @@ names the fix and round-trips through plain dictionaries."""
 import inspect
 
 import pytest
-import torch
 from graphs import awkward_graph
 
 import pyg_dist

@@ -15,8 +15,11 @@ line, which the rendered page shows::
     # not run by the docs test: downloads ogbn-products
 
 Every other block runs: one that fails fails the test, whether it is wrong or
-merely unmarked. The commands of a marked block still go through pyg-dist's
-parser, so a misspelt flag fails there too.
+merely unmarked (shell blocks under ``bash -e -o pipefail``). The commands of
+a marked block still go through pyg-dist's parser, so a misspelt flag fails
+there too. A ``print(...)`` line of a Python block that ends in
+``# prints: TEXT`` shows what it prints, and the test checks it: every line it
+printed is TEXT (or, when TEXT ends in ``...``, starts with what comes before).
 """
 from __future__ import annotations
 
@@ -91,6 +94,49 @@ class Block:
                 lines.append(line)
             going = lines and lines[-1].endswith("\\")
         return "\n".join(lines) + "\n"
+
+
+#: A print whose output the page shows: ``print(...)  # prints: TEXT``.
+SHOWN_PRINT = re.compile(r"^(?P<indent>[ \t]*)print\((?P<args>.*)\)[ \t]+# prints: "
+                         r"(?P<expected>.*?)[ \t]*$")
+#: What marks a shown print's output on stdout (then its line number).
+SENTINEL = "\x1e"
+
+
+def instrumented(code: str) -> tuple[str, dict[int, str]]:
+    """``code`` with each shown print announcing its line first, and what
+    each of those lines shows it prints."""
+    lines, shown = [], {}
+    for number, line in enumerate(code.splitlines(), 1):
+        match = SHOWN_PRINT.match(line)
+        if match:
+            shown[number] = match["expected"]
+            line = (f"{match['indent']}print({SENTINEL!r} + '{number}' + {SENTINEL!r}, end=''); "
+                    f"print({match['args']})")
+        lines.append(line)
+    return "\n".join(lines) + "\n", shown
+
+
+def printed(stdout: str) -> dict[int, list[str]]:
+    """What each shown print printed, by line, from ``instrumented`` code's stdout."""
+    out: dict[int, list[str]] = {}
+    pattern = re.escape(SENTINEL) + r"(\d+)" + re.escape(SENTINEL) + r"([^\n]*)"
+    for match in re.finditer(pattern, stdout):
+        out.setdefault(int(match[1]), []).append(match[2])
+    return out
+
+
+def check_prints(block: Block, shown: dict[int, str], stdout: str) -> None:
+    """Every shown print of ``block`` printed what the page shows."""
+    got = printed(stdout)
+    for number, expected in shown.items():
+        lines = got.get(number)
+        assert lines, f"{block.where}: the print on its line {number} printed nothing"
+        for line in lines:
+            ok = (line.startswith(expected[:-3].rstrip()) if expected.endswith("...")
+                  else line == expected)
+            assert ok, (f"{block.where}: its line {number} shows it prints {expected!r}; it "
+                        f"printed {line!r}")
 
 
 def blocks(page: Path) -> list[Block]:
@@ -240,6 +286,18 @@ def test_the_block_reader_takes_both_fences_prompts_and_marks(tmp_path):
         ["train", "--parts", "4"]]
 
 
+def test_a_shown_print_is_checked_against_what_it_prints():
+    code, shown = instrumented("x = 2\nif x:\n    print(x + 1, 'a')   # prints: 3 a\n"
+                               "print([1, 2, 3])  # prints: [1, 2, ...\nprint(5)  # five\n")
+    assert shown == {3: "3 a", 4: "[1, 2, ..."}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    block = Block(REPO / "README.md", 1, "python", code)
+    check_prints(block, shown, done.stdout)
+    assert done.stdout.endswith("5\n")
+    with pytest.raises(AssertionError, match="shows it prints '4 a'; it printed '3 a'"):
+        check_prints(block, {3: "4 a"}, done.stdout)
+
+
 def clone(folder: Path) -> Path:
     """``folder`` laid out like a clone after its set-up: the tracked files
     of :data:`CLONE` and ``.venv`` (this interpreter's environment)."""
@@ -286,13 +344,16 @@ def test_every_example_of_the_page_runs_from_a_clone(page, tmp_path, capsys):
     env.pop("PYTHONPATH", None)
     took = []
     for number, block in enumerate(runnable(page), 1):
+        shown: dict[int, str] = {}
         if block.kind == "python":
             script = folder / f"{page.stem}_{number}.py"
             command = [sys.executable, script.name]
+            code, shown = instrumented(block.script())
         else:
             script = folder / f"{page.stem}_{number}.sh"
-            command = ["bash", "-e", script.name]
-        script.write_text(block.script())
+            command = ["bash", "-e", "-o", "pipefail", script.name]
+            code = block.script()
+        script.write_text(code)
         start = time.perf_counter()
         done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=900,
                               env=env)
@@ -301,6 +362,7 @@ def test_every_example_of_the_page_runs_from_a_clone(page, tmp_path, capsys):
             f"{block.where} ({block.kind}) fails from a clone (exit {done.returncode}); fix it, "
             f"or if it cannot run here begin it with '{MARK}REASON':\n{block.script()}\n"
             f"{done.stdout[-1500:]}\n{done.stderr[-3000:]}")
+        check_prints(block, shown, done.stdout)
         for (name, line), check in CHECKS.items():
             if name == page.name and line in block.code:
                 check(done.stdout, folder)

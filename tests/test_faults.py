@@ -242,22 +242,47 @@ def test_a_damaged_checkpoint_is_refused_on_every_rank_before_training(refusals,
                 f"(flipped or cut off) or it comes from another run") in message
 
 
-#: The communication timeout of the fault worlds: a peer learns of the
-#: failure at the latest when its collective times out.
+#: The communication timeout of the fault worlds: a peer must learn of the
+#: failure long before its collective would time out.
 COMM_TIMEOUT = 30.0
-PHASES = ("loading", "first exchange", "training", "evaluation", "checkpointing")
+#: How soon every rank knows of one rank's error (seconds).
+AT_ONCE = 5.0
+PHASES = ("loading", "first exchange", "training", "evaluation", "checkpointing", "callback")
+#: The failure battery: every strategy, in each phase it has (the layer
+#: pipeline keeps no checkpoints; feature parallelism loads its grid itself).
+BATTERY = [("graph-parallel", phase) for phase in PHASES] + [
+    ("layer-pipeline", phase) for phase in ("training", "evaluation", "callback")] + [
+    ("feature-parallel", phase) for phase in ("training", "evaluation", "checkpointing",
+                                              "callback")] + [
+    ("gradient-only", phase) for phase in ("training", "checkpointing")]
 
 
 class Injected(Exception):
     """The fault a test puts into one rank."""
 
 
-def _faulty(root: str, phase: str, linger: float = 0.0) -> dict:
-    """A rank of 2 training, rank 1 failing in ``phase``: each rank's error
-    (type, message) and when it came (``time.monotonic``, one clock for the
-    machine); rank 1 also when its fault struck. Rank 1 then waits
-    ``linger`` seconds (its connections open, as a process stuck in clean-up)
-    and returns, which closes its connections as the end of its process would."""
+def _strategy(name: str):
+    from pyg_dist.config import FeatureParallel, GradientOnly, GraphParallel, LayerPipeline
+    from pyg_dist.models import DeepGNN
+    from pyg_dist.strategies.layer_pipeline import load
+
+    return {"graph-parallel": (GraphParallel(), pyg_dist.DistData.load,
+                               lambda f: GNN("sage", f, 16, 3), True),
+            "layer-pipeline": (LayerPipeline(stages=2), lambda p: load(p.parent / "one", 2),
+                               lambda f: DeepGNN("gcn2", f, 8, 3, layers=4), False),
+            "feature-parallel": (FeatureParallel(slices=2), pyg_dist.DistData.load,
+                                 lambda f: GNN("gcn", f, 16, 3), True),
+            "gradient-only": (GradientOnly(regroup_every=2), pyg_dist.DistData.load,
+                              lambda f: GNN("sage", f, 16, 3), True)}[name]
+
+
+def _faulty(root: str, phase: str, linger: float = 0.0, name: str = "graph-parallel") -> dict:
+    """A rank of 2 training under strategy ``name``, rank 1 failing in
+    ``phase``: each rank's error (type, message) and when it came
+    (``time.monotonic``, one clock for the machine); rank 1 also when its
+    fault struck. Rank 1 then waits ``linger`` seconds (its connections
+    open, as a process stuck in clean-up) and returns, which closes its
+    connections as the end of its process would."""
     import time
 
     from pyg_dist.runtime import distributed as dist_mod
@@ -266,7 +291,9 @@ def _faulty(root: str, phase: str, linger: float = 0.0) -> dict:
     root = Path(root)
     rank = distributed.rank()
     if rank == 0:
-        pyg_dist.partition(awkward_graph(num_features=16), 2, root / "parts", seed=1)
+        pyg_dist.partition(awkward_graph(num_features=16), 2, root / "parts", seed=1,
+                           clusters_per_part=2)
+        pyg_dist.partition(awkward_graph(num_features=16), 1, root / "one", seed=1)
     distributed.barrier()
     struck = {}
 
@@ -284,12 +311,17 @@ def _faulty(root: str, phase: str, linger: float = 0.0) -> dict:
         dist_mod.batch_send_recv = fault("the halo exchange")
     if failing and phase == "checkpointing":
         ckpt_mod.torch.save = fault("torch.save")
+    strategy, load, make, keeps = _strategy(name)
+
+    def callback(stats):
+        if failing and phase == "callback" and stats.epoch == 2:
+            fault("the callback")()
 
     out = {}
     try:
-        data = pyg_dist.DistData.load(root / "parts")
+        data = load(root / "parts")
         torch.manual_seed(0)
-        model = GNN("sage", data.x.size(1), 16, 3)
+        model = make(data.x.size(1))
         forward = model.forward
 
         def forward_with_fault(*args, **kwargs):
@@ -302,8 +334,9 @@ def _faulty(root: str, phase: str, linger: float = 0.0) -> dict:
 
         forward_with_fault.calls = 0
         model.forward = forward_with_fault
-        train(model, data, 4, progress=False, evaluation=None,
-              checkpoint=Checkpoint(root / "ck", every=2))
+        train(model, data, 4, strategy=strategy, progress=False, evaluation=None,
+              callback=callback,
+              checkpoint=Checkpoint(root / "ck", every=2) if keeps else None)
         out["error"] = None
     except Exception as exc:  # noqa: BLE001 - what each rank got is the result
         out.update(error=(type(exc).__name__, str(exc)), at=time.monotonic())
@@ -315,25 +348,28 @@ def _faulty(root: str, phase: str, linger: float = 0.0) -> dict:
 
 @pytest.fixture(scope="module")
 def faults(tmp_path_factory):
-    """Every phase's world (a launch each: a failure leaves no group to reuse)."""
+    """Every (strategy, phase) world (a launch each: a failure leaves no
+    group to reuse)."""
     out = {}
-    for phase in PHASES:
-        root = tmp_path_factory.mktemp(phase.replace(" ", "-"))
-        out[phase] = pyg_dist.launch(_faulty, 2, args=(str(root), phase), timeout=240,
-                                     comm_timeout=COMM_TIMEOUT)
+    for name, phase in BATTERY:
+        root = tmp_path_factory.mktemp(f"{name}-{phase}".replace(" ", "-"))
+        out[name, phase] = pyg_dist.launch(_faulty, 2, args=(str(root), phase, 0.0, name),
+                                           timeout=240, comm_timeout=COMM_TIMEOUT)
     return out
 
 
-@pytest.mark.parametrize("phase", PHASES)
-def test_one_rank_failing_is_known_to_every_rank_naming_it(faults, phase):
-    mine, other = faults[phase][1], faults[phase][0]
+@pytest.mark.parametrize("name,phase", BATTERY, ids=[f"{n}-{p}" for n, p in BATTERY])
+def test_one_rank_failing_is_known_to_every_rank_at_once_naming_it(faults, name, phase):
+    mine, other = faults[name, phase][1], faults[name, phase][0]
+    assert mine["struck"] is not None, f"{name}: the fault in {phase} never struck"
     assert mine["error"][0] == "Injected" or "Injected: injected fault" in mine["error"][1]
     assert other["error"] is not None, "rank 0 finished as if nothing happened"
     kind, message = other["error"]
+    assert kind != "PeerLost", message
     assert "rank 1 on " in message and "Injected: injected fault in " in message, message
     took = other["at"] - mine["struck"]
-    assert took < COMM_TIMEOUT + 10, f"{took:.1f} s"
-    print(f"{phase}: rank 0 knew after {took:.1f} s: {kind}: {message[:300]}")
+    assert took < AT_ONCE, f"{name}, {phase}: rank 0 knew after {took:.1f} s: {message[:300]}"
+    print(f"{name}, {phase}: rank 0 knew after {took:.2f} s: {kind}: {message[:200]}")
 
 
 def test_a_failing_rank_that_lingers_is_named_at_the_timeout(tmp_path):

@@ -195,6 +195,7 @@ def test_sigusr1_stops_after_the_epoch_and_says_when_nothing_is_saved(tmp_path, 
 def _wait_for_signal(ready_dir):
     """A rank: notes the stop signals, says it is ready, returns what came."""
     with StopSignals() as signals:
+        signals.training()  # noted, not raised at once
         open(os.path.join(ready_dir, str(distributed.rank())), "w").close()
         deadline = time.monotonic() + 60
         while not signals.received and time.monotonic() < deadline:

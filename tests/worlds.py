@@ -20,7 +20,8 @@ module of this session's selection that starts the same world (the same
 number of ranks and communication timeout): the ranks run them one after the
 other, each from torch's start-up seed. When that launch fails, each of its
 batteries is launched again on its own, so that a broken battery fails its own
-tests with its own rank's error, never another module's.
+tests with its own rank's error, never another module's; when every one of
+them then passes alone, they interact, and each fails naming them all.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ import torch
 
 import pyg_dist
 
-__all__ = ["Battery", "once", "select", "summary"]
+__all__ = ["Battery", "once", "select", "summary", "interacting"]
 
 #: Every battery declared, by world: (world size, communication timeout).
 _DECLARED: dict[tuple[int, float | None], list[Battery]] = {}
@@ -161,14 +162,31 @@ def _run_world(first: Battery, tmp_path_factory: Any) -> None:
             batteries[0]._fail(exc)
             return
         # Which battery broke the launch? Each runs again alone and keeps its own outcome.
+        broken = []
         for battery in batteries:
             try:
                 battery._succeed([r[0] for r in _launch([battery])])
             except Exception as own:  # noqa: BLE001 - raised by that battery's results()
                 battery._fail(own)
+                broken.append(battery)
+        if not broken:  # each passes alone: together they interact, which is a failure too
+            interaction = interacting(batteries, exc)
+            for battery in batteries:
+                battery._fail(interaction)
         return
     for i, battery in enumerate(batteries):
         battery._succeed([r[i] for r in per_rank])
+
+
+def interacting(batteries: list[Battery], error: BaseException) -> RuntimeError:
+    """The failure of batteries that fail when they share a launch and
+    pass alone: one leaves module-level state (a cache, a process group, a
+    registry of warnings) that another reads."""
+    names = ", ".join(b.name for b in batteries)
+    return RuntimeError(f"the batteries {names} fail when they share one launch and pass "
+                        f"alone: they interact through module-level state one leaves and "
+                        f"another reads; the shared launch failed with "
+                        f"{type(error).__name__}: {error}")
 
 
 def _launch(batteries: list[Battery]) -> list[list[Any]]:

@@ -54,7 +54,8 @@ def entry_hash(row_key: Tensor, width: int, key: Tensor,
                columns: Tensor | None = None) -> Tensor:
     """``[len(row_key), width]`` int32: a 32-bit hash of each entry ``(row, column)``
     under ``key``. Rows and columns get 32-bit keys; an entry hashes the xor
-    of its row's and column's key with one more lowbias32 round, in int32
+    of its row's and column's key with the multiply-xorshift steps of one
+    more lowbias32 round (its first xorshift left out), in int32
     (wrapping products, logical shifts by masking), which keeps the
     ``[R, F]`` work to a few cheap passes.
 
