@@ -346,21 +346,11 @@ def _faulty(root: str, phase: str, linger: float = 0.0, name: str = "graph-paral
     return out
 
 
-@pytest.fixture(scope="module")
-def faults(tmp_path_factory):
-    """Every (strategy, phase) world (a launch each: a failure leaves no
-    group to reuse)."""
-    out = {}
-    for name, phase in BATTERY:
-        root = tmp_path_factory.mktemp(f"{name}-{phase}".replace(" ", "-"))
-        out[name, phase] = pyg_dist.launch(_faulty, 2, args=(str(root), phase, 0.0, name),
-                                           timeout=240, comm_timeout=COMM_TIMEOUT)
-    return out
-
-
 @pytest.mark.parametrize("name,phase", BATTERY, ids=[f"{n}-{p}" for n, p in BATTERY])
-def test_one_rank_failing_is_known_to_every_rank_at_once_naming_it(faults, name, phase):
-    mine, other = faults[name, phase][1], faults[name, phase][0]
+def test_one_rank_failing_is_known_to_every_rank_at_once_naming_it(tmp_path, name, phase):
+    """A world of its own per case (a failure leaves no group to reuse)."""
+    other, mine = pyg_dist.launch(_faulty, 2, args=(str(tmp_path), phase, 0.0, name),
+                                  timeout=240, comm_timeout=COMM_TIMEOUT)
     assert mine["struck"] is not None, f"{name}: the fault in {phase} never struck"
     assert mine["error"][0] == "Injected" or "Injected: injected fault" in mine["error"][1]
     assert other["error"] is not None, "rank 0 finished as if nothing happened"
