@@ -148,7 +148,7 @@ def train(
         bar = start_progress(model, epochs, run.result.epochs) if progress else None
         stopped, signalled, epoch, saved = None, [0.0] * len(SIGNALS), run.result.epochs, False
         for epoch in range(run.result.epochs + 1, epochs + 1):
-            stats, signalled = run.epoch(epoch, signals.flags())
+            stats, signalled = run.epoch(epoch, signals.flags)
             signals.training()  # an epoch ended: a signal from now on stops after one
             stopped = run.rules.after(stats, run.result, run.elapsed) if stats.evaluated else None
             saved = run.save_if_due(epoch)
@@ -215,9 +215,11 @@ class _Run:
         self.start_clock = _clock() - self.result.seconds
         self.accs = self.result.last_accuracies
 
-    def epoch(self, epoch: int, signals: list[float]) -> tuple[EpochStats, list[float]]:
+    def epoch(self, epoch: int, signals: Callable[[], list[float]]
+              ) -> tuple[EpochStats, list[float]]:
         """Trains epoch ``epoch``, evaluates it when due, books it; returns
-        its stats and every rank's count of each stop signal. Collective."""
+        its stats and every rank's count of each stop signal ``signals()``
+        notes by the epoch's end. Collective."""
         runner, ledger, result = self.runner, self.runner.ledger, self.result
         epoch_start = _clock()
         booked = ledger.step if ledger is not None else 0
@@ -236,7 +238,7 @@ class _Run:
             if self.plateau:
                 self.scheduler.step(self.accs[1])
         times = (trained - epoch_start, step.forward_seconds, _clock() - trained)
-        totals, signalled = _epoch_totals(ledger, booked, times, signals)
+        totals, signalled = _epoch_totals(ledger, booked, times, signals())
         if ledger is not None:
             ledger.next_step()
         stats = EpochStats(epoch, step.loss, *self.accs, seconds=_clock() - epoch_start,
