@@ -13,6 +13,7 @@ with _warnings.catch_warnings():
 
 from pyg_dist.data.dist_data import DistData, DistEdgeIndex
 from pyg_dist.data.hetero_data import DistHeteroData
+from pyg_dist.loop import DistributedModel, accuracy, cross_entropy, global_mean
 from pyg_dist.partitioning import PartitionMeta, partition
 from pyg_dist.runtime.distributed import init, shutdown
 from pyg_dist.runtime.launch import RankFailed, launch
@@ -31,5 +32,9 @@ __all__ = [
     "shutdown",
     "launch",
     "RankFailed",
+    "DistributedModel",
+    "cross_entropy",
+    "global_mean",
+    "accuracy",
     "__version__",
 ]

@@ -15,6 +15,7 @@ from torch.optim import lr_scheduler
 
 from pyg_dist.config import Adam, Checkpoint, Evaluation, GradSync
 from pyg_dist.metrics import accuracies, evaluate, global_loss
+from pyg_dist.nn.drift import mark_summed
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies import Settings, Strategy, as_strategy, task_of, train_step
 from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
@@ -130,6 +131,7 @@ def train(
     distributed.forget_failure()
     try:
         sync_parameters(model)
+        mark_summed(model)  # every strategy sums the gradients its layers need
         result = _resume(runner, optimizer, scheduler, checkpoint)
 
         def save(epoch: int) -> None:

@@ -1,0 +1,9 @@
+"""A PyG training loop of one's own, distributed: :class:`DistributedModel`
+sums gradients over the ranks, :func:`cross_entropy` and :func:`accuracy`
+count the nodes of all ranks, :func:`save_predictions` writes every node's
+prediction in global order."""
+from pyg_dist.loop.evaluate import accuracy
+from pyg_dist.loop.loss import cross_entropy, global_mean
+from pyg_dist.loop.model import DistributedModel, LocalLossWarning
+
+__all__ = ["DistributedModel", "LocalLossWarning", "cross_entropy", "global_mean", "accuracy"]
