@@ -13,7 +13,13 @@ with _warnings.catch_warnings():
 
 from pyg_dist.data.dist_data import DistData, DistEdgeIndex
 from pyg_dist.data.hetero_data import DistHeteroData
-from pyg_dist.loop import DistributedModel, accuracy, cross_entropy, global_mean
+from pyg_dist.loop import (
+    DistributedModel,
+    accuracy,
+    cross_entropy,
+    global_mean,
+    save_predictions,
+)
 from pyg_dist.partitioning import PartitionMeta, partition
 from pyg_dist.runtime.distributed import init, shutdown
 from pyg_dist.runtime.launch import RankFailed, launch
@@ -36,5 +42,6 @@ __all__ = [
     "cross_entropy",
     "global_mean",
     "accuracy",
+    "save_predictions",
     "__version__",
 ]

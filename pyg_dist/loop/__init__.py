@@ -5,5 +5,7 @@ prediction in global order."""
 from pyg_dist.loop.evaluate import accuracy
 from pyg_dist.loop.loss import cross_entropy, global_mean
 from pyg_dist.loop.model import DistributedModel, LocalLossWarning
+from pyg_dist.loop.predictions import save_predictions
 
-__all__ = ["DistributedModel", "LocalLossWarning", "cross_entropy", "global_mean", "accuracy"]
+__all__ = ["DistributedModel", "LocalLossWarning", "cross_entropy", "global_mean", "accuracy",
+           "save_predictions"]

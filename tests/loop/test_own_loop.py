@@ -4,8 +4,10 @@ of single-process training on the whole graph; a loop that leaves gradients
 unsummed warns at its first step, the three loops that sum them do not; a
 mean over local rows warns under the wrapper."""
 import functools
+import json
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -77,7 +79,7 @@ def state_of(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def body(parts):
+def body(parts, predictions):
     from torch.nn.parallel import DistributedDataParallel
 
     from pyg_dist.nn import to_distributed
@@ -90,6 +92,11 @@ def body(parts):
         torch.manual_seed(0)
         model = pyg_dist.DistributedModel(GCN(), grad_compress=compress)
         losses, accs = pyg_loop(model, data, pyg_dist.cross_entropy, pyg_dist.accuracy)
+        if compress is None:  # every node's prediction, in global order
+            with torch.no_grad():
+                logits = model(data.x, data.edge_index)
+            pyg_dist.save_predictions(logits, data, f"{predictions}/logits.npy")
+            pyg_dist.save_predictions(logits.argmax(dim=-1), data, f"{predictions}/classes.npy")
         return {"state": state_of(model.module), "losses": losses, "accs": accs}
 
     for name, compress in (("own", None), ("own_covap1", "covap:1")):
@@ -130,7 +137,7 @@ def body(parts):
 
 def prepare(root, world_size):
     pyg_dist.partition(graph(), world_size, root / "parts", seed=0)
-    return (str(root / "parts"),), None
+    return (str(root / "parts"), str(root / "predictions")), root / "predictions"
 
 
 RANKS = {p: Battery(p, body, functools.partial(prepare, world_size=p),
@@ -138,8 +145,13 @@ RANKS = {p: Battery(p, body, functools.partial(prepare, world_size=p),
 
 
 @pytest.fixture(scope="module", params=(2, 4))
-def results(request, tmp_path_factory):
-    return RANKS[request.param].results(tmp_path_factory)[1]
+def world(request, tmp_path_factory):
+    return RANKS[request.param].results(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def results(world):
+    return world[1]
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +194,22 @@ def test_loops_that_sum_gradients_do_not_warn(results, loop):
 def test_a_mean_over_local_rows_warns_under_the_wrapper(results):
     for rank_out in results:
         assert rank_out["local_mean"][1] == ["LocalLossWarning"]
+
+
+def test_predictions_file_equals_a_single_process_forward(world):
+    folder, results = world
+    model = GCN()  # plain PyG layers, the weights the ranks trained
+    model.load_state_dict(results[0]["own"][0]["state"])
+    model.eval()
+    data = graph()
+    with torch.no_grad():
+        expected = model(data.x, data.edge_index)
+    logits = torch.from_numpy(np.load(folder / "logits.npy"))
+    assert_close(logits, expected, what="logits")
+    classes = torch.from_numpy(np.load(folder / "classes.npy"))
+    assert torch.equal(classes, expected.argmax(dim=-1))
+    manifest = json.loads((folder / "logits.json").read_text())
+    assert manifest["shape"] == [data.num_nodes, CLASSES] and manifest["dtype"] == "<f4"
+    assert manifest["ranks"] == len(results) and sum(manifest["rows_per_rank"]) == data.num_nodes
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "classes.json", "classes.npy", "logits.json", "logits.npy"]  # no partial file left
