@@ -18,6 +18,7 @@ from pyg_dist.loop import (
     accuracy,
     cross_entropy,
     global_mean,
+    save_model,
     save_predictions,
 )
 from pyg_dist.partitioning import PartitionMeta, partition
@@ -43,5 +44,6 @@ __all__ = [
     "global_mean",
     "accuracy",
     "save_predictions",
+    "save_model",
     "__version__",
 ]

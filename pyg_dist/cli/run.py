@@ -268,6 +268,8 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
     if job.post is not None and best is not None:
         best.restore()
         post = correct_and_smooth(model, data, job.post).summary()
+    if job.run.save is not None:
+        pyg_dist.save_model(model, job.run.save)
     if rank != 0:
         return None
     hetero = isinstance(data, pyg_dist.DistHeteroData)
@@ -296,6 +298,7 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         "input_cache": input_cache,
         "grad_compress": job.grad_sync.spec,
         **({"post": post} if post is not None else {}),
+        **({"saved": os.path.abspath(job.run.save)} if job.run.save is not None else {}),
         "config": job.to_dict(),
     }
 
