@@ -14,7 +14,8 @@ all-reduce of four numbers, :math:`\max` of :math:`\pm\sum g` and
 :math:`\pm\sum g^2`). Summed gradients are equal on every rank; when they
 differ, :class:`GradientsNotSummedWarning` names the fix. The check runs
 before the first step only (the gradients are not changed), so a loop under
-DDP pays one small all-reduce once.
+DDP pays one small all-reduce once. A forward compiled by :func:`torch.compile`
+is not watched (the check would break its graph).
 """
 from __future__ import annotations
 
@@ -70,6 +71,8 @@ def watch(layer: nn.Module) -> None:
     Args:
         layer (torch.nn.Module): The layer.
     """
+    if torch.compiler.is_compiling():  # no graph break: a compiled forward is not watched
+        return
     if not (layer.training and torch.is_grad_enabled()) or layer in _SUMMED \
             or layer in _CHECKED or not distributed.is_distributed():
         return
