@@ -96,9 +96,9 @@ def _labels(out: Tensor, y: Tensor, where: str) -> Tensor:
         y = y.view(-1)
     if out.dim() != 2 or y.dim() != 1 or y.size(0) != out.size(0):
         raise ValueError(
-            f"'pyg_dist.{where}' takes logits [N, C] and labels [N] of this rank's nodes (got "
-            f"{tuple(out.shape)} and {tuple(y.shape)}); pass the model's output for "
-            f"data.x and data.y of the same DistData")
+            f"'pyg_dist.{where}' takes a row per node of this rank, [N, C], and a label per "
+            f"node, [N] (got {tuple(out.shape)} and {tuple(y.shape)}); pass the model's "
+            f"output for data.x and data.y of the same DistData")
     return y
 
 
