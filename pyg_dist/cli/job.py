@@ -257,6 +257,14 @@ class Run(Options):
     save: str | None = option(None, "write the trained state_dict (PyG's keys) to FILE",
                               type=str, metavar="FILE")
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain values; ``save`` only where set (a job that
+        saves nothing writes what earlier releases wrote)."""
+        out = super().to_dict()
+        if out["save"] is None:
+            del out["save"]
+        return out
+
     def check(self) -> None:
         _at_least(self, "log_every", 0, "0 prints nothing")
         if self.timeout is not None and not self.timeout > 0:
