@@ -13,7 +13,7 @@ def accuracy(pred: Tensor, y: Tensor, mask: Tensor | None = None) -> float:
     r"""The fraction of the masked nodes of *all* ranks whose prediction is
     their label: what ``int((pred[mask] == y[mask]).sum()) / int(mask.sum())``
     is in one process on the whole graph (and OGB's ``Evaluator("ogbn-...")``
-    ``"acc"``). :obj:`nan` when no rank has a masked node. Collective.
+    ``"acc"``). ``nan`` when no rank has a masked node. Collective.
 
     Args:
         pred (torch.Tensor): This rank's predicted classes :math:`(N)`, or its

@@ -64,9 +64,17 @@ def global_mean(local_sum: Tensor, count: int | Tensor) -> Tensor:
 
 
 def cross_entropy(out: Tensor, y: Tensor, mask: Tensor | None = None) -> Tensor:
-    r"""Cross entropy averaged over the masked nodes of *all* ranks (see the
-    module docstring): what ``F.cross_entropy(out[mask], y[mask])`` is in one
-    process on the whole graph. Collective.
+    r"""Cross entropy averaged over the masked nodes of *all* ranks: what
+    ``F.cross_entropy(out[mask], y[mask])`` is in one process on the whole
+    graph. Collective.
+
+    The same call on each rank's part divides by that rank's count
+    :math:`n_r`, so the gradients summed over the ranks would be
+    :math:`\sum_r \frac{1}{n_r} \sum_{i \in r} \nabla \ell_i`, not the single
+    process's :math:`\frac{1}{n} \sum_i \nabla \ell_i`. This divides this
+    rank's sum by the count of all ranks, :math:`n = \sum_r n_r`, and returns
+    a scalar whose value is the loss over all ranks' nodes (equal on every
+    rank, what one process prints) and whose gradient is this rank's share.
 
     Args:
         out (torch.Tensor): The logits of this rank's nodes.

@@ -17,8 +17,9 @@ __all__ = ["DistributedModel", "LocalLossWarning"]
 
 
 class LocalLossWarning(UserWarning):
-    """A backward through a :class:`DistributedModel` came from a loss not
-    averaged over the nodes of all ranks (see :mod:`pyg_dist.loop.loss`)."""
+    """A backward through a :class:`~pyg_dist.DistributedModel` came from a
+    loss not averaged over the nodes of all ranks (see
+    :func:`~pyg_dist.cross_entropy`)."""
 
 
 class DistributedModel(nn.Module):
@@ -37,7 +38,7 @@ class DistributedModel(nn.Module):
     With the loss over all ranks' nodes, :func:`pyg_dist.cross_entropy` (or
     :func:`pyg_dist.global_mean`), a step equals the single-process step.
     A backward after a forward with no such loss in between warns once
-    (:class:`LocalLossWarning`): a mean over this rank's nodes weighs the
+    (:class:`~pyg_dist.loop.LocalLossWarning`): a mean over this rank's nodes weighs the
     ranks' nodes unequally. Like
     :class:`~torch.nn.parallel.DistributedDataParallel`, it holds the model
     as ``.module`` (save ``model.module.state_dict()``; its keys are those of

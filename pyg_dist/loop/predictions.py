@@ -29,7 +29,8 @@ def save_predictions(pred: Tensor, data: Any, path: str | os.PathLike) -> Path:
     r"""Writes the predictions of all ranks' nodes to the NumPy file
     ``path``, row :math:`i` for the node of global id :math:`i` (the order of
     the graph given to :func:`pyg_dist.partition`), and a manifest beside it
-    (:func:`manifest_path`: shape, dtype, nodes, ranks). Each rank writes its
+    (``preds.json`` beside ``preds.npy``: shape, dtype, nodes, the rows of
+    each rank). Each rank writes its
     own rows at their global ids into a file rank 0 preallocates, so no rank
     holds more than its rows; the file appears under its name only once every
     row is written (it is written as ``.<name>.partial`` and renamed), so a
