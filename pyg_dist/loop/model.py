@@ -123,6 +123,7 @@ class DistributedModel(nn.Module):
         distributed.all_reduce_gradients(params)
         for p, old in zip(params, before):
             if old is not None:
+                assert p.grad is not None, "all_reduce_gradients leaves every gradient set"
                 p.grad.add_(old)
         self._before = []
 
