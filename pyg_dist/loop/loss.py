@@ -24,18 +24,7 @@ from torch import Tensor
 
 from pyg_dist.metrics import mean_over_ranks
 
-__all__ = ["cross_entropy", "global_mean", "calls"]
-
-#: How many losses over all ranks this process built (a
-#: :class:`~pyg_dist.DistributedModel` warns when a backward follows its
-#: forward without one).
-_CALLS = [0]
-
-
-def calls() -> int:
-    """How many losses :func:`cross_entropy` and :func:`global_mean` built in
-    this process so far."""
-    return _CALLS[0]
+__all__ = ["cross_entropy", "global_mean"]
 
 
 def global_mean(local_sum: Tensor, count: int | Tensor) -> Tensor:
@@ -59,7 +48,6 @@ def global_mean(local_sum: Tensor, count: int | Tensor) -> Tensor:
         raise ValueError(f"'pyg_dist.global_mean' takes this rank's loss summed to a scalar "
                          f"tensor (got {got}); sum it first, e.g. with reduction='sum'")
     share, value = mean_over_ranks(local_sum, int(count))
-    _CALLS[0] += 1
     return share + (value - share.detach())
 
 

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from pyg_dist.grads import GradientSync
-from pyg_dist.loop import loss as losses
+from pyg_dist.metrics import global_means
 from pyg_dist.nn.convert import to_distributed
 from pyg_dist.runtime import distributed
 
@@ -36,8 +36,9 @@ class DistributedModel(nn.Module):
       kept, not summed again).
 
     With the loss over all ranks' nodes, :func:`pyg_dist.cross_entropy` (or
-    :func:`pyg_dist.global_mean`), a step equals the single-process step.
-    A backward after a forward with no such loss in between warns once
+    :func:`pyg_dist.global_mean`, or :mod:`pyg_dist.metrics`' losses), a step
+    equals the single-process step. A backward after a forward with no such
+    loss in between warns once
     (:class:`~pyg_dist.loop.LocalLossWarning`): a mean over this rank's nodes weighs the
     ranks' nodes unequally. Like
     :class:`~torch.nn.parallel.DistributedDataParallel`, it holds the model
@@ -85,7 +86,7 @@ class DistributedModel(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         out = self._sync(*args, **kwargs)
         if torch.is_grad_enabled() and distributed.is_distributed():
-            self._losses = losses.calls()
+            self._losses = global_means()
             for tensor in _tensors(out):
                 if tensor.requires_grad:
                     tensor.register_hook(self._output_grad)
@@ -104,7 +105,7 @@ class DistributedModel(nn.Module):
 
     def _after_backward(self) -> None:
         self._queued = False
-        if not self._warned and losses.calls() == self._losses:
+        if not self._warned and global_means() == self._losses:
             self._warned = True
             warnings.warn(
                 "a backward through pyg_dist.DistributedModel followed its forward without a "
