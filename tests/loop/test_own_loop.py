@@ -132,6 +132,21 @@ def body(parts, predictions):
         pyg_loop(model, data, local_loss, pyg_dist.accuracy, epochs=2)
 
     out["local_mean"] = recorded(local_mean)
+
+    def accumulated():
+        """Gradients of one backward, and of two backwards without zero_grad between."""
+        torch.manual_seed(0)
+        model = pyg_dist.DistributedModel(GCN())
+        grads = []
+        for backwards in (1, 2):
+            model.zero_grad()
+            for _ in range(backwards):
+                out = model(data.x, data.edge_index)
+                pyg_dist.cross_entropy(out, data.y, data.train_mask).backward()
+            grads.append({n: p.grad.clone() for n, p in model.module.named_parameters()})
+        return grads
+
+    out["accumulated"] = accumulated()
     return out
 
 
@@ -189,6 +204,24 @@ def test_loops_that_sum_gradients_do_not_warn(results, loop):
         assert warned == [], loop
         for key, value in results[0][loop][0].items():
             assert torch.equal(state[key], value), f"{loop}: {key} differs between ranks"
+
+
+def test_gradients_accumulated_over_two_backwards_are_summed_once(results, reference_grads):
+    for rank_out in results:
+        once, twice = rank_out["accumulated"]
+        for name, value in reference_grads.items():
+            assert_close(once[name], value, what=f"one backward: {name}")
+            assert_close(twice[name], 2 * value, what=f"two backwards: {name}")
+
+
+@pytest.fixture(scope="module")
+def reference_grads():
+    """The gradients of one single-process backward of the untrained model."""
+    torch.manual_seed(0)
+    model, data = GCN(), graph()
+    out = model(data.x, data.edge_index)
+    F.cross_entropy(out[data.train_mask], data.y[data.train_mask]).backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
 def test_a_mean_over_local_rows_warns_under_the_wrapper(results):
