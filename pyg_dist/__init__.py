@@ -13,6 +13,14 @@ with _warnings.catch_warnings():
 
 from pyg_dist.data.dist_data import DistData, DistEdgeIndex
 from pyg_dist.data.hetero_data import DistHeteroData
+from pyg_dist.loop import (
+    DistributedModel,
+    accuracy,
+    cross_entropy,
+    global_mean,
+    save_model,
+    save_predictions,
+)
 from pyg_dist.partitioning import PartitionMeta, partition
 from pyg_dist.runtime.distributed import init, shutdown
 from pyg_dist.runtime.launch import RankFailed, launch
@@ -28,5 +36,11 @@ __all__ = [
     "shutdown",
     "launch",
     "RankFailed",
+    "DistributedModel",
+    "cross_entropy",
+    "global_mean",
+    "accuracy",
+    "save_predictions",
+    "save_model",
     "__version__",
 ]

@@ -10,10 +10,20 @@ from torch import Tensor, nn
 
 from pyg_dist.runtime import distributed
 
-__all__ = ["global_loss", "mean_over_ranks", "accuracies", "evaluate", "MASKS"]
+__all__ = ["global_loss", "mean_over_ranks", "global_means", "accuracies", "evaluate", "MASKS"]
 
 #: The node masks accuracies are reported on, in the order they are returned.
 MASKS = ("train_mask", "val_mask", "test_mask")
+#: Losses averaged over all ranks' nodes so far in this process.
+_MEANS = [0]
+
+
+def global_means() -> int:
+    """How many losses :func:`mean_over_ranks` (and so :func:`global_loss`)
+    averaged over the nodes of all ranks in this process so far
+    (:class:`~pyg_dist.DistributedModel` warns of a backward that follows
+    none)."""
+    return _MEANS[0]
 
 
 def global_loss(out: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, float]:
@@ -44,6 +54,7 @@ def mean_over_ranks(local_sum: Tensor, count: int) -> tuple[Tensor, float]:
         local_sum (torch.Tensor): This rank's summed loss (a scalar).
         count (int): The nodes it sums over.
     """
+    _MEANS[0] += 1
     total, counted = distributed.all_reduce_values([float(local_sum.detach()), float(count)])
     counted = max(counted, 1.0)
     if not math.isfinite(total):

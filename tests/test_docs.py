@@ -47,7 +47,7 @@ CLONE = ("tests/data", "scripts", "benchmarks", "notebooks")
 PYTHON = {"python", "py", "python3"}
 SHELL = {"bash", "sh", "shell", "console"}
 #: Blocks a reader reads but does not run: outputs, files, directives.
-SHOWN = {"text", "json", "toml", "yaml", "ini", "output"}
+SHOWN = {"text", "json", "toml", "yaml", "ini", "output", "diff"}
 MARK = "# not run by the docs test: "
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)\n"

@@ -157,7 +157,7 @@ class Model(Options):
                          choices=tuple(NAMED_RECIPES), metavar="NAME")
     layers: int | None = option(None, "layers (default: the model's recipe)", type=int,
                                 metavar="L")
-    hidden: int | None = option(None, "hidden features (per head for gat)", type=int,
+    hidden: int | None = option(None, "hidden width", type=int,
                                 metavar="H")
     heads: int | None = option(None, "heads", type=int, metavar="N")
     dropout: float | None = option(None, "dropout (default: the model's recipe)", type=float,
@@ -247,12 +247,22 @@ _RECIPE_OPTIONS = ("recipe", "input_dropout", "norm", "residual", "jk", "skip",
 
 @dataclass(frozen=True)
 class Run(Options):
-    """How the job runs: logging, progress, a time limit."""
+    """How the job runs: logging, progress, a time limit, where the model is saved."""
 
     log_every: int = option(0, "print the ledger's totals every N epochs", metavar="N")
     progress: bool = option(True, "a progress bar on rank 0")
     timeout: float | None = option(None, "stop spawned ranks after S seconds", type=float,
                                    metavar="S")
+    save: str | None = option(None, "write the trained state_dict (PyG's keys) to FILE",
+                              type=str, metavar="FILE")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain values; ``save`` only where set (a job that
+        saves nothing writes what earlier releases wrote)."""
+        out = super().to_dict()
+        if out["save"] is None:
+            del out["save"]
+        return out
 
     def check(self) -> None:
         _at_least(self, "log_every", 0, "0 prints nothing")

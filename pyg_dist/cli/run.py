@@ -269,6 +269,8 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         if result.best_state is not None:  # the best epoch's weights, a resumed run's too
             model.load_state_dict(result.best_state)
         post = correct_and_smooth(model, data, job.post).summary()
+    if job.run.save is not None:
+        pyg_dist.save_model(model, job.run.save)
     if rank != 0:
         return None
     hetero = isinstance(data, pyg_dist.DistHeteroData)
@@ -297,6 +299,7 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         "input_cache": input_cache,
         "grad_compress": job.grad_sync.spec,
         **({"post": post} if post is not None else {}),
+        **({"saved": os.path.abspath(job.run.save)} if job.run.save is not None else {}),
         "config": job.to_dict(),
     }
 

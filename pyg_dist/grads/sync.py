@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from pyg_dist.grads.covap import CovapState, covap_hook
 from pyg_dist.grads.spec import GradCompress, parse_grad_compress
 from pyg_dist.halo.ledger import GRADIENTS
+from pyg_dist.nn.drift import mark_summed
 from pyg_dist.runtime import distributed
 
 __all__ = ["GradientSync", "LAYER", "MAX_SHARDS"]
@@ -68,6 +69,7 @@ class GradientSync:
     def __init__(self, model: nn.Module, compress: str | GradCompress | None = None,
                  ledger: Any = None, planned_steps: int = 200, warmup: int = 3) -> None:
         self.model, self.ledger, self.warmup = model, ledger, warmup
+        mark_summed(model)  # its Dist layers' gradients are summed: nothing to warn of
         self.compress = parse_grad_compress(compress)
         self.module: nn.Module = model
         self.scale, self.state = 1.0, cast(Any, None)

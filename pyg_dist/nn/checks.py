@@ -8,6 +8,7 @@ from typing import Any
 from torch import Tensor
 
 from pyg_dist.halo import HaloPolicy
+from pyg_dist.nn.drift import watch
 
 __all__ = ["check_distributed", "halo_repr"]
 
@@ -15,7 +16,8 @@ __all__ = ["check_distributed", "halo_repr"]
 def check_distributed(layer: Any, x: Any, reductions: tuple[str, ...] | None = None) -> None:
     """Raises for options of ``layer`` (a MessagePassing layer) that its
     distributed path cannot honour; ``reductions``: the aggregations it runs
-    (:obj:`None`: any)."""
+    (:obj:`None`: any). A layer that trains is watched for gradients left
+    unsummed (:mod:`pyg_dist.nn.drift`)."""
     name = type(layer).__name__
     if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], Tensor) \
             and (x[1] is None or isinstance(x[1], Tensor)):
@@ -44,6 +46,7 @@ def check_distributed(layer: Any, x: Any, reductions: tuple[str, ...] | None = N
             f"(got {layer.aggr!r}); use one of those on a DistEdgeIndex, or the layer on a plain "
             f"edge_index in one process"
         )
+    watch(layer)
 
 
 def halo_repr(policy: HaloPolicy | None) -> str:

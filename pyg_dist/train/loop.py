@@ -16,6 +16,7 @@ from torch.optim import lr_scheduler
 
 from pyg_dist.config import Adam, Checkpoint, Evaluation, GradSync
 from pyg_dist.metrics import accuracies, evaluate, global_loss
+from pyg_dist.nn.drift import mark_summed
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies import (
     Settings,
@@ -143,6 +144,7 @@ def train(
     distributed.forget_failure()
     try:
         sync_parameters(model)
+        mark_summed(model)  # every strategy sums the gradients its layers need
         run.start(strategy, task)
         signals.epoch = run.result.epochs
         bar = start_progress(model, epochs, run.result.epochs) if progress else None
