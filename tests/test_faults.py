@@ -276,6 +276,14 @@ def _strategy(name: str):
                               lambda f: GNN("sage", f, 16, 3), True)}[name]
 
 
+def _own_step(name: str):
+    """The runner class of a strategy whose step runs the layers itself."""
+    from pyg_dist.strategies.feature_parallel.runner import FeatureParallelRun
+    from pyg_dist.strategies.layer_pipeline.strategy import _PipelineRun
+
+    return {"layer-pipeline": _PipelineRun, "feature-parallel": FeatureParallelRun}.get(name)
+
+
 def _faulty(root: str, phase: str, linger: float = 0.0, name: str = "graph-parallel") -> dict:
     """A rank of 2 training under strategy ``name``, rank 1 failing in
     ``phase``: each rank's error (type, message) and when it came
@@ -312,6 +320,18 @@ def _faulty(root: str, phase: str, linger: float = 0.0, name: str = "graph-paral
     if failing and phase == "checkpointing":
         ckpt_mod.torch.save = fault("torch.save")
     strategy, load, make, keeps = _strategy(name)
+    own_step = _own_step(name)  # a runner that calls layers, not the model's forward
+    if failing and own_step is not None and phase == "training":
+        take = own_step.step
+
+        def step_with_fault(self, epoch, optimizer):
+            if epoch == 3:
+                fault("the training step")()
+            return take(self, epoch, optimizer)
+
+        own_step.step = step_with_fault
+    if failing and own_step is not None and phase == "evaluation":
+        own_step.evaluate = lambda self, step: fault("the evaluation")()
 
     def callback(stats):
         if failing and phase == "callback" and stats.epoch == 2:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from pyg_dist.grads.spec import GRAD_COMPRESS_CHOICES, parse_grad_compress
 from pyg_dist.halo import HaloPolicy
@@ -146,6 +147,14 @@ class Checkpoint(Options):
     every: int = option(0, "write one every N epochs (0: never)", metavar="N")
     resume: bool = option(False, "continue from the last one, if any")
     switch: bool = option(False, "resume with another strategy than the checkpoint's")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain values; ``switch`` only where set (a job that
+        resumes as recorded is written as before it existed)."""
+        out = super().to_dict()
+        if not out["switch"]:
+            del out["switch"]
+        return out
 
     def check(self) -> None:
         if not isinstance(self.dir, (str, os.PathLike)) or not os.fspath(self.dir):
