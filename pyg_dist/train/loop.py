@@ -21,7 +21,7 @@ from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint, save_che
 from pyg_dist.train.legacy import legacy_keywords
 from pyg_dist.train.optim import make_optimizer
 from pyg_dist.train.preemption import Preempted, StopSignals, stop_message
-from pyg_dist.train.progress import start_progress
+from pyg_dist.train.progress import load_kernels, start_progress
 from pyg_dist.train.result import EpochStats, TrainResult
 from pyg_dist.train.stopping import StopRules
 from pyg_dist.utils.memory import TRIM_EVERY, release_freed_memory
@@ -140,6 +140,7 @@ def train(
 
         rules = StopRules(settings.evaluation, result)
         every, ledger = settings.evaluation.every, runner.ledger
+        load_kernels(model)  # a compile on first use happens before the clock starts
         bar = start_progress(model, epochs, result.epochs) if progress else None
         start = _clock() - result.seconds
         accs = result.last_accuracies

@@ -23,7 +23,8 @@ from tqdm.std import tqdm
 from pyg_dist.ops.backends import resolve_name
 from pyg_dist.runtime import distributed
 
-__all__ = ["Progress", "start_progress", "write", "summary_lines", "destination"]
+__all__ = ["Progress", "load_kernels", "start_progress", "write", "summary_lines",
+           "destination"]
 
 
 class _Bar(tqdm):
@@ -79,18 +80,27 @@ class Progress:
         self.bar.close()
 
 
+def load_kernels(model: torch.nn.Module) -> None:
+    """Loads the kernels the model's device runs: a first use may compile
+    them (a minute, announced on a line of its own). Every rank calls it
+    before the training clock starts, so no compile counts as training.
+
+    Args:
+        model (torch.nn.Module): The model, on its device.
+    """
+    parameter = next(iter(model.parameters()), None)
+    resolve_name(None, parameter.device.type if parameter is not None else "cpu")
+
+
 def start_progress(model: torch.nn.Module, total: int, done: int = 0) -> Progress | None:
-    """Loads the kernels the model's device runs (a first use may compile
-    them, which prints one line), then, on rank 0, draws the bar. Every rank
-    calls it, so no rank compiles inside its first epoch.
+    """Loads the kernels (:func:`load_kernels`), then, on rank 0, draws the bar.
 
     Args:
         model (torch.nn.Module): The model, on its device.
         total (int): The epochs of the run.
         done (int, optional): Epochs already trained. (default: :obj:`0`)
     """
-    parameter = next(iter(model.parameters()), None)
-    resolve_name(None, parameter.device.type if parameter is not None else "cpu")
+    load_kernels(model)
     return Progress(total, done) if distributed.rank() == 0 else None
 
 
