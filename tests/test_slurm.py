@@ -102,10 +102,12 @@ def test_two_nodes_stop_on_sigusr1_with_a_checkpoint_and_resume(tmp_path):
         for node in nodes:  # SLURM signals every node's step
             os.kill(node.pid, signal.SIGUSR1)
         (code0, _, err0), (code1, _, err1) = finish(nodes)
-    finally:
+    finally:  # the node's whole session: torchrun and its ranks
         for node in nodes:
-            if node.poll() is None:
+            try:
                 os.killpg(node.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     err0 = log.decode() + err0
     stopped = re.search(r"pyg_dist: stopped by SIGUSR1 \(to 2 of 2 ranks\) after epoch (\d+) of "
                         r"100000", err0)
