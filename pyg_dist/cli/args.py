@@ -18,7 +18,8 @@ class Parser(argparse.ArgumentParser):
     did you mean --hidden?`` and ``train``'s usage, where argparse names
     neither the command nor the option meant."""
 
-    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+    def parse_args(self, args: Any = None,  # type: ignore[override]
+                   namespace: Any = None) -> argparse.Namespace:
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             command = self._command(parsed)
