@@ -5,15 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+source scripts/versions.sh
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-    "${PIP[@]}" "torch==2.13.0"
+    "${PIP[@]}" "$TORCH"
 fi
-# Versions CI is known to pass with; the package itself asks only for ranges.
-"${PIP[@]}" -e ".[test,triton,notebook,docs]" "torch_geometric==2.8.1" "pymetis==2025.2.2" \
+"${PIP[@]}" -e ".[test,triton,notebook,docs]" "$PYG_PIN" "$PYMETIS_PIN" \
     "triton==3.9.0" \
     "sphinx==9.0.4" "myst-nb==1.4.0" "furo==2025.12.19"
 .venv/bin/python -c "import torch, torch_geometric, pymetis; print('torch', torch.__version__, '| torch_geometric', torch_geometric.__version__)"

@@ -194,7 +194,18 @@ CASES = [
     Case("--config: no such file", lambda f: ["train", "--config", str(f / "job.json")],
          "No such file or directory; give a JSON file"),
     Case("--config: not JSON", lambda f: ["train", "--config", _json(f, "job.json", "{oops")],
-         "holds no JSON job (nor a run's output ending in its JSON line)"),
+         "job.json: the JSON breaks at line 1, column 2 (Expecting property name enclosed in "
+         "double quotes); give a job's JSON, or a run's output whose last line is its whole "
+         "JSON line"),
+    Case("--config: cut off",
+         lambda f: ["train", "--config", _json(f, "job.json", '{"graph": {"dataset": "cora"},\n'
+                                                              ' "model": {"na')],
+         "job.json: the JSON breaks at line 2, column 12 (Unterminated string starting there; "
+         "the file ends inside it: it looks cut off)"),
+    Case("--config: an empty file", lambda f: ["train", "--config", _json(f, "job.json", "")],
+         "job.json is empty; give a job's JSON (a run's last line)"),
+    Case("a misspelled option", lambda f: ["train", "--hiden", "32"],
+         "pyg-dist train: error: unrecognized arguments: --hiden 32; did you mean --hidden?"),
     Case("--config: an unknown key",
          lambda f: ["train", "--config", _json(f, "job.json", {"bogus": 1})],
          "Job has no key 'bogus'; its keys are graph, model, epochs"),

@@ -23,6 +23,10 @@ def raise_on_rank_one():
     return "unreachable"
 
 
+def load_parts_cut_for_another_world(folder):
+    pyg_dist.DistData.load(folder)
+
+
 def killed_rank():
     if dist.get_rank() == 1:
         os.kill(os.getpid(), 9)
@@ -155,3 +159,28 @@ def test_a_rank_seen_dead_before_its_closed_pipe_is_reported(monkeypatch):
     monkeypatch.setattr(launch_module, "wait", lambda objects, timeout=None: [proc.sentinel])
     with pytest.raises(pyg_dist.RankFailed, match="rank 0 of 1 exited with exit code 3"):
         launch_module._collect([proc], [receiver], timeout=10)
+
+
+def test_an_error_every_rank_raised_alike_is_one_line_said_once(tmp_path, monkeypatch):
+    """A partition folder cut for 2 ranks loaded by 3: the message names the
+    fix once, on one line, without the ranks' tracebacks (PYG_DIST_DEBUG=1
+    attaches one)."""
+    from torch_geometric.data import Data
+
+    data = Data(x=torch.randn(6, 2), edge_index=torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]]),
+                y=torch.zeros(6, dtype=torch.long))
+    pyg_dist.partition(data, 2, tmp_path / "parts")
+    monkeypatch.delenv("PYG_DIST_DEBUG", raising=False)
+    with pytest.raises(ValueError) as info:
+        pyg_dist.launch(load_parts_cut_for_another_world, 3, args=(str(tmp_path / "parts"),))
+    parts = tmp_path / "parts"
+    assert str(info.value) == (
+        f"'DistData.load' of '{parts}' failed alike on all 3 ranks: ValueError: 'DistData.load' "
+        f"found 2 partitions in '{parts}' but the process group has 3 ranks; re-partition with "
+        f"num_parts=3 or launch 2 ranks (under torchrun: --nnodes times --nproc-per-node)")
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert info.value.__notes__[0].startswith("(raised on every rank together; PYG_DIST_DEBUG=1")
+    monkeypatch.setenv("PYG_DIST_DEBUG", "1")
+    with pytest.raises(ValueError) as info:
+        pyg_dist.launch(load_parts_cut_for_another_world, 3, args=(str(tmp_path / "parts"),))
+    assert "_check_rank" in str(info.value.__cause__)  # where the rank raised it

@@ -83,7 +83,8 @@ def test_a_run_redirected_keeps_stdout_one_json_line_and_ends_without_a_warning(
     assert len(lines) == 1 and json.loads(lines[0])["epochs"] == 3
     assert "leaked semaphore" not in text and "resource_tracker" not in text
     assert "Warning" not in text, text
-    said = text.replace("\r", "\n").splitlines()
+    assert "\r" not in text  # a file gets plain lines, not a bar's redraws
+    said = text.splitlines()
     assert said[0].startswith("cut synthetic (300 nodes, ")
     assert said[1] == ("starting 2 ranks on this machine (each imports torch, joins the process "
                        "group and loads its own part)")
@@ -111,6 +112,7 @@ def test_a_compile_is_announced_on_its_own_line_before_the_bar(monkeypatch, caps
         return None
 
     monkeypatch.setattr(backends, "_cpu_kernels", first_use)
+    monkeypatch.setattr(progress, "_is_terminal", lambda stream: True)  # a bar, not lines
     bar = progress.start_progress(torch.nn.Linear(2, 2), total=5)
     bar.update(STATS, 0)
     bar.close()
@@ -120,3 +122,33 @@ def test_a_compile_is_announced_on_its_own_line_before_the_bar(monkeypatch, caps
     drawn = [line for line in lines[1:] if line.strip()]
     assert drawn[0].startswith("train:   0%|"), drawn
     assert not any(cpu_ext.COMPILE_MESSAGE in line for line in drawn), drawn
+
+
+def test_a_bar_that_is_no_terminal_prints_plain_lines(monkeypatch):
+    """20 epochs into a file: a line at each tenth of the run, whole lines,
+    a log line on its own between them, and no carriage return."""
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", out)
+    bar = Progress(20)
+    assert bar.plain
+    for epoch in range(1, 21):
+        bar.update(STATS, epoch * 100_000)
+        if epoch == 3:
+            progress.write("epoch    3  loss 1.0000")
+    bar.close()
+    text = out.getvalue()
+    assert "\r" not in text and "|" not in text, text
+    lines = text.splitlines()
+    assert len(lines) == 11 and lines[1] == "epoch    3  loss 1.0000", lines
+    counts = [line.split()[1] for line in lines if line.startswith("train: ")]
+    assert counts == [f"{n}/20" for n in range(2, 21, 2)], lines
+    assert lines[-1].startswith("train: 20/20 epochs [") and "halo 2.0 MB]" in lines[-1]
+
+
+def test_a_run_stopped_early_ends_its_plain_lines_where_it_stopped():
+    out = io.StringIO()
+    bar = Progress(100, file=out)
+    for _ in range(13):
+        bar.update(STATS, 0)
+    bar.close()
+    assert [line.split()[1] for line in out.getvalue().splitlines()] == ["10/100", "13/100"]

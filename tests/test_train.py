@@ -91,3 +91,27 @@ def test_eval_halo_sets_evaluation_traffic_alone_and_int4_trains(tmp_path):
     assert exact["train"] == int8["train"] == isolated["train"] > 0
     for ours, ref in zip(isolated["weights"], exact["weights"]):  # training is untouched
         assert torch.equal(ours, ref)
+
+
+def test_a_first_use_compile_is_not_training_time(monkeypatch):
+    """The kernels load (a first use compiles them, here 2 s of sleep) before
+    the training clock starts, with or without the progress bar."""
+    import time
+
+    from pyg_dist.ops import backends
+
+    calls = []
+
+    def first_use():
+        if not calls:
+            time.sleep(2.0)
+        calls.append(time.perf_counter())
+        return None
+
+    monkeypatch.setattr(backends, "_cpu_kernels", first_use)
+    data = awkward_graph(num_features=4)
+    start = time.perf_counter()
+    result = train(GNN("gcn", 4, 8, 3), data, epochs=2, progress=False)
+    assert calls, "the kernels were never asked for"
+    assert time.perf_counter() - start >= 2.0
+    assert result.seconds < 1.5, result.seconds

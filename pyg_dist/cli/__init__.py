@@ -38,7 +38,7 @@ import re
 import sys
 from typing import Any
 
-from pyg_dist.cli.args import add_fields, given
+from pyg_dist.cli.args import Parser, add_fields, given
 from pyg_dist.cli.commands import (
     check_command,
     convert_command,
@@ -49,6 +49,7 @@ from pyg_dist.cli.errors import (
     check_checkpoint_dir,
     check_dataset,
     check_parts_dir,
+    check_world,
     reporting,
 )
 from pyg_dist.cli.help import (
@@ -74,8 +75,8 @@ __all__ = ["main", "build_parser", "parse_job", "read_config", "RECIPES"]
 def build_parser(strategy: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``pyg-dist``; ``train --help`` (and ``plan --help``)
     shows the options of the default strategy, or of ``strategy``."""
-    parser = argparse.ArgumentParser(prog="pyg-dist", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=TopFormatter)
+    parser = Parser(prog="pyg-dist", description=DESCRIPTION, epilog=EPILOG,
+                    formatter_class=TopFormatter)
     _add_debug(parser)
     sub = parser.add_subparsers(dest="command", required=True, title="commands",
                                 metavar="COMMAND")
@@ -229,12 +230,12 @@ def read_config(path: str) -> dict[str, Any]:
         raise ValueError(f"--config {path}: {exc.strerror}; give a JSON file") from None
     try:
         loaded = json.loads(text)
-    except json.JSONDecodeError:
+    except json.JSONDecodeError as whole:
+        lines = text.splitlines()
         try:
-            loaded = json.loads(text.splitlines()[-1] if text else "")
-        except json.JSONDecodeError:
-            raise ValueError(f"--config {path} holds no JSON job (nor a run's output ending in "
-                             f"its JSON line)") from None
+            loaded = json.loads(lines[-1] if lines else "")
+        except json.JSONDecodeError as last:
+            raise ValueError(_broken_json(path, text, whole, last)) from None
     if not isinstance(loaded, dict):
         raise ValueError(f"--config {path} holds no JSON object")
     if "config" not in loaded and {"choice", "train"} <= loaded.keys():
@@ -246,6 +247,25 @@ def read_config(path: str) -> dict[str, Any]:
         raise ValueError(f"--config {path}: 'config' holds {config!r}, not a job's JSON "
                          f"object (a run's JSON line carries Job.to_dict() there)")
     return dict(config)
+
+
+def _broken_json(path: str, text: str, whole: json.JSONDecodeError,
+                 last: json.JSONDecodeError) -> str:
+    """Why ``--config path`` holds no job: where its JSON breaks (the whole
+    file's, or the last line's where that starts like a run's JSON line)."""
+    if not text:
+        return f"--config {path} is empty; give a job's JSON (a run's last line)"
+    lines = text.splitlines()
+    if len(lines) > 1 and lines[-1].lstrip().startswith("{"):  # a run's output, its line broken
+        error, line, rest = last, len(lines), lines[-1]
+    else:
+        error, line, rest = whole, whole.lineno, text
+    why = error.msg[:-3] + " there" if error.msg.endswith(" at") else error.msg
+    cut = ("; the file ends inside it: it looks cut off"
+           if error.pos >= len(rest) or error.msg.startswith("Unterminated string") else "")
+    return (f"--config {path}: the JSON breaks at line {line}, column {error.colno} "
+            f"({why}{cut}); "
+            f"give a job's JSON, or a run's output whose last line is its whole JSON line")
 
 
 def _refuse_hetero(args: argparse.Namespace) -> None:
@@ -268,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(asked_strategy(argv, list(STRATEGIES))).parse_args(argv)
     return reporting(args.command, lambda: _run(args), getattr(args, "debug", False),
-                     bar=args.command == "train")
+                     bar=args.command == "train" and sys.stderr.isatty())
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -292,6 +312,9 @@ def _run(args: argparse.Namespace) -> int:
     else:
         check_dataset(args.command, job.graph)
     check_checkpoint_dir(args.command, job.checkpoint.dir if job.checkpoint else None)
+    if env.under_torchrun():
+        check_world(args.command, env.world_size(), job.graph.parts, job.graph.parts_dir,
+                    job.strategy.ranks_per_part())
     if args.command == "plan":
         return train_command(job, plan_rank, report_plan(args.json))
     return train_command(job)

@@ -5,9 +5,49 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 from typing import Any
 
-__all__ = ["add_fields", "given", "flag_of"]
+__all__ = ["add_fields", "given", "flag_of", "Parser"]
+
+
+class Parser(argparse.ArgumentParser):
+    """An :class:`argparse.ArgumentParser` whose commands (its subparsers)
+    report an option they do not know themselves, with the closest one they
+    do know: ``pyg-dist train: error: unrecognized arguments: --hiden 32;
+    did you mean --hidden?`` and ``train``'s usage, where argparse names
+    neither the command nor the option meant."""
+
+    def parse_args(self, args: Any = None,  # type: ignore[override]
+                   namespace: Any = None) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._command(parsed)
+            (command or self).error(unrecognized(command or self, extras))
+        return parsed
+
+    def _command(self, parsed: argparse.Namespace) -> argparse.ArgumentParser | None:
+        """The subparser of the command ``parsed`` names, if any."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return action.choices.get(getattr(parsed, action.dest, None) or "")
+        return None
+
+
+def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """argparse's ``unrecognized arguments: ...``, with the option of
+    ``parser`` closest to each unknown one (:func:`difflib.get_close_matches`)."""
+    known = [flag for action in parser._actions if not action.dest.startswith("old.")
+             for flag in action.option_strings if flag.startswith("--")]
+    hints = []
+    for extra in extras:
+        flag = extra.split("=", 1)[0]
+        if flag.startswith("--"):
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+            if close and close[0] not in hints:
+                hints.append(close[0])
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    return message + (f"; did you mean {' or '.join(hints)}?" if hints else "")
 
 
 def flag_of(prefix: str, name: str, flags: dict[str, str] | None = None) -> str:

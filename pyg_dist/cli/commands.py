@@ -11,7 +11,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 import pyg_dist
 from pyg_dist.cli.args import given
-from pyg_dist.cli.errors import check_dataset, check_graph_folder, check_out
+from pyg_dist.cli.errors import check_dataset, check_graph_folder, check_out, check_world
 from pyg_dist.cli.job import DEFAULT_PARTS, Graph
 from pyg_dist.cli.preflight import check_host
 from pyg_dist.datasets import GraphFolder, HeteroGraphFolder, load_dataset, write_graph_folder
@@ -97,6 +97,7 @@ def distributed_partition_command(args: argparse.Namespace) -> int:
     job = (args.input, args.out, options.get("method", "metis-coarse"),
            options.get("seed", 0), args.overwrite)
     if env.under_torchrun():
+        check_world("partition", env.world_size(), options.get("parts"), None)
         meta = record(_partition_joined)(options.get("parts"), *job)
         if meta is None:  # not rank 0
             return 0

@@ -7,8 +7,10 @@ The checks here need no graph: the command runs them before it loads one,
 so a wrong path fails in a second, with nothing written."""
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -21,9 +23,9 @@ from pyg_dist.datasets.planetoid import PLANETOID, missing_raw_files
 from pyg_dist.partitioning.io import META_FILE, read_meta
 from pyg_dist.runtime import env
 
-__all__ = ["one_line", "UsageError", "EXIT_USAGE", "EXIT_FAILED", "EXIT_INTERRUPTED", "reporting",
-           "check_out", "check_parts_dir", "check_dataset", "check_graph_folder",
-           "check_checkpoint_dir"]
+__all__ = ["one_line", "UsageError", "SharedUsageError", "EXIT_USAGE", "EXIT_FAILED",
+           "EXIT_INTERRUPTED", "reporting", "check_out", "check_parts_dir", "check_dataset",
+           "check_graph_folder", "check_checkpoint_dir", "check_world"]
 
 #: The exit status of an error the command line can fix (argparse's too).
 EXIT_USAGE = 2
@@ -47,6 +49,24 @@ class UsageError(SystemExit):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.code = EXIT_USAGE
+
+
+class SharedUsageError(UsageError):
+    """A :class:`UsageError` that every rank torchrun started finds alike
+    (the ranks it started against the job's parts): rank 0 says it, and
+    hands it to torchrun as its error, so that torchrun's summary of the
+    failed job shows the line instead of a traceback; the other ranks exit
+    with the same status in silence.
+
+    Args:
+        message (str): The whole message, one line.
+    """
+
+
+#: Seconds the silent ranks of a :class:`SharedUsageError` wait before they
+#: exit, so that rank 0's error is the one torchrun reports (torchrun stops
+#: them as soon as rank 0 has exited).
+QUIET_RANK_SECONDS = 10.0
 
 
 def reporting(command: str, run: Callable[[], int], debug: bool = False,
@@ -83,7 +103,10 @@ def reporting(command: str, run: Callable[[], int], debug: bool = False,
         message = str(exc)
         if not message.startswith("pyg-dist"):  # raised where the command is not known
             message = f"pyg-dist {command}: {message}"
-        print(message, file=sys.stderr, flush=True)
+        if isinstance(exc, SharedUsageError) and env.under_torchrun():
+            _say_once(message)
+        else:
+            print(message, file=sys.stderr, flush=True)
         raise UsageError(message) from None
     except Exception as exc:  # noqa: BLE001 - every failure ends in words
         if debug:
@@ -93,6 +116,55 @@ def reporting(command: str, run: Callable[[], int], debug: bool = False,
         print(f"{where[0][:-1] + '; ' if where else '('}run again with --debug (or "
               f"{env.DEBUG}=1) to see the traceback)", file=sys.stderr, flush=True)
         return EXIT_FAILED
+
+
+def _say_once(message: str) -> None:
+    """A :class:`SharedUsageError` under torchrun: said by rank 0 and written
+    to torchrun's error file (the root cause its summary shows); the other
+    ranks wait a moment and say nothing."""
+    if os.environ.get("RANK") != "0":
+        time.sleep(QUIET_RANK_SECONDS)
+        return
+    print(message, file=sys.stderr, flush=True)
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        record = {"message": {"message": message, "extraInfo": {
+            "py_callstack": message, "timestamp": str(int(time.time()))}}}
+        try:
+            with open(error_file, "w") as f:
+                json.dump(record, f)
+        except OSError:
+            pass  # torchrun then says how to enable tracebacks instead
+
+
+def check_world(command: str, world: int, parts: int | None, parts_dir: str | None,
+                ranks_per_part: int = 1) -> None:
+    """Under torchrun, before any rank joins the process group: refuses
+    ``--parts`` (or a ``--parts-dir``) that does not fit the ``world`` ranks
+    torchrun started, with a :class:`SharedUsageError` (one line, said once).
+
+    Args:
+        command (str): The command (``"train"``, ``"plan"``, ``"partition"``).
+        world (int): The ranks torchrun started (``WORLD_SIZE``).
+        parts (int, optional): ``--parts``, if given.
+        parts_dir (str, optional): ``--parts-dir``, if given (and checked by
+            :func:`check_parts_dir`).
+        ranks_per_part (int, optional): Ranks that share a part (a layer
+            pipeline's stages). (default: :obj:`1`)
+    """
+    if parts is not None and parts != world:
+        raise SharedUsageError(
+            f"pyg-dist {command}: --parts {parts} but torchrun started {world} ranks "
+            f"(--nnodes times --nproc-per-node); pass --parts {world} (or leave it out), or "
+            f"start {parts} ranks")
+    if parts_dir is not None and (Path(parts_dir) / META_FILE).is_file():
+        cut = read_meta(parts_dir).num_parts
+        if cut * ranks_per_part != world:
+            raise SharedUsageError(
+                f"pyg-dist {command}: --parts-dir {parts_dir} is cut into {cut} parts for "
+                f"{cut * ranks_per_part} ranks but torchrun started {world} ranks; start "
+                f"{cut * ranks_per_part} (--nnodes times --nproc-per-node), or cut the graph "
+                f"again with 'pyg-dist partition --parts {world // ranks_per_part}'")
 
 
 def one_line(error: BaseException) -> str:

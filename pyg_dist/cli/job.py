@@ -20,7 +20,7 @@ from pyg_dist.config import (
     option,
     strategy_from_dict,
 )
-from pyg_dist.datasets.load import DATASETS, HETERO_DATASETS
+from pyg_dist.datasets.load import DATASETS, HETERO_DATASETS, dataset_name
 from pyg_dist.models.gnn import DEEP_MODELS, JK_MODES, NORMS
 from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.partitioning.cut import METHODS
@@ -107,8 +107,8 @@ def _spelled(names: tuple[str, ...]) -> str:
 class Graph(Options):
     """The graph: a dataset cut into parts, or a partition folder."""
 
-    dataset: str = option("synthetic", _spelled(DATASETS), choices=tuple(DATASETS),
-                          metavar="NAME")
+    dataset: str = option("synthetic", _spelled(DATASETS) + " (any case)",
+                          type=dataset_name, choices=tuple(DATASETS), metavar="NAME")
     root: str | None = option(None, "folder of <root>/Cora/raw or <root>/ogbn_arxiv/raw",
                                    type=str, metavar="DIR")
     parts: int | None = option(None, "parts = ranks (default: 4 or torchrun's)", type=int,
@@ -121,6 +121,10 @@ class Graph(Options):
                                       metavar="D")
     parts_dir: str | None = option(None, "a partition folder (default: cut one)",
                                    type=str, metavar="DIR")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dataset", dataset_name(self.dataset))  # "Cora" is "cora"
+        super().__post_init__()
 
     def check(self) -> None:
         if self.dataset not in DATASETS:

@@ -45,6 +45,8 @@ def plan_table(rows: list[dict[str, Any]], choice: dict[str, Any]) -> list[str]:
         shown += best
     table = [["risk", "", "strategy", "epoch", "vs exact", "bytes/epoch", "vs exact",
               "why not chosen"]]
+    allowed = [r["predicted_step_s"] for r in rows if RISKS.index(r["risk"]) <= RISKS.index(accept)]
+    fastest = min(allowed, default=chosen["predicted_step_s"])
     epoch_ref = exact["predicted_epoch_s"] if exact else None
     bytes_ref = exact["predicted_bytes_per_epoch"] if exact else None
     for row in shown:
@@ -53,7 +55,7 @@ def plan_table(rows: list[dict[str, Any]], choice: dict[str, Any]) -> list[str]:
                       _ratio(row["predicted_epoch_s"], epoch_ref),
                       _bytes(row["predicted_bytes_per_epoch"]),
                       _ratio(row["predicted_bytes_per_epoch"], bytes_ref),
-                      "(chosen)" if row is chosen else _why_not(row, chosen, accept)])
+                      "(chosen)" if row is chosen else _why_not(row, chosen, accept, fastest)])
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     right = {3, 4, 5, 6}
     lines = [*_head(choice, len(rows)), ""]
@@ -80,16 +82,22 @@ def _head(choice: dict[str, Any], count: int) -> list[str]:
             f"epoch: a training step and the evaluations' share; vs exact: against {EXACT}"]
 
 
-def _why_not(row: dict[str, Any], chosen: dict[str, Any], accept: str) -> str:
-    """Why the planner took ``chosen`` over ``row``: its risk, its speed, or
-    (equally fast) its bytes."""
+def _why_not(row: dict[str, Any], chosen: dict[str, Any], accept: str, fastest: float) -> str:
+    """Why the planner took ``chosen`` over ``row``, as it chose
+    (:func:`pyg_dist.strategies.planner.choose`): its risk; its speed against
+    ``fastest``, the fastest step at the accepted risk; or, equally fast,
+    its bytes, then its speed."""
     if RISKS.index(row["risk"]) > RISKS.index(accept):
         return f"risk {row['risk']} above --accept {accept}"
-    step, best = row["predicted_step_s"], chosen["predicted_step_s"]
-    if step > best * (1 + _TIE):
-        slower = 100 * (row["predicted_epoch_s"] / chosen["predicted_epoch_s"] - 1)
+    slower = 100 * (row["predicted_epoch_s"] / chosen["predicted_epoch_s"] - 1)
+    if row["predicted_step_s"] > fastest * (1 + _TIE):
         return f"{slower:.1f}% slower per epoch"
-    return "as fast (within 1%), more bytes"
+    mine, best = row["predicted_bytes_per_epoch"], chosen["predicted_bytes_per_epoch"]
+    if mine > best:
+        shown = _bytes(mine), _bytes(best)
+        more = f" ({mine:,.0f} B against {best:,.0f} B)" if shown[0] == shown[1] else ""
+        return f"as fast (within 1%), more bytes{more}"
+    return f"as fast (within 1%) and as many bytes, {max(slower, 0):.2f}% slower per epoch"
 
 
 def _seconds(seconds: float) -> str:

@@ -67,8 +67,9 @@ def train_command(job: Job, body: Callable[[Job, str], Any] | None = None,
                 result = pyg_dist.launch(body, parts, args=(job, folder),
                                          timeout=job.run.timeout)[0]
             except KeyboardInterrupt:
-                # a new line first: the bar's line has none
-                print(("\n" if job.run.progress else "") + interrupted_message(job),
+                # a new line first: the bar's line has none (a bar only on a terminal)
+                bar = job.run.progress and sys.stderr.isatty()
+                print(("\n" if bar else "") + interrupted_message(job),
                       file=sys.stderr, flush=True)
                 raise SystemExit(INTERRUPTED) from None
     if result is not None:

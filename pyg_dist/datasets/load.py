@@ -11,11 +11,23 @@ from pyg_dist.datasets.ogb_mag import MAG_FOLDER, MAG_NAME, ogbn_mag
 from pyg_dist.datasets.planetoid import PLANETOID, planetoid
 from pyg_dist.datasets.sbm import synthetic
 
-__all__ = ["load_dataset", "DATASETS", "HETERO_DATASETS"]
+__all__ = ["load_dataset", "dataset_name", "DATASETS", "HETERO_DATASETS"]
 
 DATASETS = ("synthetic", *PRESETS, "synthetic-mag", *PLANETOID, *OGB, MAG_NAME)
 #: The datasets that are a ``HeteroData``.
 HETERO_DATASETS = ("synthetic-mag", MAG_NAME)
+_BY_LOWER = {name.lower(): name for name in DATASETS}
+
+
+def dataset_name(name: str) -> str:
+    """The name in :data:`DATASETS` that ``name`` spells in any case
+    (``"Cora"``, PyG's spelling, is ``"cora"``; ``"ogbn-papers100m"`` is
+    ``"ogbn-papers100M"``); an unknown ``name`` comes back as it is.
+
+    Args:
+        name (str): A dataset's name.
+    """
+    return _BY_LOWER.get(name.lower(), name) if isinstance(name, str) else name
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0,
@@ -35,7 +47,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
             (:func:`~pyg_dist.datasets.ogb.ogbn`; nothing is downloaded), or
             :obj:`"synthetic-mag"` (:func:`synthetic_mag`) and :obj:`"ogbn-mag"`
             (:func:`~pyg_dist.datasets.ogb_mag.ogbn_mag`, from OGB's folder),
-            heterogeneous.
+            heterogeneous. Any case is taken (``"Cora"``).
         root (str or os.PathLike, optional): Folder holding Planetoid data as
             ``root/Cora/raw/...`` or OGB data as ``root/ogbn_arxiv/raw/...``.
             (default: :obj:`None`)
@@ -47,6 +59,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
             :obj:`None` values keep the default.
     """
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    name = dataset_name(name)
     if name == "synthetic":
         return synthetic(seed=seed, **kwargs)
     if name == "synthetic-mag":

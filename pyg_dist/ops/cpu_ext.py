@@ -16,10 +16,14 @@ says which):
    installation, ``csrc/`` of a checkout) compiled on first use by
    :func:`torch.utils.cpp_extension.load` (a C++ compiler and ``pip install
    ninja`` are needed, nothing else), which says so once on stderr before it
-   starts (one line for all ranks that start together), and cached between
-   runs under ``$TORCH_EXTENSIONS_DIR`` (default
-   ``~/.cache/torch_extensions``). ``cpp_extension`` builds under a lock file,
-   so ranks that start together build the extension once; a lock left by a
+   starts (one line for all ranks that start together) and how long it took
+   once done, and cached between runs under ``$TORCH_EXTENSIONS_DIR``
+   (default ``~/.cache/torch_extensions``), one build per Python environment
+   (the torch installation it compiles against, :func:`environment`), so a
+   clone used from two environments (a notebook's kernel and a shell's venv)
+   compiles once in each and never again when switching back.
+   ``cpp_extension`` builds under a lock file, so ranks that start together
+   build the extension once; a lock left by a
    build that was killed midway is removed after :data:`STALE_LOCK_SECONDS`
    (with a warning) instead of blocking every later process.
 3. **unavailable**: without a compiler or ``ninja``, after a failed build, or
@@ -51,7 +55,7 @@ from pyg_dist.ops import cpu_build
 from pyg_dist.runtime import env
 
 __all__ = ["is_available", "unavailable_reason", "kernels_origin", "kernels_library",
-           "source_dir", "DISABLE_ENV", "STALE_LOCK_SECONDS", "COMPILE_MESSAGE"]
+           "source_dir", "environment", "DISABLE_ENV", "STALE_LOCK_SECONDS", "COMPILE_MESSAGE"]
 
 #: The package folder: prebuilt libraries of a binary wheel and its copy of the
 #: C++ sources lie there (the repository's ``csrc/`` beside it in a checkout).
@@ -98,6 +102,14 @@ def source_dir() -> Path | None:
         if all((candidate / name).is_file() for name in cpu_build.SOURCES + cpu_build.HEADERS):
             return candidate
     return None
+
+
+def environment() -> str:
+    """The Python environment a compile on first use builds for: the folder of
+    the torch installation whose headers and libraries the build uses (two
+    virtual environments with their own torch differ; environments that share
+    one torch, e.g. through ``--system-site-packages``, share the build)."""
+    return os.path.realpath(os.path.dirname(torch.__file__))
 
 
 def is_available() -> bool:
@@ -228,8 +240,10 @@ def _build_and_load() -> _LoadResult:
     _wait_for_build(name)
     folder = _build_directory(name)
     library = None if folder is None else folder / f"{name}{_library_suffix()}"
-    cached = library is not None and library.is_file()
+    before = _modified(library)
+    cached = before is not None
     announced = None if cached else _announce_compile(folder)
+    start = time.perf_counter()
     try:
         cpp_extension.load(
             name=name,
@@ -242,7 +256,34 @@ def _build_and_load() -> _LoadResult:
     finally:
         if announced is not None:
             announced.unlink(missing_ok=True)
-    return _LoadResult("cached" if cached else "compiled", library=library)
+    seconds = time.perf_counter() - start
+    after = _modified(library)
+    compiled = not cached or after != before  # or ninja found the cached build stale
+    # said by the process that announced the compile, or (a stale build, which
+    # every rank that waited for sees rewritten) by the first to claim it
+    if announced is not None or (cached and compiled and _claim(folder, f"rebuilt-{after}")):
+        print(f"compiled pyg_dist's CPU kernels in {seconds:.1f} s (kept in {folder} for "
+              f"this environment)", file=sys.stderr, flush=True)
+    return _LoadResult("compiled" if compiled else "cached", library=library)
+
+
+def _claim(folder: Path | None, name: str) -> bool:
+    """Whether this process is the first to create file ``name`` in ``folder``."""
+    if folder is None:
+        return True
+    try:
+        os.close(os.open(folder / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _modified(library: Path | None) -> int | None:
+    """When ``library`` was last written (ns), or :obj:`None` when it is not there."""
+    try:
+        return None if library is None else library.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
 
 
 def _build_directory(name: str) -> Path | None:
@@ -309,12 +350,14 @@ def _wait_for_build(name: str) -> None:
 
 
 def _build_key(sources: list[Path], flags: list[str]) -> str:
-    """A short hash of the sources (their paths and contents), the flags and
-    the torch version: builds of different checkouts or torch installs that
-    share a cache never overwrite each other. (The paths count: torch's build
-    files name them, so two checkouts of equal sources sharing one name
-    rebuilt each other's extension, a minute or more each time.)"""
-    digest = hashlib.sha1(" ".join([torch.__version__, *flags]).encode())
+    """A short hash of the sources (their paths and contents), the flags, the
+    torch version and the environment (:func:`environment`): builds of
+    different checkouts or torch installations that share a cache never
+    overwrite each other. (The paths count: torch's build files name them and
+    torch's headers, so two checkouts of equal sources, or one checkout used
+    from two virtual environments, sharing one name rebuilt each other's
+    extension, a minute or more at every switch.)"""
+    digest = hashlib.sha1(" ".join([torch.__version__, environment(), *flags]).encode())
     for source in sources:
         digest.update(str(source.resolve()).encode())
         digest.update(source.read_bytes())

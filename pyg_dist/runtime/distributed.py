@@ -472,7 +472,10 @@ def raise_together(error: BaseException | None, what: str, group: Group = None) 
     failed together: if any rank passes an ``error``, every rank raises one
     error listing each failing rank, its host, the error's type and its
     message, so that no rank waits in the next collective for one that gave
-    up (:func:`raised_together` tells such errors). The error has
+    up (:func:`raised_together` tells such errors). Where several ranks
+    failed alike (the same type and message: a partition folder cut for
+    another number of ranks) the message says it once, on one line. The
+    error has
     the type of this rank's error, else that of the first failing rank when
     it is a built-in exception, else :class:`RuntimeError`. In a group of
     one, ``error`` itself is raised.
@@ -493,8 +496,7 @@ def raise_together(error: BaseException | None, what: str, group: Group = None) 
     failed = [(r, report) for r, report in enumerate(reports) if report is not None]
     if not failed:
         return
-    lines = "\n".join(f"  {peers.name(r)}: {kind}: {message}" for r, (kind, message) in failed)
-    message = f"{what} failed on {len(failed)} of {len(reports)} ranks:\n{lines}"
+    message = _failed_on(what, failed, len(reports))
     kind = type(error) if error is not None else _builtin(failed[0][1][0])
     if issubclass(kind, KeyError):  # whose str() would be the repr of the message
         kind = _SharedKeyError
@@ -504,6 +506,18 @@ def raise_together(error: BaseException | None, what: str, group: Group = None) 
         exc = RuntimeError(message)
     setattr(exc, _SHARED, True)
     raise exc from error
+
+
+def _failed_on(what: str, failed: list[tuple[int, tuple[str, str]]], ranks: int) -> str:
+    """The message of :func:`raise_together`: each failing rank's error on a
+    line of its own, or one line where they all failed alike."""
+    if len(failed) > 1 and len({report for _, report in failed}) == 1:
+        kind, message = failed[0][1]
+        who = (f"all {ranks} ranks" if len(failed) == ranks else
+               f"{len(failed)} of {ranks} ranks ({', '.join(str(r) for r, _ in failed)})")
+        return f"{what} failed alike on {who}: {kind}: {message}"
+    lines = "\n".join(f"  {peers.name(r)}: {kind}: {message}" for r, (kind, message) in failed)
+    return f"{what} failed on {len(failed)} of {ranks} ranks:\n{lines}"
 
 
 #: Set on the errors :func:`raise_together` raises (on every rank at once).

@@ -21,7 +21,7 @@ __all__ = [
     "TIMEOUT", "TRANSPORT", "SPMM_BACKEND", "DISABLE_CPU_EXT", "VERBOSE_BUILD",
     "TRITON_AUTOTUNE", "LAUNCH_STORE", "DEBUG", "TRANSPORTS", "DEFAULT_TIMEOUT",
     "timeout", "transport", "spmm_backend", "cpu_ext_disabled", "verbose_build",
-    "triton_autotune", "launch_store", "under_torchrun", "debug",
+    "triton_autotune", "launch_store", "under_torchrun", "world_size", "debug",
 ]
 
 TIMEOUT = "PYG_DIST_TIMEOUT"
@@ -94,6 +94,11 @@ def debug() -> bool:
 def under_torchrun() -> bool:
     """Whether ``torchrun`` (or another launcher) set ``RANK`` and ``WORLD_SIZE``."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def world_size() -> int:
+    """``WORLD_SIZE`` as torchrun (or another launcher) set it; 1 without one."""
+    return int(_get("WORLD_SIZE") or 1)
 
 
 def launch_store() -> str | None:

@@ -242,15 +242,24 @@ class _Forwarding:
 
 
 def _rank_exception(rank: int, world_size: int, body: tuple[bytes | None, str]) -> BaseException:
+    from pyg_dist.runtime.distributed import raised_together
+
     pickled, text = body
     exc: BaseException
     try:
         exc = pickle.loads(pickled) if pickled is not None else RankFailed(text.splitlines()[-1])
     except Exception:
         exc = RankFailed(text.splitlines()[-1] if text else "unknown error")
-    exc.__cause__ = RemoteTraceback(f"\n\nrank {rank} of {world_size} raised:\n\n{text}")
+    if raised_together(exc) and not env.debug():
+        # every rank raised it, naming the failing ranks: the message says it all
+        exc.__cause__ = None
+        exc.__suppress_context__ = True
+        note = f"(raised on every rank together; {env.DEBUG}=1 shows rank {rank}'s traceback)"
+    else:
+        exc.__cause__ = RemoteTraceback(f"\n\nrank {rank} of {world_size} raised:\n\n{text}")
+        note = f"(raised on rank {rank} of {world_size}; the other ranks were stopped)"
     if hasattr(exc, "add_note"):
-        exc.add_note(f"(raised on rank {rank} of {world_size}; the other ranks were stopped)")
+        exc.add_note(note)
     return exc
 
 

@@ -2,7 +2,9 @@
 rank 0's progress bar, the lines written above it, and the run's summary.
 
 The bar owns its line: :func:`write` prints a line above it (as tqdm's
-``write`` does), so logs never land on the bar. Its estimate of the time
+``write`` does), so logs never land on the bar. Where the bar's stream is
+no terminal (a file, a pipe, a notebook), no ``\r`` redraws go there: a
+plain line of the same figures every tenth of the run, and at its end. Its estimate of the time
 left counts the epochs after the first only: the first holds one-time costs
 (the C++ kernels' compile on first use, caches filling), and a rate that
 includes them predicts hours for a run of a minute. The kernels are loaded
@@ -10,6 +12,7 @@ before the bar is drawn, so their compile is announced on a line of its own.
 """
 from __future__ import annotations
 
+import io
 import os
 import stat
 import sys
@@ -23,7 +26,8 @@ from tqdm.std import tqdm
 from pyg_dist.ops.backends import resolve_name
 from pyg_dist.runtime import distributed
 
-__all__ = ["Progress", "start_progress", "write", "summary_lines", "destination"]
+__all__ = ["Progress", "load_kernels", "start_progress", "write", "summary_lines",
+           "destination"]
 
 
 class _Bar(tqdm):
@@ -45,20 +49,42 @@ class _Bar(tqdm):
 _Bar.set_lock(threading.RLock())
 
 
+class _Discard(io.TextIOBase):
+    """Where a plain progress's bar draws: nowhere."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+#: A plain progress line: the bar's figures without the bar.
+PLAIN_FORMAT = "{desc}: {n_fmt}/{total_fmt} epochs [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+#: A plain progress prints a line each time the run passes another 1/PLAIN_STEPS of it.
+PLAIN_STEPS = 10
+
+
 class Progress:
     """Rank 0's bar over ``total`` epochs, ``done`` of which a resumed run has
-    behind it.
+    behind it; plain lines where ``file`` is no terminal.
 
     Args:
         total (int): The epochs of the run.
         done (int, optional): Epochs already trained. (default: :obj:`0`)
         file (file, optional): Where the bar goes. (default: :obj:`sys.stderr`)
+        plain (bool, optional): Print a plain line every tenth of the run
+            instead of redrawing a bar; :obj:`None` does where ``file`` is no
+            terminal. (default: :obj:`None`)
     """
 
-    def __init__(self, total: int, done: int = 0, file: Any = None) -> None:
+    def __init__(self, total: int, done: int = 0, file: Any = None,
+                 plain: bool | None = None) -> None:
+        self.file = file or sys.stderr
+        self.plain = not _is_terminal(self.file) if plain is None else plain
         self.bar = _Bar(total=total, initial=done, desc="train", unit="epoch",
-                        dynamic_ncols=True, file=file or sys.stderr, smoothing=0)
+                        dynamic_ncols=True, smoothing=0,
+                        file=_Discard() if self.plain else self.file,
+                        bar_format=PLAIN_FORMAT if self.plain else None)
         self._after_first: tuple[int, float] | None = None
+        self._said = done
 
     def update(self, stats: Any, halo_bytes: int) -> None:
         """Advances the bar by the epoch ``stats`` (an
@@ -74,23 +100,48 @@ class Progress:
                             f"test {stats.test_acc:.3f}  halo {halo_bytes / 1e6:.1f} MB",
                             refresh=False)
         bar.update(1)
+        total = bar.total or 1
+        if self.plain and bar.n * PLAIN_STEPS // total > self._said * PLAIN_STEPS // total:
+            self._say()
 
     def close(self) -> None:
+        if self.plain and self.bar.n != self._said:  # a run stopped early
+            self._say()
         self.bar.close()
+
+    def _say(self) -> None:
+        print(str(self.bar), file=self.file, flush=True)
+        self._said = self.bar.n
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed, or no stream at all
+        return False
+
+
+def load_kernels(model: torch.nn.Module) -> None:
+    """Loads the kernels the model's device runs: a first use may compile
+    them (a minute, announced on a line of its own). Every rank calls it
+    before the training clock starts, so no compile counts as training.
+
+    Args:
+        model (torch.nn.Module): The model, on its device.
+    """
+    parameter = next(iter(model.parameters()), None)
+    resolve_name(None, parameter.device.type if parameter is not None else "cpu")
 
 
 def start_progress(model: torch.nn.Module, total: int, done: int = 0) -> Progress | None:
-    """Loads the kernels the model's device runs (a first use may compile
-    them, which prints one line), then, on rank 0, draws the bar. Every rank
-    calls it, so no rank compiles inside its first epoch.
+    """Loads the kernels (:func:`load_kernels`), then, on rank 0, draws the bar.
 
     Args:
         model (torch.nn.Module): The model, on its device.
         total (int): The epochs of the run.
         done (int, optional): Epochs already trained. (default: :obj:`0`)
     """
-    parameter = next(iter(model.parameters()), None)
-    resolve_name(None, parameter.device.type if parameter is not None else "cpu")
+    load_kernels(model)
     return Progress(total, done) if distributed.rank() == 0 else None
 
 

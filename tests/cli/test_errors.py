@@ -209,21 +209,23 @@ def test_the_command_line_exits_2_without_a_traceback_and_debug_shows_it(tmp_pat
 
 def test_ctrl_c_during_training_ends_in_one_line_without_a_traceback(tmp_path):
     """SIGINT to the whole process group (as a terminal's Ctrl-C) once the
-    bar runs: one line after the bar, status 130, no traceback from any rank."""
+    ranks train: one line after the last, status 130, no traceback from any
+    rank. (stderr is a pipe here: plain lines, no bar.)"""
     import select
     import signal
     import time
 
     proc = subprocess.Popen(
         CLI + ["train", "--dataset", "synthetic", "--num-nodes", "300", "--parts", "2",
-               "--epochs", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+               "--epochs", "100000", "--log-every", "1"], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         start_new_session=True, cwd=tmp_path,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen, deadline = b"", time.time() + 240
-    while b"epoch/s, loss" not in seen and time.time() < deadline:
+    while b"epoch    2  loss" not in seen and time.time() < deadline:
         if select.select([proc.stderr], [], [], 1)[0]:
             seen += os.read(proc.stderr.fileno(), 65536)
-    assert b"epoch/s, loss" in seen, seen.decode()[-2000:]
+    assert b"epoch    2  loss" in seen, seen.decode()[-2000:]
     os.killpg(proc.pid, signal.SIGINT)
     out, rest = proc.communicate(timeout=120)
     err = (seen + rest).decode()
@@ -232,5 +234,55 @@ def test_ctrl_c_during_training_ends_in_one_line_without_a_traceback(tmp_path):
     message = ("pyg-dist train: interrupted (Ctrl-C); every rank was stopped. No checkpoint is "
                "configured, so a rerun starts at epoch 1 (add --checkpoint DIR to resume after "
                "a stop)\n")
-    # on a line of its own below the bar (rank 0 may have closed the bar first: a blank line)
-    assert err.endswith("]\n" + message) or err.endswith("]\n\n" + message), err[-500:]
+    # on a line of its own below the last epoch's, with no blank line and no bar between
+    assert "\r" not in err
+    assert err.endswith(" s\n" + message), err[-500:]
+
+
+def test_a_misspelled_option_names_the_command_and_the_closest_option(capsys):
+    err = fails(capsys, ["train", "--dataset", "cora", "--hiden", "32"])
+    assert err == ("usage: pyg-dist train [-h] [--config FILE] [options]\n"
+                   "pyg-dist train: error: unrecognized arguments: --hiden 32; did you mean "
+                   "--hidden?\n")
+    err = fails(capsys, ["partition", "--out", "p", "--partz=3", "--sed", "1"])
+    assert err.endswith("pyg-dist partition: error: unrecognized arguments: --partz=3 --sed 1; "
+                        "did you mean --parts or --seed?\n"), err
+    err = fails(capsys, ["train", "--zzzzz"])  # nothing close: argparse's words alone
+    assert err.endswith("pyg-dist train: error: unrecognized arguments: --zzzzz\n"), err
+
+
+def test_a_cut_off_config_names_where_its_json_breaks(tmp_path, capsys, nothing_runs):
+    job = tmp_path / "run.json"
+    job.write_text('{"graph": {"dataset": "cora", "root": "tests/data"},\n "model": {"name": 1')
+    err = fails(capsys, ["train", "--config", str(job)])
+    assert err == (f"pyg-dist train: --config {job}: the JSON breaks at line 2, column 21 "
+                   f"(Expecting ',' delimiter; the file ends inside it: it looks cut off); give "
+                   f"a job's JSON, or a run's output whose last line is its whole JSON line\n")
+    # a run's output (log lines, then its JSON line) whose JSON line was cut
+    job.write_text('cut synthetic into 2 parts\n{"epochs": 3, "config": {"graph"')
+    err = fails(capsys, ["train", "--config", str(job)])
+    assert err.startswith(f"pyg-dist train: --config {job}: the JSON breaks at line 2, column "
+                          f"33 (Expecting ':' delimiter; the file ends inside it"), err
+
+
+def test_parts_that_do_not_fit_torchrun_are_one_line_said_once(tmp_path):
+    """Under torchrun every rank finds it alike: rank 0 says it, before any
+    rank joins the group, and it is the root cause torchrun's summary shows
+    (torchrun's own report of the failed job follows; no rank's traceback)."""
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "pyg_dist.cli"]
+    proc = subprocess.run(torchrun + ["train", "--dataset", "synthetic", "--num-nodes", "300",
+                                      "--parts", "4", "--epochs", "2"],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    line = ("pyg-dist train: --parts 4 but torchrun started 2 ranks (--nnodes times "
+            "--nproc-per-node); pass --parts 2 (or leave it out), or start 4 ranks")
+    assert proc.returncode != 0 and proc.stdout == ""
+    said = proc.stderr.splitlines()
+    assert said.count(line) == 1, proc.stderr
+    assert f"  traceback : {line}" in said, proc.stderr  # torchrun's root cause
+    assert "ValueError" not in proc.stderr and "pyg_dist/cli" not in proc.stderr, proc.stderr

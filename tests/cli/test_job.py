@@ -255,3 +255,21 @@ def test_bad_post_and_recipe_flags_are_refused_in_one_line(args, message):
         main(["train", *args])
     assert str(exc.value).startswith("pyg-dist train: ")
     assert str(exc.value).endswith(message), str(exc.value)
+
+
+@pytest.mark.parametrize("spelled,name", [("Cora", "cora"), ("PubMed", "pubmed"),
+                                          ("OGBN-Papers100m", "ogbn-papers100M"),
+                                          ("Synthetic-Arxiv", "synthetic-arxiv")])
+def test_dataset_names_are_taken_in_any_case(tmp_path, spelled, name):
+    args = build_parser().parse_args(["train", "--dataset", spelled])
+    assert parse_job(args).graph.dataset == name
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({"graph": {"dataset": spelled}}))
+    assert parse_job(build_parser().parse_args(["train", "--config", str(config)])
+                     ).graph.dataset == name
+
+
+def test_load_dataset_takes_pyg_spelling():
+    from pyg_dist.datasets import load_dataset
+
+    assert load_dataset("Cora", root="tests/data").num_nodes == 2708

@@ -59,6 +59,30 @@ def test_the_table_shows_the_best_per_risk_against_exact_and_why_each_lost():
                          "prints every one")
 
 
+def why_not(rows, strategy):
+    choice = {**CHOICE, "choice": "graph-parallel exact", "accept": "exact"}
+    return next(line for line in plan_table(rows, choice)
+                if line.startswith("exact ") and f" {strategy}  " in line)
+
+
+def test_equally_fast_rows_lose_on_bytes_shown_apart_or_on_speed():
+    """choose(): of the rows within 1% of the fastest, the fewest bytes, then
+    the fastest; bytes that print alike (184.5 kB) are shown in full."""
+    chosen = row("graph-parallel exact", "exact", 0.0100, 184_512, chosen=True)
+    rows = [chosen, row("graph-parallel exact, grad fp16", "exact", 0.01005, 184_548),
+            row("graph-parallel exact, pre-aggregated", "exact", 0.0101, 184_512)]
+    assert why_not(rows, "graph-parallel exact, pre-aggregated").endswith(
+        "as fast (within 1%) and as many bytes, 0.50% slower per epoch")
+    assert why_not(rows, "graph-parallel exact, grad fp16").endswith(
+        "as fast (within 1%), more bytes (184,548 B against 184,512 B)")
+    # fewer bytes but 2% slower than the fastest: no tie, its speed lost
+    rows = [chosen, row("graph-parallel exact, p2p", "exact", 0.0102, 180_000)]
+    assert why_not(rows, "graph-parallel exact, p2p").endswith("1.0% slower per epoch")
+    rows = [chosen, row("graph-parallel exact, p2p", "exact", 0.0100, 190_000)]
+    assert why_not(rows, "graph-parallel exact, p2p").endswith(
+        "as fast (within 1%), more bytes")
+
+
 def test_plan_prints_the_table_on_a_real_probe():
     out = subprocess.run([sys.executable, "-m", "pyg_dist.cli", "plan", "--dataset",
                           "synthetic", "--num-nodes", "300", "--parts", "2", "--epochs", "20",

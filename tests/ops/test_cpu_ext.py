@@ -235,15 +235,18 @@ def test_a_lock_left_by_a_killed_build_is_removed(tmp_path, monkeypatch):
 def fake_compile(tmp_path, monkeypatch, capsys):
     """``cpp_extension.load`` replaced by one that writes the library file
     into an empty extensions cache (``tmp_path``); returns, per compile, the
-    extension's name and what stderr said before it started."""
+    extension's name and what stderr said before it started. It writes the
+    library only where there is none, as ninja leaves an up-to-date build."""
     from torch.utils import cpp_extension
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     calls = []
 
-    def load(name, **kwargs):
+    def load(name, **kwargs):  # as ninja does: an up-to-date library is left as it is
         calls.append((name, capsys.readouterr().err))
-        (tmp_path / name / (name + cpp_extension.LIB_EXT)).write_text("a library")
+        library = tmp_path / name / (name + cpp_extension.LIB_EXT)
+        if not library.is_file():
+            library.write_text("a library")
 
     monkeypatch.setattr(cpp_extension, "load", load)
     return calls
@@ -320,3 +323,62 @@ def test_a_prebuilt_library_that_loads_is_used_without_compiling(monkeypatch, tm
     result = cpu_ext._load.__wrapped__()
     assert (result.origin, result.library, result.reason) == ("prebuilt", library, "")
     assert loaded == [str(library)]
+
+
+def test_each_environment_has_its_own_build(fake_compile, monkeypatch, capsys):
+    """One clone used from two virtual environments (a notebook kernel's and
+    a shell's, each with its own torch): each compiles once, into a build of
+    its own, and switching back compiles nothing."""
+    def use(env):
+        monkeypatch.setattr(torch, "__file__", f"/{env}/lib/site-packages/torch/__init__.py")
+        return cpu_ext._build_and_load().origin
+
+    assert [use("notebook-env"), use("shell-env"), use("notebook-env"), use("shell-env")] == [
+        "compiled", "compiled", "cached", "cached"]
+    first, second = fake_compile[0][0], fake_compile[1][0]
+    assert first != second and len(fake_compile) == 4
+    assert fake_compile[2][0] == first and fake_compile[3][0] == second
+    said = capsys.readouterr().err + "".join(err for _, err in fake_compile)
+    assert said.count(cpu_ext.COMPILE_MESSAGE) == 2, said
+    assert said.count("compiled pyg_dist's CPU kernels in ") == 2, said
+
+
+def test_the_build_key_names_the_environment(monkeypatch, tmp_path):
+    source = tmp_path / "spmm.cpp"
+    source.write_text("// a kernel")
+
+    def key(torch_file):
+        monkeypatch.setattr(torch, "__file__", torch_file)
+        return cpu_ext._build_key([source], ["-O3"])
+
+    venv = "/home/u/proj/.venv/lib/python3.11/site-packages/torch/__init__.py"
+    conda = "/opt/conda/envs/gnn/lib/python3.11/site-packages/torch/__init__.py"
+    assert key(venv) != key(conda)
+    assert key(venv) == key(venv)
+    assert cpu_ext.environment() == os.path.dirname(venv)
+
+
+def test_a_cached_build_that_ninja_rebuilds_is_said_once(fake_compile, tmp_path, monkeypatch,
+                                                         capsys):
+    """A cached library that the build rewrites (torch's headers changed in
+    place) was compiled: said after it, once, by the first of the ranks that
+    saw it rewritten."""
+    from torch.utils import cpp_extension
+
+    cpu_ext._build_and_load()
+    name = fake_compile[0][0]
+    library = tmp_path / name / (name + cpp_extension.LIB_EXT)
+    os.utime(library, (1, 1))
+    capsys.readouterr()
+
+    def rebuild(name, **kwargs):  # the ranks' loads: one compiles, the others wait for it
+        os.utime(library, (2, 2))
+
+    monkeypatch.setattr(cpp_extension, "load", rebuild)
+    origins = []
+    for _ in range(2):  # two ranks that started together
+        os.utime(library, (1, 1))
+        origins.append(cpu_ext._build_and_load().origin)
+    assert origins == ["compiled", "compiled"]
+    said = capsys.readouterr().err
+    assert said.count("compiled pyg_dist's CPU kernels in ") == 1, said
