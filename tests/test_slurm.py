@@ -18,6 +18,7 @@ import pytest
 
 import pyg_dist
 from pyg_dist.datasets import load_dataset
+from pyg_dist.testing import withNamespaces
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = ["bash", str(ROOT / "scripts" / "slurm_node.sh")]
@@ -124,3 +125,48 @@ def test_two_nodes_stop_on_sigusr1_with_a_checkpoint_and_resume(tmp_path):
     result = json.loads(out0.strip().splitlines()[-1])
     assert result["epochs"] == epoch + 2 and result["parts"] == 2
     assert out1 == ""  # the JSON line is rank 0's
+
+
+@withNamespaces
+def test_the_node_command_on_two_testbed_hosts_stops_on_sigusr1_and_resumes(tmp_path):
+    """The same on two hosts of the namespace testbed (their own addresses and
+    hostnames, SLURM_JOB_NODELIST naming them): the rendezvous goes to the
+    first host by name, both stop after the same epoch on SIGUSR1 with the
+    checkpoint saved, and the same command resumes from it."""
+    from pyg_dist.testing.cluster import Cluster
+
+    pyg_dist.partition(load_dataset("synthetic", num_nodes=300), 2, tmp_path / "parts")
+    args = ["--parts-dir", str(tmp_path / "parts"), "--checkpoint", str(tmp_path / "ckpt"),
+            "--checkpoint-every", "100000", "--resume", "--no-progress", "--log-every", "1",
+            "--hidden", "8"]
+    with Cluster(hosts=2) as testbed:
+        nodelist = ",".join(host.name for host in testbed.hosts)
+
+        def start(epochs):
+            return [testbed.spawn(host, NODE + args + ["--epochs", str(epochs)],
+                                  env={"SLURM_JOB_NODELIST": nodelist, "SLURM_NNODES": "2",
+                                       "SLURM_NODEID": str(host.index), "SLURM_JOB_ID": "4242",
+                                       "PYTHON": sys.executable},
+                                  cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                    for host in testbed.hosts]
+
+        nodes = start(100000)
+        log, deadline = b"", time.time() + 120
+        while b"epoch    3  loss" not in log and time.time() < deadline:
+            if select.select([nodes[0].stderr], [], [], 1)[0]:
+                log += os.read(nodes[0].stderr.fileno(), 65536)
+        assert b"epoch    3  loss" in log, log.decode()[-3000:]
+        for node in nodes:
+            os.kill(node.pid, signal.SIGUSR1)
+        (_, _, err0), (_, _, err1) = finish(nodes)
+        err0 = log.decode() + err0
+        assert f"master {testbed.hosts[0].name}:" in err0, err0[-3000:]
+        stopped = re.search(r"stopped by SIGUSR1 \(to 2 of 2 ranks\) after epoch (\d+) of 100000",
+                            err0)
+        assert stopped, err0[-3000:] + err1[-3000:]
+        epoch = int(stopped.group(1))
+        assert json.loads((tmp_path / "ckpt" / "latest.json").read_text())["epoch"] == epoch
+        (code0, out0, err0), (code1, _, err1) = finish(start(epoch + 2))
+        assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
+        assert f"resuming from the checkpoint of epoch {epoch}" in err0, err0[-3000:]
+        assert json.loads(out0.strip().splitlines()[-1])["epochs"] == epoch + 2
