@@ -151,7 +151,7 @@ def write(message: str) -> None:
     Args:
         message (str): The line.
     """
-    _Bar.write(message, file=sys.stderr)
+    _Bar.write(message + "\n", file=sys.stderr, end="")  # the line and its end in one write
 
 
 def destination(stream: Any = None) -> str:
