@@ -43,9 +43,9 @@ import torch
 from cluster import CORA_ROOT, collected, load_graph, testbed_arguments
 
 import pyg_dist
-from pyg_dist import pipeline
 from pyg_dist.config import Evaluation, GraphParallel, LayerPipeline
 from pyg_dist.models import DeepGNN
+from pyg_dist.strategies import layer_pipeline as pipeline
 from pyg_dist.strategies.layer_pipeline import best_layout, halo_rows, layout_costs
 from pyg_dist.train import train
 
