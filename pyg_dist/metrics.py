@@ -19,7 +19,7 @@ _MEANS = [0]
 
 
 def global_means() -> int:
-    """How many losses :func:`mean_over_ranks` (and so :func:`global_loss`)
+    """How many losses :func:`mean_over_ranks` (and so :func:`~pyg_dist.train.global_loss`)
     averaged over the nodes of all ranks in this process so far
     (:class:`~pyg_dist.DistributedModel` warns of a backward that follows
     none)."""

@@ -83,8 +83,8 @@ class Scripted(Strategy):
 
 class ScriptedRun(Runner):
     def __init__(self, strategy, model, task, settings):
-        super().__init__(model, task, settings, sync=False)
-        self.strategy, self.evaluations = strategy, 0
+        super().__init__(strategy, model, task, settings, sync=False)
+        self.evaluations = 0
 
     def step(self, epoch, optimizer):
         CLOCK[0] += self.strategy.seconds + self.strategy.skew * distributed.rank()

@@ -1,6 +1,6 @@
 """Gradient-only training (Grappa): no halo exchange; clusters regrouped over
 the ranks every few epochs, coverage corrections. The strategy
-(:class:`GradientOnly`, ``strategy.py``), its runner (:class:`GroupRunner`,
+(:class:`~pyg_dist.config.GradientOnly`, ``strategy.py``), its runner (:class:`GroupRunner`,
 ``trainer.py``), a rank's group of clusters (``group.py``) and how clusters
 move between ranks (``move.py``), the schedule of groups (``schedule.py``) and
 the corrections (``correction.py``)."""

@@ -1,5 +1,5 @@
 """A layer pipeline (GNNPipe) for deep GNNs, on a grid of graph parts × layer
-stages: the strategy (:class:`LayerPipeline`, ``strategy.py``), the schedule
+stages: the strategy (:class:`~pyg_dist.config.LayerPipeline`, ``strategy.py``), the schedule
 (:class:`Pipeline`, ``pipeline.py``), its chunks, layers and shared dropout
 masks, the stage split (``split.py``) and which layout moves the fewest bytes
 (``cost.py``).
