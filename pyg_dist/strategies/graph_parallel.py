@@ -242,7 +242,7 @@ class _GraphParallelRun(Runner):
     def __init__(self, strategy: GraphParallel, model: nn.Module, task: Task,
                  settings: Settings) -> None:
         super().__init__(strategy, model, task, settings)
-        self.strategy = strategy
+        self.strategy: GraphParallel = strategy  # its phases, for mypy
         registry = task.registry
         if registry is not None:
             self.hold(registry.using(default=registry.default))  # phases switch it

@@ -149,7 +149,7 @@ def train(
         signals.epoch = run.result.epochs
         load_kernels(model)  # a compile on first use happens before the clock starts
         bar = start_progress(model, epochs, run.result.epochs) if progress else None
-        run.start_clock = _clock() - run.result.seconds  # after any compile
+        run.start_clock()  # after any compile
         stopped, signalled, epoch, saved = None, [0.0] * len(SIGNALS), run.result.epochs, False
         for epoch in range(run.result.epochs + 1, epochs + 1):
             stats, signalled = run.epoch(epoch, signals.flags)
@@ -196,7 +196,7 @@ class _Run:
         self.runner: Any = None
         self.result = TrainResult()
         self.doing = "resuming"
-        self.elapsed = self.start_clock = 0.0
+        self.elapsed = self.started = 0.0
 
     def start(self, strategy: Strategy, task: Any) -> None:
         """Loads the checkpoint to resume from, if any; makes the runner of
@@ -218,6 +218,10 @@ class _Run:
         self.rules = StopRules(self.settings.evaluation, self.result)
         self.accs = self.result.last_accuracies
 
+    def start_clock(self) -> None:
+        """Starts the training clock (a resumed run's seconds already on it)."""
+        self.started = _clock() - self.result.seconds
+
     def epoch(self, epoch: int, signals: Callable[[], list[float]]
               ) -> tuple[EpochStats, list[float]]:
         """Trains epoch ``epoch``, evaluates it when due, books it; returns
@@ -232,7 +236,7 @@ class _Run:
         if self.scheduler is not None and not self.plateau:
             self.scheduler.step()
         trained = _clock()
-        self.elapsed = self.rules.elapsed(trained - self.start_clock)  # the same on every rank
+        self.elapsed = self.rules.elapsed(trained - self.started)  # the same on every rank
         evaluated = (epoch % self.settings.evaluation.every == 0 or epoch == self.settings.epochs
                      or self.rules.over_budget(self.elapsed))
         if evaluated:
@@ -248,7 +252,7 @@ class _Run:
                            evaluated=evaluated, lr=lr, **totals)
         result.history.append(stats)
         result.record_best(stats, self.model)
-        result.seconds = _clock() - self.start_clock
+        result.seconds = _clock() - self.started
         return stats, signalled
 
     def save_if_due(self, epoch: int) -> bool:

@@ -115,9 +115,11 @@ class _GradientOnlyRun(Runner):
     def step(self, epoch: int, optimizer: torch.optim.Optimizer) -> Step:
         self.groups.prepare(epoch)
         saved, self._saved_group = self._saved_group, None
+        graph = self.groups.graph
+        assert graph is not None, "prepare() made the group's graph"
         if saved is not None and saved["groups"] == self.groups.groups:
             # the group the checkpoint trained on goes on: its graph's dropout and halo state
-            self.groups.graph.registry.load_state_dict(saved["halo"])
+            graph.registry.load_state_dict(saved["halo"])
         inputs = self.groups.inputs()
         return take_step(self.model, Task(self.groups.data, inputs), optimizer, self.sync,
                          inputs, self.groups.scale)
