@@ -248,10 +248,11 @@ COMM_TIMEOUT = 30.0
 #: How soon every rank knows of one rank's error (seconds).
 AT_ONCE = 5.0
 PHASES = ("loading", "first exchange", "training", "evaluation", "checkpointing", "callback")
-#: The failure battery: every strategy, in each phase it has (the layer
-#: pipeline keeps no checkpoints; feature parallelism loads its grid itself).
+#: The failure battery: every strategy, in each phase it has (feature
+#: parallelism and the layer pipeline load their grids themselves).
 BATTERY = [("graph-parallel", phase) for phase in PHASES] + [
-    ("layer-pipeline", phase) for phase in ("training", "evaluation", "callback")] + [
+    ("layer-pipeline", phase) for phase in ("training", "evaluation", "checkpointing",
+                                            "callback")] + [
     ("feature-parallel", phase) for phase in ("training", "evaluation", "checkpointing",
                                               "callback")] + [
     ("gradient-only", phase) for phase in ("training", "checkpointing")]
@@ -267,13 +268,13 @@ def _strategy(name: str):
     from pyg_dist.strategies.layer_pipeline import load
 
     return {"graph-parallel": (GraphParallel(), pyg_dist.DistData.load,
-                               lambda f: GNN("sage", f, 16, 3), True),
+                               lambda f: GNN("sage", f, 16, 3)),
             "layer-pipeline": (LayerPipeline(stages=2), lambda p: load(p.parent / "one", 2),
-                               lambda f: DeepGNN("gcn2", f, 8, 3, layers=4), False),
+                               lambda f: DeepGNN("gcn2", f, 8, 3, layers=4)),
             "feature-parallel": (FeatureParallel(slices=2), pyg_dist.DistData.load,
-                                 lambda f: GNN("gcn", f, 16, 3), True),
+                                 lambda f: GNN("gcn", f, 16, 3)),
             "gradient-only": (GradientOnly(regroup_every=2), pyg_dist.DistData.load,
-                              lambda f: GNN("sage", f, 16, 3), True)}[name]
+                              lambda f: GNN("sage", f, 16, 3))}[name]
 
 
 def _own_step(name: str):
@@ -319,7 +320,7 @@ def _faulty(root: str, phase: str, linger: float = 0.0, name: str = "graph-paral
         dist_mod.batch_send_recv = fault("the halo exchange")
     if failing and phase == "checkpointing":
         ckpt_mod.torch.save = fault("torch.save")
-    strategy, load, make, keeps = _strategy(name)
+    strategy, load, make = _strategy(name)
     own_step = _own_step(name)  # a runner that calls layers, not the model's forward
     if failing and own_step is not None and phase == "training":
         take = own_step.step
@@ -356,7 +357,7 @@ def _faulty(root: str, phase: str, linger: float = 0.0, name: str = "graph-paral
         model.forward = forward_with_fault
         train(model, data, 4, strategy=strategy, progress=False, evaluation=None,
               callback=callback,
-              checkpoint=Checkpoint(root / "ck", every=2) if keeps else None)
+              checkpoint=Checkpoint(root / "ck", every=2))
         out["error"] = None
     except Exception as exc:  # noqa: BLE001 - what each rank got is the result
         out.update(error=(type(exc).__name__, str(exc)), at=time.monotonic())

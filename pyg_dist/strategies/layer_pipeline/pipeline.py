@@ -220,6 +220,29 @@ class Pipeline:
             for p in self.parameters(s):
                 p.data.copy_(distributed.broadcast(p.data, src=self.grid.stage_root(s)))
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a resume needs beyond the model, the optimizer and the graph's
+        state: the epochs trained, the layers of each stage (measured, so
+        another run may split them otherwise) and the history tables."""
+        return {"epoch": self.epoch, "bounds": [list(b) for b in self.bounds],
+                "tables": {k: (t.own, t.halo, t.stamp) for k, t in self.tables.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict` (the layers per stage as saved).
+
+        Args:
+            state (dict): What :meth:`state_dict` returned.
+        """
+        bounds = [tuple(b) for b in state["bounds"]]
+        if len(bounds) != self.grid.stages:
+            raise ValueError(f"the checkpoint's layer pipeline has {len(bounds)} stages, this "
+                             f"run {self.grid.stages}; resume with stages={len(bounds)}")
+        self.epoch = int(state["epoch"])
+        self.bounds = bounds
+        self.span = range(*self.bounds[self.grid.stage])
+        self.tables = {int(k): HistoryTable(own.clone(), halo.clone(), stamp.clone())
+                       for k, (own, halo, stamp) in state["tables"].items()}
+
     # -- one epoch -----------------------------------------------------------------
 
     def train_step(self, optimizer: torch.optim.Optimizer) -> float:

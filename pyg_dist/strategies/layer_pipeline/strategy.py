@@ -32,7 +32,10 @@ class LayerPipeline(Strategy):
     """A layer pipeline for deep models (:class:`~pyg_dist.models.DeepGNN`):
     the ranks form a grid of world size / ``stages`` graph parts × ``stages``
     layer stages; ``data`` must be loaded with :func:`pyg_dist.strategies.layer_pipeline.load`
-    (what its ``load`` hook does). It takes no gradient compression and no checkpoints.
+    (what its ``load`` hook does). It takes no gradient compression. Each rank's
+    checkpoint holds its stage's parameters and optimizer state, the layers of
+    each stage and its history tables, so a resumed pipeline trains on as the
+    uninterrupted one.
 
     Args:
         stages (int, optional): Layer stages. (default: :obj:`2`)
@@ -87,12 +90,9 @@ class LayerPipeline(Strategy):
 
     def check_settings(self, settings: Settings) -> None:
         super().check_settings(settings)
-        clashes = [name for name, given in (
-            ("grad_sync compression", settings.grad_sync.compress not in (None, "none")),
-            ("checkpoints", settings.checkpoint is not None)) if given]
-        if clashes:
+        if settings.grad_sync.compress not in (None, "none"):
             raise ValueError(f"'train' with strategy={self} (a layer pipeline) does not take "
-                             f"{', '.join(clashes)}; leave them out or train GraphParallel()")
+                             f"grad_sync compression; leave it out or train GraphParallel()")
 
     def runner(self, model: nn.Module, task: Task, settings: Settings) -> Runner:
         return _PipelineRun(self, model, task, settings)
@@ -116,6 +116,13 @@ class _PipelineRun(Runner):
 
     def evaluate(self, step: Step) -> tuple[float, float, float]:
         return self.pipe.evaluate()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "pipeline": self.pipe.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.pipe.load_state_dict(state["pipeline"])
 
     def finish(self) -> None:
         self.pipe.gather_parameters()  # every rank gets every stage's parameters
