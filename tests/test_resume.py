@@ -35,6 +35,7 @@ CASES = {
     "graph-parallel pre-aggregated": (GraphParallel(pre_aggregate=True), None, False),
     "gradient-only": (GradientOnly(regroup_every=2), None, False),
     "covap": (GraphParallel(), GradSync("covap:2"), False),
+    "powersgd": (GraphParallel(), GradSync("powersgd:1"), False),
     "feature-parallel 2x1 (DistData)": (FeatureParallel(slices=1), None, False),
     "feature-parallel 1x2 (DistData)": (FeatureParallel(slices=2), None, False),
     "feature-parallel 1x2 (load)": (FeatureParallel(slices=2), None, True),

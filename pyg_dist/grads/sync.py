@@ -78,6 +78,10 @@ class GradientSync:
         self._done: list[float] = []
         self._counted = 0
         self._timings: list[tuple[float, float]] = []
+        #: Each bucket's parameters (name, tensor) in its order, as DDP last
+        #: laid it out; PowerSGD's saved state waiting for its buckets.
+        self._buckets: dict[int, list[tuple[str, Tensor]]] = {}
+        self._saved_buckets: dict[str, Any] | None = None
         if self.compress is not None and distributed.is_distributed():
             from torch.nn.parallel import DistributedDataParallel
 
@@ -132,8 +136,25 @@ class GradientSync:
                                exchanges=exchanges, seconds=blocked, overlapped=overlapped)
 
     def _timed(self, hook: Any) -> Any:
+        names = {id(p): name for name, p in self.model.named_parameters()}
+
         def run(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks annotations
             self._launched.append(time.perf_counter())
+            params = [(names[id(p)], p) for p in bucket.parameters()]
+            before = self._buckets.get(bucket.index())
+            if (self._saved_buckets is None and before is not None
+                    and [n for n, _ in before] != [n for n, _ in params]
+                    and self.compress is not None and self.compress.kind == "powersgd"):
+                # DDP laid its buckets out anew (after a process's first step):
+                # PowerSGD's flat tensors follow their parameters
+                self._saved_buckets = _powersgd_state(state, self._buckets)
+                for table in (state.error_dict, state.p_memory_dict, state.q_memory_dict):
+                    table.clear()
+            self._buckets[bucket.index()] = params
+            if self._saved_buckets is not None:
+                _restore_powersgd_bucket(state, self._saved_buckets, bucket.index(), params)
+                if bucket.is_last():
+                    self._saved_buckets = None
             plain = _plain_bytes(self.compress, state, bucket)
             before = _elements_sent(state)
             future = hook(state, bucket)
@@ -164,16 +185,22 @@ class GradientSync:
                                         "backward_seconds": round(compute, 6)}
 
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps: the steps and COVAP's residuals."""
+        """What a checkpoint keeps: the steps, COVAP's residuals, PowerSGD's
+        step, error feedback, warm-start factors and random generator."""
         out: dict[str, Any] = {"steps": self.steps}
         if isinstance(self.state, CovapState):
             out["covap"] = self.state.state_dict()
+        elif self.compress is not None and self.compress.kind == "powersgd":
+            out["powersgd"] = _powersgd_state(self.state, self._buckets)
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.steps = int(state.get("steps", 0))
         if isinstance(self.state, CovapState) and "covap" in state:
             self.state.load_state_dict(state["covap"])
+        elif "powersgd" in state and self.state is not None:
+            _load_powersgd_state(self.state, state["powersgd"])
+            self._saved_buckets = state["powersgd"]
 
 
 def _hook(compress: GradCompress, group: Any, planned_steps: int) -> tuple[Any, Any]:
@@ -193,6 +220,78 @@ def _hook(compress: GradCompress, group: Any, planned_steps: int) -> tuple[Any, 
             warm_start=True, random_seed=0)
         return state, powersgd.powerSGD_hook
     return CovapState(compress.value, group), covap_hook
+
+
+#: PowerSGD's counters a resume restores.
+_POWERSGD_COUNTERS = ("iter", "total_numel_before_compression",
+                      "total_numel_after_compression", "next_stats_report")
+
+
+def _powersgd_layout(params: list[tuple[str, Tensor]], rank: int) -> list[tuple[str, int, int]]:
+    """Each parameter of a bucket, in its order, with its elements and the
+    elements of its warm-start factor Q (0 where PowerSGD sends it whole)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+
+    out = []
+    for name, p in params:
+        n, m = p.shape[0], p.numel() // max(p.shape[0], 1)
+        r = min(n, m, rank)
+        compressed = p.dim() > 1 and powersgd._should_compress(n, m, r, 2)[0]
+        out.append((name, p.numel(), m * r if compressed else 0))
+    return out
+
+
+def _powersgd_state(state: Any, orders: dict[int, list[tuple[str, Tensor]]]) -> dict[str, Any]:
+    """PowerSGD's state per parameter (DDP lays its buckets out anew in a new
+    process, so a bucket's flat tensors would not line up): counters, each
+    parameter's error feedback and warm-start factor, the numpy generator;
+    plain values and tensors (a checkpoint loads with ``weights_only``)."""
+    error: dict[str, Tensor] = {}
+    factor: dict[str, Tensor] = {}
+    for index, params in orders.items():
+        layout = _powersgd_layout(params, state.matrix_approximation_rank)
+        if index in state.error_dict:
+            pieces = state.error_dict[index].split([numel for _, numel, _ in layout])
+            error.update({name: t.clone() for (name, _, _), t in zip(layout, pieces)})
+        if index in state.q_memory_dict:
+            sizes = [q for _, _, q in layout if q]
+            pieces = state.q_memory_dict[index].split(sizes)
+            factored = [name for name, _, q in layout if q]
+            factor.update({name: t.clone() for name, t in zip(factored, pieces)})
+    kind, keys, pos, has_gauss, gauss = state.rng.get_state()
+    return {**{name: int(getattr(state, name)) for name in _POWERSGD_COUNTERS},
+            "error": error, "factor": factor,
+            "rng": [kind, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss),
+                    float(gauss)]}
+
+
+def _load_powersgd_state(state: Any, saved: dict[str, Any]) -> None:
+    """Restores :func:`_powersgd_state`'s counters and generator into
+    PowerSGD's ``state``; the tensors wait for their buckets
+    (:func:`_restore_powersgd_bucket`)."""
+    import numpy as np
+
+    for name in _POWERSGD_COUNTERS:
+        setattr(state, name, int(saved[name]))
+    kind, keys, pos, has_gauss, gauss = saved["rng"]
+    state.rng.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+def _restore_powersgd_bucket(state: Any, saved: dict[str, Any], index: int,
+                             params: list[tuple[str, Tensor]]) -> None:
+    """A bucket's error feedback and warm-start factors, laid out in its
+    order, from the per-parameter tensors ``saved``."""
+    layout = _powersgd_layout(params, state.matrix_approximation_rank)
+    if all(name in saved["error"] for name, _, _ in layout):
+        state.error_dict[index] = torch.cat([saved["error"][name] for name, _, _ in layout])
+    if layout and all(name in saved["factor"] for name, _, q in layout if q):
+        factors = [saved["factor"][name] for name, _, q in layout if q]
+        if factors:
+            state.q_memory_dict[index] = torch.cat(factors)
+            rank = state.matrix_approximation_rank
+            state.p_memory_dict[index] = factors[0].new_empty(
+                sum(min(p.shape[0], p.numel() // p.shape[0], rank) * p.shape[0]
+                    for (_, p), (_, _, q) in zip(params, layout) if q))
 
 
 def _plain_bytes(compress: GradCompress | None, state: Any, bucket: Any) -> int | None:
