@@ -20,7 +20,7 @@ from pyg_dist.config import (
     GraphParallel,
     LayerPipeline,
 )
-from pyg_dist.models import DeepGNN, GNN
+from pyg_dist.models import GNN, DeepGNN
 from pyg_dist.train import train
 
 EPOCHS, EVERY, FAIL_AT = 6, 2, 5  # resumed from epoch 4
