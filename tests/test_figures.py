@@ -3,6 +3,12 @@ one docs/results.md holds, the page that names the command behind each table:
 a figure a page states that results.md does not hold (a ratio of 0.68x where
 the table says 0.64x, an accuracy rounded otherwise) fails here.
 
+README.md's figures are tied to their sources one by one, in the order it
+states them (:data:`README_SOURCES`): each to a cell of a results.md table
+(its row and column) or to the words that precede it in results.md's text. A
+figure swapped with another, or one results.md has since measured anew,
+fails.
+
 A figure is a number (or a range of two) with a unit: ``x``, ``%``,
 ``points``, a time (``s``, ``ms``, ``µs``, ``min``), a size (``B``,
 ``bytes``, ``kB``, ``MB``, ``GB``, ``KiB``, ``MiB``, ``GiB``) or a rate; a
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,18 +76,131 @@ NOT_MEASURED = {
 NO_COMMAND: dict[str, dict[str, str]] = {}
 
 
+#: A README figure that states a condition of a measurement (a graph's size,
+#: a link's rate), not one: results.md holds it, tied to nothing in particular.
+SETTING = "setting"
+GPU = "The GPU regime: where communication dominates"
+FULL_BATCH = "The full-batch recipe on synthetic-arxiv"
+TIME = "Time to accuracy"
+RECIPES = "Recipes for accuracy on Cora"
+HOSTS = "Across hosts"
+GRADIENT_ONLY = "Gradient-only training and gradient compression"
+RANKS = "Partitioning on the ranks"
+PEER_TABLE = "s to 78.10% val"  # the header that names the Cora table against the peer
+
+#: Where each figure of README.md comes from, in README's order: ``(results.md
+#: section, source)``. A source is the text of the section that precedes the
+#: figure (or holds it at ``{}``), or a table cell ``(row, column[, table])``:
+#: the row whose first cells read ``row``, the column headed ``column`` (its
+#: ``#k``-th such column), in the table whose header holds ``table``; a list
+#: of sources gives a range's ends (its least and greatest values).
+README_SOURCES: list[tuple[str, Any]] = [
+    # the highest final accuracy on a large graph
+    (SETTING, "synthetic-arxiv's size"),
+    (FULL_BATCH, "best validation accuracy "),
+    (FULL_BATCH, "(test at the best epoch "),
+    (FULL_BATCH, "79.10–79.32% against the recipe's "),
+    (FULL_BATCH, "78.77–78.86% against its "),
+    (TIME, ("exact", "best val")),
+    (FULL_BATCH, "- to {} validation (the recipe's best"),
+    (FULL_BATCH, "minus 0.5 points) in "),
+    (FULL_BATCH, "the recipe was at "),
+    (FULL_BATCH, "the recipe was at 75.70% after "),
+    (FULL_BATCH, "peak RSS of the largest rank "),
+    (FULL_BATCH, "926–973 MB against the recipe's "),
+    # a moderate accuracy soonest
+    (SETTING, "synthetic-arxiv's size"),
+    (TIME, "isolated) minus 0.5 points, "),
+    (TIME, "the peer took "),
+    (TIME, "`isolated` {} (0.19x"),
+    (TIME, "`isolated` 95.8 s ("),
+    (TIME, ("isolated", "vs peer#3")),
+    (TIME, "the peer reached **"),
+    (TIME, ("isolated", "best val")),
+    # a higher final accuracy on a small graph
+    (RECIPES, ("cs", "best val", PEER_TABLE)),
+    (RECIPES, ("exact", "best val", PEER_TABLE)),
+    (RECIPES, ("peer (PyG sampling)", "best val", PEER_TABLE)),
+    (RECIPES, ("cs", "test there", PEER_TABLE)),
+    (RECIPES, ("peer (PyG sampling)", "test there", PEER_TABLE)),
+    # the single-process result, exactly
+    ("Accuracy on Cora", "({} test, 80.4% validation"),
+    ("Accuracy on Cora", "The GCN paper reports "),
+    ("Accuracy on Cora", "({} test, 81.8% validation"),
+    # not to choose a strategy
+    (GPU, "predicted epoch times are within "),
+    (GPU, "exact → `exact` pre-aggregated ("),
+    (GPU, "compressed → `exact` + int8 ("),
+    (GPU, "fp16 gradients) and took "),
+    (GPU, 'hand-picked row but `halo="auto"` ('),
+    # not to choose a policy
+    (HOSTS, "its bytes, within "),
+    (SETTING, "the links' rate"),
+    (HOSTS, ["2 hosts, exact 1.59 s, `auto` ", "4 hosts, exact 1.36 s, `auto` "]),
+    (HOSTS, ["`auto` takes ", "`auto` takes 0.99x (2 hosts, 1 Gbit/s), ", "(2, 10 Gbit/s), ",
+             "(4, 1 Gbit/s) and "]),
+    (HOSTS, "of that policy's epoch, with "),
+    # fewer halo rows, still exact
+    ("Pre-aggregation in training", "and bytes per epoch follow ("),
+    # fewer bytes on a slow link
+    ("Halo policies", ("`stale:4` + int8", "bytes (Cora / synthetic)")),
+    ("Halo policies", ("`stale:4` + int8", "Cora GCN")),
+    (SETTING, "the links' rate"),
+    (HOSTS, "policies pay off: `stale:4` + int8 "),
+    # no halo traffic at all
+    (GRADIENT_ONLY, "the 2-layer GCN reaches "),
+    (GRADIENT_ONLY, "81.60% with the batch one (exact "),
+    (GRADIENT_ONLY, ["Gradient-only epochs took ", "58 ms per epoch, gradient-only "]),
+    # a deep model
+    ("Layer pipelines", "6.2x / "),
+    (SETTING, "the community graph's size"),
+    ("Layer pipelines", "2×2 0.89x and 1×4 "),
+    (SETTING, "the links' rate"),
+    # a graph that cuts poorly
+    (GPU, ("4 | feature-parallel 1x4 | 64.9 | 1.37 s", "vs exact")),
+    (GPU, "(0.35 MB): 64.9 MB, "),
+    (GPU, ("4 | feature-parallel 2x2 | 86.5", "vs exact")),
+    (GPU, ("4 | feature-parallel 1x4 | 64.9 | 1.19 s", "vs exact")),
+    # fewer gradient bytes
+    (GRADIENT_ONLY, "ranks): `fp16` "),
+    (GRADIENT_ONLY, "`covap:4` "),
+    (GRADIENT_ONLY, "`covap:4` 0.25x at −"),
+    # on these cores, and on GPUs
+    (HOSTS, "Communication is at most ~"),
+    (SETTING, "the links' rate"),
+    (HOSTS, ["(1.89 s over loopback); `exact` + int8 ", "(4.1 MB), `pipelined` "]),
+    (SETTING, "the links' rate"),
+    (SETTING, "the community graph's size"),
+    (GPU, ("exact + int8", "vs exact")),
+    (GPU, ("exact, pre-aggregated", "vs exact")),
+    (GPU, ("stale:4 + int8", "vs exact")),
+    (GPU, ("gradient-only", "vs exact")),
+    # graphs bigger than one machine
+    (SETTING, "the graph's size"),
+    (SETTING, "the graph's size"),
+    (RANKS, "edge cut "),
+    (RANKS, "largest rank's peak **"),
+    (SETTING, "the graph's size"),
+    (RANKS, "the largest rank peaks at 3.00 GiB, **"),
+    (RANKS, "Edge cut "),
+    (RANKS, "each capped at "),
+]
+
+
 def figures(text: str) -> list[tuple[str, set[tuple[float, str]]]]:
-    """Each figure of ``text`` as written, with the (value, unit) pairs it
-    states (both ends of a range); a graph's size is (text, "size")."""
+    """Each figure of ``text`` as written, in its order, with the (value,
+    unit) pairs it states (both ends of a range); a graph's size is
+    (text, "size")."""
     out = []
     for match in FIGURE.finditer(text):
         low, high, unit = match.groups()
         values = {(float(low.replace(",", "")), unit.strip())}
         if high is not None:
             values.add((float(high.replace(",", "")), unit.strip()))
-        out.append((match.group(0), values))
-    out += [(match.group(0), {(match.group(1), "size")}) for match in SIZE.finditer(text)]
-    return out
+        out.append((match.start(), match.group(0), values))
+    out += [(match.start(), match.group(0), {(match.group(1), "size")})
+            for match in SIZE.finditer(text)]
+    return [(written, values) for _, written, values in sorted(out, key=lambda f: f[0])]
 
 
 def held(text: str) -> set:
@@ -98,6 +218,101 @@ def section(text: str, title: str) -> str:
     start = text.index(f"## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start:end if end != -1 else len(text)]
+
+
+def sections(text: str) -> dict[str, str]:
+    """Each ``##`` or ``###`` section of ``text`` by its title (up to the
+    next heading of either level)."""
+    parts = re.split(r"^#{2,3} (.+)$", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def cells(section: str) -> list[tuple[list[str], list[str], str]]:
+    """Every row of ``section``'s tables: (its cells, its table's header
+    cells, the header line)."""
+    out, header, line = [], None, ""
+    for row in section.splitlines():
+        if not row.startswith("|"):
+            header = None
+            continue
+        split = [c.strip() for c in row.strip().strip("|").split("|")]
+        if header is None:
+            header, line = split, row
+        elif not set(row) <= set("|-: "):
+            out.append((split, header, line))
+    return out
+
+
+def source_values(section: str, source: Any) -> set:
+    """What the source of a README figure holds (see :data:`README_SOURCES`)."""
+    if isinstance(source, list):
+        values = set().union(*(source_values(section, one) for one in source))
+        by_unit: dict[str, list] = {}
+        for value, unit in values:
+            by_unit.setdefault(unit, []).append(value)
+        return {(f(v), unit) for unit, v in by_unit.items() for f in (min, max)}
+    if isinstance(source, tuple):
+        row, column, *table = source
+        name, _, k = column.partition("#")
+        found = []
+        for values, header, line in cells(section):
+            if table and table[0] not in line:
+                continue
+            if " | ".join(values).startswith(row) and (
+                    " | ".join(values) == row or " | ".join(values).startswith(row + " |")):
+                columns = [i for i, h in enumerate(header) if h == name]
+                if len(columns) >= int(k or 1):
+                    found.append(values[columns[int(k or 1) - 1]])
+        assert len(found) == 1, (f"the row '{row}' with a column '{column}' is in "
+                                 f"{len(found)} tables")
+        return held(found[0])
+    text = " ".join(section.split())
+    before, _, after = source.partition("{}")
+    found = []
+    for start in (m.end() for m in re.finditer(re.escape(before), text)):
+        rest = text[start:]
+        match = FIGURE.match(rest.lstrip("*`(")) or SIZE.match(rest.lstrip("*`("))
+        tail = rest.lstrip("*`(")[match.end():].lstrip("*`)") if match else ""
+        if match and tail.startswith(after):
+            found.append(match.group(0))
+    assert len(found) == 1, f"'{source}' precedes a figure {len(found)} times in the section"
+    return figures(found[0])[0][1]
+
+
+def readme_mismatches(readme: str, results: str) -> list[str]:
+    """README's figures that are not the values of their sources."""
+    quoted = figures(readme)
+    assert len(quoted) == len(README_SOURCES), (
+        f"README.md quotes {len(quoted)} figures, README_SOURCES names {len(README_SOURCES)}: "
+        f"name the source of each, in README's order")
+    by_title = sections(results)
+    wrong = []
+    for (text, values), (title, source) in zip(quoted, README_SOURCES):
+        if title == SETTING:
+            continue
+        held_there = source_values(by_title[title], source)
+        if values != held_there:
+            wrong.append(f"{text} (results.md, {title}: {source} holds "
+                         f"{sorted(v for v, _ in held_there)})")
+    return wrong
+
+
+def test_each_readme_figure_is_the_value_of_its_source():
+    wrong = readme_mismatches((REPO / "README.md").read_text(), RESULTS.read_text())
+    assert not wrong, f"README.md states figures its sources do not: {wrong}"
+
+
+def test_a_swapped_or_stale_readme_figure_fails():
+    readme, results = (REPO / "README.md").read_text(), RESULTS.read_text()
+    swapped = readme.replace("95.8 s (0.19x) at 0.64x", "95.8 s (0.64x) at 0.19x")
+    assert swapped != readme
+    assert len(readme_mismatches(swapped, results)) == 2
+    stale = results.replace("| gradient-only | +0.78 | 0.17 | 1.27 s | 0.34x |",
+                            "| gradient-only | +0.78 | 0.17 | 1.27 s | 0.36x |")
+    assert stale != results
+    assert readme_mismatches(readme, stale) == [
+        "0.34x (results.md, The GPU regime: where communication dominates: "
+        "('gradient-only', 'vs exact') holds [0.36])"]
 
 
 def test_the_figure_reader_reads_ranges_units_and_decimals():
