@@ -20,6 +20,7 @@ default, a format's width, an example's output) is listed in
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,40 @@ README_SOURCES: list[tuple[str, Any]] = [
 ]
 
 
+#: How results.md names the graphs its benchmarks' JSON names.
+GRAPHS = {"cora": "Cora", "community": "community"}
+
+
+def _cover_rows(r: dict) -> list[list[str]]:
+    """A row of the vertex cover table, from ``benchmarks/preaggregate.py``."""
+    return [[GRAPHS[r["dataset"]], f"{r['nodes']:,}", f"{r['edges']:,}", str(r["parts"]),
+             f"{r['rows_today']:,}", f"{r['rows_cover']:,}", f"{r['sources']:,}",
+             f"{r['partial_sums']:,}", f"{r['ratio']:.3f}", f"{r['cut_s']:.2f}",
+             f"{r['plan_s']:.2f}"]]
+
+
+def _training_rows(r: dict) -> list[list[str]]:
+    """The rows and pre-aggregated rows of one graph and part count, from
+    ``benchmarks/preaggregate.py --train``."""
+    return [[GRAPHS[r["dataset"]], str(r["parts"]), label, f"{run['rows']:,.0f}",
+             f"{run['partial_sums']:,.0f}", f"{run['bytes']:,.0f}", ratio, f"{run['total']:,}",
+             f"{run['setup']:,}", f"{acc:.4f}"]
+            for label, run, ratio, acc in (
+                ("rows", r["rows"], "", r["test_acc"][0]),
+                ("pre-agg", r["pre_agg"], f"{r['ratio_bytes']:.3f}", r["test_acc"][1]))]
+
+
+#: The results.md tables kept with the JSON their command wrote (in
+#: ``benchmarks/results/``): ``(section, a header cell naming the table) ->
+#: (JSON file, the table's rows of one JSON row)``.
+KEPT_TABLES = {
+    ("Pre-aggregation: rows a vertex cover saves", "METIS s"): ("preaggregate.json",
+                                                                _cover_rows),
+    ("Pre-aggregation in training", "partial sums/epoch"): ("preaggregate_train.json",
+                                                            _training_rows),
+}
+
+
 def figures(text: str) -> list[tuple[str, set[tuple[float, str]]]]:
     """Each figure of ``text`` as written, in its order, with the (value,
     unit) pairs it states (both ends of a range); a graph's size is
@@ -313,6 +348,23 @@ def test_a_swapped_or_stale_readme_figure_fails():
     assert readme_mismatches(readme, stale) == [
         "0.34x (results.md, The GPU regime: where communication dominates: "
         "('gradient-only', 'vs exact') holds [0.36])"]
+
+
+def test_each_kept_table_is_the_json_its_command_wrote(capsys):
+    results = RESULTS.read_text()
+    by_title = sections(results)
+    for (title, header), (name, rows_of) in KEPT_TABLES.items():
+        section = by_title[title]
+        assert f"--json benchmarks/results/{name}" in section, (
+            f"the command of results.md's '{title}' writes benchmarks/results/{name}")
+        table = [values for values, columns, _ in cells(section) if header in columns]
+        kept = json.loads((REPO / "benchmarks" / "results" / name).read_text())
+        assert table == [row for r in kept for row in rows_of(r)], (
+            f"results.md's '{title}' table is not benchmarks/results/{name}: copy the "
+            f"figures its command wrote")
+    total = sum(1 for line in results.splitlines() if re.fullmatch(r"\|[-|: ]+\|", line))
+    with capsys.disabled():
+        print(f"\nresults.md: {len(KEPT_TABLES)} of its {total} tables kept with their JSON")
 
 
 def test_the_figure_reader_reads_ranges_units_and_decimals():
