@@ -1,0 +1,261 @@
+"""Training on the 3D grid (``Grid3D``) against single-process PyG on the
+whole graph: every grid of 2 and 4 real gloo ranks, GCN with and without
+edge weights (two and three layers: every layout of the rotation), SAGE
+with mean and sum, GIN; a directed graph with self-loops, duplicates and
+isolated nodes; dropout on. Outputs and parameter gradients; three epochs of
+train() end with PyG's weights; the planner's bytes are the ledger's; a
+graph folder read in small chunks gives what the graph in memory gives.
+
+One rank battery per world size (tests/worlds.py) runs every case; the test
+process builds the references."""
+import functools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import awkward_graph
+from tolerances import assert_close
+from worlds import Battery
+
+from pyg_dist.config import Adam, Grid3D
+from pyg_dist.datasets import write_graph_folder
+from pyg_dist.models import GNN
+from pyg_dist.strategies.grid_3d import (
+    Grid3DModel,
+    layouts,
+    load,
+    load_grid_3d,
+    program_of,
+    step_bytes,
+)
+from pyg_dist.train import train
+
+#: Grids per world size.
+GRIDS = {2: [(1, 1, 2), (2, 1, 1), (1, 2, 1)], 4: [(2, 2, 1), (1, 2, 2), (2, 1, 2)]}
+F_IN, HIDDEN, CLASSES = 7, 5, 3
+P_DROP = 0.5
+SEED = 4242  # the shared dropout seed, set on every rank
+EPOCHS = 3
+CASES = ("gcn", "gcn-weighted", "gcn3", "sage-mean", "sage-sum", "gin")
+
+
+def graph():
+    return awkward_graph(num_features=F_IN)
+
+
+def model_of(name):
+    """A fresh model of case ``name`` (seeded) and whether it reads edge weights."""
+    torch.manual_seed(sum(map(ord, name)))
+    if name in ("gcn", "gcn-weighted"):
+        return GNN("gcn", F_IN, HIDDEN, CLASSES, dropout=P_DROP), name == "gcn-weighted"
+    if name == "gcn3":
+        return GNN("gcn", F_IN, HIDDEN, CLASSES, layers=3, dropout=P_DROP), False
+    if name.startswith("sage"):
+        return GNN("sage", F_IN, HIDDEN, CLASSES, dropout=P_DROP, aggr=name[5:]), False
+    assert name == "gin"
+    return GNN("gin", F_IN, HIDDEN, CLASSES, dropout=P_DROP), False
+
+
+M32 = 0xFFFFFFFF
+
+
+def _lowbias32(h):
+    h ^= h >> 16
+    h = (h * 0x7FEB352D) & M32
+    h ^= h >> 15
+    h = (h * 0x846CA68B) & M32
+    return h ^ (h >> 16)
+
+
+def mask(num_nodes, width, call):
+    """The documented dropout hash (pyg_dist.utils.hashing) of (global node,
+    global column), in Python integers: the scale of call ``call``."""
+    key = _lowbias32((SEED * 0x9E3779B1 + call) & M32)
+    cols = [_lowbias32((f * 0xC2B2AE35 + key) & M32) for f in range(width)]
+    out = []
+    for v in range(num_nodes):
+        row = _lowbias32((v * 0x85EBCA6B + key) & M32)
+        line = []
+        for c in cols:
+            h = ((row ^ c) * 0x7FEB352D) & M32
+            h ^= h >> 15
+            h = (h * 0x846CA68B) & M32
+            h ^= h >> 16
+            line.append((h - 2**32 if h >= 2**31 else h) >= int(P_DROP * 2**32) - 2**31)
+        out.append(line)
+    return torch.tensor(out, dtype=torch.float32) / (1.0 - P_DROP)
+
+
+def reference_forward(model, data, weighted, first_call=0):
+    """GNN on the whole graph as PyG runs it, its dropout drawing the shared masks."""
+    x, call = data.x, first_call
+    for k, conv in enumerate(model.convs):
+        if model.training:
+            x = x * mask(data.num_nodes, x.size(1), call)
+            call += 1
+        x = conv(x, data.edge_index, data.edge_weight) if weighted else conv(x, data.edge_index)
+        if k < len(model.convs) - 1:
+            x = x.relu()
+    return x
+
+
+def upstream(num_nodes):
+    return torch.randn(num_nodes, CLASSES, generator=torch.Generator().manual_seed(5))
+
+
+@functools.cache
+def references():
+    data, out = graph(), {}
+    for name in CASES:
+        model, weighted = model_of(name)
+        model.train()
+        logits = reference_forward(model, data, weighted)
+        (logits * upstream(data.num_nodes)).sum().backward()
+        out[name] = {"out": logits.detach(),
+                     "grads": {n: p.grad.clone() for n, p in model.named_parameters()}}
+    return out
+
+
+def reference_training(name):
+    data = graph()
+    model, _ = model_of(name)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    for epoch in range(EPOCHS):
+        model.train()
+        optimizer.zero_grad()
+        out = reference_forward(model, data, False, first_call=len(model.convs) * epoch)
+        F.cross_entropy(out[data.train_mask], data.y[data.train_mask]).backward()
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+# --- on the ranks ---------------------------------------------------------------------------
+
+def run_case(data, name):
+    """One forward and backward of case ``name``: the logits' rows (on the
+    ranks that count them), the gradients summed over the grid, the ledger."""
+    data.dropout.seed, data.dropout.calls = SEED, 0
+    model, weighted = model_of(name)
+    net = Grid3DModel(model, data, edge_weight=weighted)
+    model.train()
+    value = net.output()
+    logits = net.logits(value)
+    ids = data.global_id(value.layout.rows)
+    counts = 1.0 if net.counts() else 0.0
+    (logits * upstream(data.num_nodes)[ids] * counts).sum().backward()
+    net.sum_gradients()
+    return {"rows": ids if net.counts() else None, "out": logits.detach(),
+            "grads": {n: p.grad.clone() for n, p in model.named_parameters()},
+            "layouts": [str(layout) for layout in layouts(net.steps)]}
+
+
+def bytes_case(source, shape, name):
+    """One training step of case ``name`` on a fresh share: the bytes each
+    direction of the ledger booked."""
+    data = load_grid_3d(source, shape)
+    model, _ = model_of(name)
+    net = Grid3DModel(model, data)
+    model.train()
+    loss, _ = net.loss(net.output())
+    loss.backward()
+    net.sum_gradients()
+    out = {}
+    for (_, _, way), entry in data.ledger.entries.items():
+        out[way] = out.get(way, 0) + int(entry.bytes_sent)
+    return out
+
+
+def train_case(source, shape, name):
+    data = load_grid_3d(source, shape)
+    data.dropout.seed = SEED
+    model, _ = model_of(name)
+    train(model, data, EPOCHS, strategy=Grid3D(*shape), progress=False,
+          optimizer=Adam(lr=0.01, weight_decay=5e-4))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def battery(folder, world):
+    source, out = graph(), {}
+    load.EDGE_CHUNK = 97  # the folder's edges and rows a few at a time
+    for shape in GRIDS[world]:
+        data = load_grid_3d(source, shape)
+        for name in CASES:
+            out[shape, name] = run_case(data, name)
+        out[shape, "folder"] = run_case(load_grid_3d(folder, shape), "gcn")
+        out[shape, "unbalanced"] = run_case(load_grid_3d(source, shape, balanced=False), "gcn3")
+        out[shape, "bytes"] = bytes_case(source, shape, "gcn3")
+        out[shape, "train"] = train_case(source, shape, "gcn")
+    return out
+
+
+def prepare(world, root):
+    write_graph_folder(graph(), root / "graph")
+    return (root / "graph", world), None
+
+
+BATTERIES = {world: Battery(world, battery, functools.partial(prepare, world), timeout=900)
+             for world in GRIDS}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    yield lambda world: BATTERIES[world].results(tmp_path_factory)[1]
+    for world_battery in BATTERIES.values():
+        world_battery.release()
+
+
+def gather(per_rank, key, num_nodes):
+    """The whole graph's logits from the ranks that count their rows; each
+    row once."""
+    full = torch.full((num_nodes, CLASSES), float("nan"))
+    seen = torch.zeros(num_nodes, dtype=torch.long)
+    for r in per_rank:
+        if r[key]["rows"] is not None:
+            full[r[key]["rows"]] = r[key]["out"]
+            seen[r[key]["rows"]] += 1
+    assert bool((seen == 1).all()), f"{key}: rows counted {seen.unique().tolist()} times"
+    return full
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_every_grid_equals_pyg_on_the_whole_graph(runs, world):
+    per_rank, refs, n = runs(world), references(), graph().num_nodes
+    for shape in GRIDS[world]:
+        for name, case in [(c, c) for c in CASES] + [("gcn", "folder"), ("gcn3", "unbalanced")]:
+            key, what = (shape, case), f"{case} on {'x'.join(map(str, shape))}"
+            assert_close(gather(per_rank, key, n), refs[name]["out"], what=f"{what}: output")
+            for param, grad in refs[name]["grads"].items():
+                for r in range(world):
+                    assert_close(per_rank[r][key]["grads"][param], grad,
+                                 what=f"{what}: gradient of {param} on rank {r}")
+
+
+def test_the_layouts_rotate_from_layer_to_layer(runs):
+    """Three GCN layers: input yz; each layer aggregates (rows take the
+    spare axis) then transforms (columns take it): xz, xy | zy, zx | yx, yz."""
+    assert runs(2)[0][(1, 1, 2), "gcn3"]["layouts"] == [
+        "yz", "yz", "xy", "xy", "xy", "zx", "zx", "zx", "yz"]
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_training_ends_with_the_weights_of_one_process(runs, world):
+    expected = reference_training("gcn")
+    for shape in GRIDS[world]:
+        for r, ranks in enumerate(runs(world)):
+            for name, value in expected.items():
+                assert_close(ranks[shape, "train"][name], value,
+                             what=f"{name} after {EPOCHS} epochs on {shape}, rank {r}")
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_the_planners_bytes_are_the_ledgers(runs, world):
+    model, _ = model_of("gcn3")
+    program = program_of(model, F_IN)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    for shape in GRIDS[world]:
+        booked = {}
+        for ranks in runs(world):
+            for way, sent in ranks[shape, "bytes"].items():
+                booked[way] = booked.get(way, 0) + sent
+        predicted = step_bytes(program, shape, graph().num_nodes, params)
+        assert booked == {k: v for k, v in predicted.items() if v}, shape
