@@ -15,16 +15,26 @@ import torch
 import torch.nn.functional as F
 from graphs import awkward_graph
 from tolerances import assert_close
+from torch_geometric.nn import GATConv, GINConv
+from torch_geometric.nn.models import GAT
 from worlds import Battery
 
 from pyg_dist.config import Adam, Grid3D
 from pyg_dist.datasets import write_graph_folder
+from pyg_dist.datasets.community import CommunityGraphConfig, community_graph
 from pyg_dist.models import GNN
+from pyg_dist.nn import DistGCNConv, DistSAGEConv, to_distributed
+from pyg_dist.strategies import strategy_from_dict
 from pyg_dist.strategies.grid_3d import (
+    RUNS,
     Grid3DModel,
+    balance,
+    compile_model,
+    grids,
     layouts,
     load,
     load_grid_3d,
+    node_order,
     program_of,
     step_bytes,
 )
@@ -182,7 +192,7 @@ def battery(folder, world):
         for name in CASES:
             out[shape, name] = run_case(data, name)
         out[shape, "folder"] = run_case(load_grid_3d(folder, shape), "gcn")
-        out[shape, "unbalanced"] = run_case(load_grid_3d(source, shape, balanced=False), "gcn3")
+        out[shape, "unbalanced"] = run_case(load_grid_3d(source, shape, permute="none"), "gcn3")
         out[shape, "bytes"] = bytes_case(source, shape, "gcn3")
         out[shape, "train"] = train_case(source, shape, "gcn")
     return out
@@ -259,3 +269,82 @@ def test_the_planners_bytes_are_the_ledgers(runs, world):
                 booked[way] = booked.get(way, 0) + sent
         predicted = step_bytes(program, shape, graph().num_nodes, params)
         assert booked == {k: v for k, v in predicted.items() if v}, shape
+
+
+# --- in this process --------------------------------------------------------------------------
+
+def test_the_double_permutation_balances_a_power_law_graph_stored_by_degree():
+    """Hubs first (a degree-sorted store): the graph's own order piles the
+    edges onto the first blocks; the double permutation spreads them to
+    within 5% of the mean on every layout."""
+    data = community_graph(CommunityGraphConfig(num_nodes=6000, avg_degree=12, num_features=1,
+                                                degree_exponent=2.1), seed=1)
+    degree = torch.bincount(data.edge_index.reshape(-1), minlength=data.num_nodes)
+    position = torch.empty_like(degree)
+    position[torch.argsort(degree, descending=True, stable=True)] = torch.arange(data.num_nodes)
+    edges = position[data.edge_index]
+    assert balance(edges, data.num_nodes, (2, 2, 2), permute="none") > 2.5
+    assert balance(edges, data.num_nodes, (2, 2, 2)) <= 1.05
+    assert balance(edges, data.num_nodes, (3, 2, 1)) <= 1.05
+
+
+def test_the_node_order_is_a_permutation_dealt_into_equal_runs():
+    degree = torch.tensor([9, 0, 5, 1, 7, 3, 0, 2, 8, 4, 6])
+    order = node_order(degree, (2, 1, 1), seed=0)
+    assert sorted(order.tolist()) == list(range(11))
+    # runs [0, 5) and [5, 11): the hubs 9 and 8 go to different runs, 7 joins 8
+    first, second = set(order[:5].tolist()), set(order[5:].tolist())
+    hubs = {0: 9, 8: 8, 4: 7}
+    assert (0 in first) != (8 in first) and ((4 in first) == (8 in first)), (first, second, hubs)
+
+
+def test_options_read_back_from_configs():
+    strategy = Grid3D(grid="2x1x2", seed=3)
+    assert (strategy.x, strategy.y, strategy.z) == (2, 1, 2)
+    assert strategy_from_dict(strategy.describe()) == strategy == Grid3D(x=2, y=1, z=2, seed=3)
+    assert Grid3D().shape(8) == (2, 2, 2) and Grid3D().shape(4) == (2, 2, 1)
+    assert grids(4) == [(1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)]
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"grid": "2x2"}, "spell it XxYxZ"),
+    ({"grid": "2x0x1"}, "spell it XxYxZ"),
+    ({"x": 2, "y": 1}, "give all three sizes"),
+    ({"x": 2, "y": 1, "z": 1, "grid": "2x1x1"}, "not both"),
+    ({"x": 0, "y": 1, "z": 1}, r"x must be an integer >= 1"),
+])
+def test_bad_grids_are_refused_naming_the_fix(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Grid3D(**kwargs)
+
+
+def test_a_grid_of_another_size_than_the_world_is_refused():
+    with pytest.raises(ValueError, match=r"holds 4 ranks, not the 1 of the world; choose x, y, "
+                                         r"z whose product is 1 \(CLI: --grid XxYxZ\)"):
+        load_grid_3d(graph(), (2, 2, 1))
+    with pytest.raises(ValueError, match="use one of 1x1x2, 1x2x1, 2x1x1"):
+        Grid3D(x=2, y=2, z=1).graph_parts(2)
+
+
+@pytest.mark.parametrize(("model", "match"), [
+    (lambda: to_distributed(GAT(F_IN, HIDDEN, 2, CLASSES)), "does not run on the 3D grid"),
+    (lambda: DistSAGEConv(F_IN, CLASSES, project=True), "project=True"),
+    (lambda: DistGCNConv(F_IN, CLASSES, add_self_loops=False), "add_self_loops=False"),
+    (lambda: GNN("gcn", F_IN, HIDDEN, CLASSES, norm="batch"), "norm=None"),
+    (lambda: GNN("gat", F_IN, HIDDEN, CLASSES), "GNN kinds gcn, sage, gin"),
+    (lambda: GATConv(F_IN, CLASSES), "convert the model with pyg_dist.nn.to_distributed"),
+    (lambda: GINConv(torch.nn.Sequential(torch.nn.Linear(F_IN, 4), torch.nn.BatchNorm1d(4))),
+     "GINConv's nn holds BatchNorm1d"),
+])
+def test_layers_that_do_not_run_are_refused_naming_those_that_do(model, match):
+    with pytest.raises(ValueError, match=match) as info:
+        compile_model(model(), F_IN)
+    if "norm" not in match:  # a layer's refusal names the layers that run
+        assert RUNS in str(info.value)
+
+
+def test_the_cli_refuses_models_naming_those_that_run():
+    with pytest.raises(ValueError, match=r"trains --model gcn\|sage\|gin"):
+        Grid3D().check_model("gat")
+    with pytest.raises(ValueError, match="without --norm, --jk; leave them out"):
+        Grid3D().check_model("gcn", options={"norm": "batch_norm", "jk": "cat"})

@@ -111,13 +111,13 @@ class Grid3DData:
     """
 
     def __init__(self, place: Grid3DPlace, reader: _Reader, seed: int = 0,
-                 balanced: bool = True, folder: Any = None) -> None:
+                 permute: str = "double", folder: Any = None) -> None:
         self.place, self._reader, self.folder = place, reader, folder
         self.num_nodes, self.num_features = reader.num_nodes, reader.num_features
         self.weighted = reader.weighted
         self.ledger, self.dropout = Ledger(), DropoutState()
         self.registry = None
-        self.order = node_order(self._degrees(), place.shape, seed, balanced)
+        self.order = node_order(self._degrees(), place.shape, seed, permute)
         self.position = torch.empty_like(self.order)
         self.position[self.order] = torch.arange(self.num_nodes)
         self._blocks: dict[tuple[int, int], Block] = {}
@@ -318,7 +318,7 @@ class _DataReader(_Reader):
 
 
 def load_grid_3d(source: Any, shape: tuple[int, int, int], seed: int = 0,
-                 balanced: bool = True) -> Grid3DData:
+                 permute: str = "double") -> Grid3DData:
     """This rank's share of ``source`` on the grid ``shape``. Collective.
 
     Args:
@@ -328,8 +328,10 @@ def load_grid_3d(source: Any, shape: tuple[int, int, int], seed: int = 0,
         shape (tuple[int, int, int]): The grid :math:`(X, Y, Z)`.
         seed (int, optional): The node order's random permutation's seed.
             (default: :obj:`0`)
-        balanced (bool, optional): Whether to permute the nodes (else the
-            graph's own order). (default: :obj:`True`)
+        permute (str, optional): The node order
+            (:data:`~pyg_dist.strategies.grid_3d.permute.PERMUTATIONS`):
+            ``"double"``, ``"random"`` or ``"none"`` (the graph's own).
+            (default: :obj:`"double"`)
     """
     place = grid_place(shape)
     reader: _Reader | None = None
@@ -348,4 +350,4 @@ def load_grid_3d(source: Any, shape: tuple[int, int, int], seed: int = 0,
         error = exc
     distributed.raise_together(error, f"'Grid3D.load' of '{source}'")
     assert reader is not None, "every rank opened the graph"
-    return Grid3DData(place, reader, seed, balanced, folder)
+    return Grid3DData(place, reader, seed, permute, folder)

@@ -24,25 +24,34 @@ from torch import Tensor
 
 from pyg_dist.strategies.grid_3d.grid import bounds
 
-__all__ = ["node_order", "block_nonzeros", "balance"]
+__all__ = ["PERMUTATIONS", "node_order", "block_nonzeros", "balance"]
+
+#: The node orders :func:`node_order` makes: the graph's own, the random
+#: permutation alone, or both permutations.
+PERMUTATIONS = ("none", "random", "double")
 
 
 def node_order(degree: Tensor, shape: tuple[int, int, int], seed: int = 0,
-               balanced: bool = True) -> Tensor:
+               permute: str = "double") -> Tensor:
     """``[N]`` the global id of the node at each position of the new order.
 
     Args:
         degree (torch.Tensor): ``[N]`` each node's total degree (in + out).
         shape (tuple[int, int, int]): The grid :math:`(X, Y, Z)`.
         seed (int, optional): The random permutation's seed. (default: :obj:`0`)
-        balanced (bool, optional): Whether to deal by degree after the random
-            permutation; :obj:`False` keeps the graph's own order (no
-            permutation at all). (default: :obj:`True`)
+        permute (str, optional): ``"double"`` (both permutations),
+            ``"random"`` (the first alone) or ``"none"`` (the graph's own
+            order). (default: :obj:`"double"`)
     """
+    if permute not in PERMUTATIONS:
+        raise ValueError(f"'node_order' got permute={permute!r}; use one of "
+                         f"{', '.join(PERMUTATIONS)}")
     n = degree.numel()
-    if not balanced:
+    if permute == "none":
         return torch.arange(n)
     shuffled = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    if permute == "random":
+        return shuffled
     ranked = shuffled[torch.sort(degree[shuffled], descending=True, stable=True).indices]
     runs = math.lcm(*shape)
     sizes = torch.tensor([hi - lo for lo, hi in (bounds(n, runs, m) for m in range(runs))])
@@ -91,7 +100,7 @@ def _run_of(pos: Tensor, n: int, pieces: int) -> Tensor:
 
 
 def balance(edge_index: Tensor, num_nodes: int, shape: tuple[int, int, int], seed: int = 0,
-            balanced: bool = True) -> float:
+            permute: str = "double") -> float:
     """The largest over the mean of the edges a rank holds, over the three
     block layouts of a grid (rows over x, columns over y; rows over z,
     columns over x; rows over y, columns over z), in the order
@@ -102,10 +111,10 @@ def balance(edge_index: Tensor, num_nodes: int, shape: tuple[int, int, int], see
         num_nodes (int): :math:`N`.
         shape (tuple[int, int, int]): The grid.
         seed (int, optional): The random permutation's seed. (default: :obj:`0`)
-        balanced (bool, optional): :func:`node_order`'s. (default: :obj:`True`)
+        permute (str, optional): :func:`node_order`'s. (default: :obj:`"double"`)
     """
     degree = torch.bincount(edge_index.reshape(-1), minlength=num_nodes)
-    order = node_order(degree, shape, seed, balanced)
+    order = node_order(degree, shape, seed, permute)
     position = torch.empty_like(order)
     position[order] = torch.arange(num_nodes)
     worst = 0.0
