@@ -4,7 +4,8 @@ edge weights (two and three layers: every layout of the rotation), SAGE
 with mean and sum, GIN; a directed graph with self-loops, duplicates and
 isolated nodes; dropout on. Outputs and parameter gradients; three epochs of
 train() end with PyG's weights; the planner's bytes are the ledger's; a
-graph folder read in small chunks gives what the graph in memory gives.
+graph folder and a partition folder (3 parts, edge weights) read in small
+chunks give what the graph in memory gives.
 
 One rank battery per world size (tests/worlds.py) runs every case; the test
 process builds the references."""
@@ -19,6 +20,7 @@ from torch_geometric.nn import GATConv, GINConv
 from torch_geometric.nn.models import GAT
 from worlds import Battery
 
+import pyg_dist
 from pyg_dist.config import Adam, Grid3D
 from pyg_dist.datasets import write_graph_folder
 from pyg_dist.datasets.community import CommunityGraphConfig, community_graph
@@ -184,7 +186,7 @@ def train_case(source, shape, name):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def battery(folder, world):
+def battery(folder, parts, world):
     source, out = graph(), {}
     load.EDGE_CHUNK = 97  # the folder's edges and rows a few at a time
     for shape in GRIDS[world]:
@@ -192,6 +194,7 @@ def battery(folder, world):
         for name in CASES:
             out[shape, name] = run_case(data, name)
         out[shape, "folder"] = run_case(load_grid_3d(folder, shape), "gcn")
+        out[shape, "parts"] = run_case(load_grid_3d(parts, shape), "gcn-weighted")
         out[shape, "unbalanced"] = run_case(load_grid_3d(source, shape, permute="none"), "gcn3")
         out[shape, "bytes"] = bytes_case(source, shape, "gcn3")
         out[shape, "train"] = train_case(source, shape, "gcn")
@@ -199,8 +202,10 @@ def battery(folder, world):
 
 
 def prepare(world, root):
+    """A graph folder, and a partition folder of 3 parts (not the world's)."""
     write_graph_folder(graph(), root / "graph")
-    return (root / "graph", world), None
+    pyg_dist.partition(graph(), 3, root / "parts", method="random", seed=3)
+    return (root / "graph", root / "parts", world), None
 
 
 BATTERIES = {world: Battery(world, battery, functools.partial(prepare, world), timeout=900)
@@ -231,7 +236,8 @@ def gather(per_rank, key, num_nodes):
 def test_every_grid_equals_pyg_on_the_whole_graph(runs, world):
     per_rank, refs, n = runs(world), references(), graph().num_nodes
     for shape in GRIDS[world]:
-        for name, case in [(c, c) for c in CASES] + [("gcn", "folder"), ("gcn3", "unbalanced")]:
+        for name, case in [(c, c) for c in CASES] + [("gcn", "folder"), ("gcn-weighted", "parts"),
+                                                 ("gcn3", "unbalanced")]:
             key, what = (shape, case), f"{case} on {'x'.join(map(str, shape))}"
             assert_close(gather(per_rank, key, n), refs[name]["out"], what=f"{what}: output")
             for param, grad in refs[name]["grads"].items():
@@ -324,6 +330,7 @@ def test_a_grid_of_another_size_than_the_world_is_refused():
         load_grid_3d(graph(), (2, 2, 1))
     with pytest.raises(ValueError, match="use one of 1x1x2, 1x2x1, 2x1x1"):
         Grid3D(x=2, y=2, z=1).graph_parts(2)
+    assert Grid3D(x=2, y=2, z=1).graph_parts(4) == 4
 
 
 @pytest.mark.parametrize(("model", "match"), [

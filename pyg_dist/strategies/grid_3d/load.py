@@ -1,7 +1,7 @@
 r"""A rank's share of a graph on the 3D grid: the adjacency blocks of the
 layouts its model aggregates in, its block of the input features and the
-labels of its row blocks, read in chunks from a graph folder (or a graph in
-memory) in the permuted node order of
+labels of its row blocks, read in chunks from a graph folder or a partition
+folder (of any part count; or a graph in memory) in the permuted node order of
 :mod:`~pyg_dist.strategies.grid_3d.permute`.
 
 Reading takes three passes over the edges, a chunk at a time, none of which
@@ -26,8 +26,16 @@ from pyg_dist.datasets.folder_files import GRAPH_FILE
 from pyg_dist.datasets.ondisk import GraphFolder
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.metrics import MASKS
+from pyg_dist.partitioning.io import META_FILE, read_meta, read_part, read_part_columns
 from pyg_dist.runtime import distributed
-from pyg_dist.strategies.grid_3d.grid import INPUT, Grid3DPlace, Layout, bounds, grid_place
+from pyg_dist.strategies.grid_3d.grid import (
+    INPUT,
+    NAME,
+    Grid3DPlace,
+    Layout,
+    bounds,
+    grid_place,
+)
 from pyg_dist.strategies.grid_3d.permute import node_order
 from pyg_dist.utils.dropout import DropoutState
 
@@ -154,10 +162,9 @@ class Grid3DData:
     def _degrees(self) -> Tensor:
         """``[N]`` every node's in + out degree: each rank counts its share
         of the edges, summed over the ranks (collective)."""
-        n, total = self.num_nodes, self._reader.num_edges
-        lo, hi = bounds(total, distributed.world_size(), distributed.rank())
+        n = self.num_nodes
         degree = torch.zeros(n, dtype=torch.long)
-        for edges, _ in self._reader.edges(lo, hi):
+        for edges, _ in self._reader.edges(distributed.rank(), distributed.world_size()):
             degree += torch.bincount(edges.reshape(-1), minlength=n)
         return distributed.all_reduce(degree)
 
@@ -178,7 +185,7 @@ class Grid3DData:
     def _read_block(self, r: int, c: int) -> Block:
         rows, cols = self.run(r), self.run(c)
         kept: list[tuple[Tensor, Tensor, Tensor | None]] = []
-        for edges, weight in self._reader.edges(0, self._reader.num_edges):
+        for edges, weight in self._reader.edges(0, 1):
             dst, src = self.position[edges[1]], self.position[edges[0]]
             mine = (dst >= rows[0]) & (dst < rows[1]) & (src >= cols[0]) & (src < cols[1])
             kept.append((dst[mine] - rows[0], src[mine] - cols[0],
@@ -244,9 +251,10 @@ class _Reader:
     weighted: bool
     node_attrs: list[str]
 
-    def edges(self, lo: int, hi: int) -> Iterator[tuple[Tensor, Tensor | None]]:
-        """``([2, chunk] (source, target), [chunk] weights or None)`` for
-        edges ``lo:hi``, a chunk at a time."""
+    def edges(self, share: int, shares: int) -> Iterator[tuple[Tensor, Tensor | None]]:
+        """``([2, chunk] (source, target) global ids, [chunk] weights or
+        None)`` of share ``share`` of ``shares`` of the edges (every edge in
+        one share), a chunk at a time."""
         raise NotImplementedError
 
     def nodes(self, name: str, ids: Tensor, columns: tuple[int, int] | None = None) -> Tensor:
@@ -266,7 +274,8 @@ class _FolderReader(_Reader):
         self.num_features = int(self.graph.node("x", 0, 1).shape[1])
         self.weighted = False
 
-    def edges(self, lo: int, hi: int) -> Iterator[tuple[Tensor, Tensor | None]]:
+    def edges(self, share: int, shares: int) -> Iterator[tuple[Tensor, Tensor | None]]:
+        lo, hi = bounds(self.num_edges, shares, share)
         for start in range(lo, hi, EDGE_CHUNK):
             yield torch.from_numpy(self.graph.edges(start, min(hi, start + EDGE_CHUNK))), None
 
@@ -293,6 +302,58 @@ class _FolderReader(_Reader):
         return out[back]
 
 
+class _PartsReader(_Reader):
+    """A partition folder (:func:`pyg_dist.partition`), read a part at a
+    time (each part file memory-mapped) and a chunk of its edges at a time;
+    node features a column block of a part's rows at a time."""
+
+    def __init__(self, folder: Any) -> None:
+        self.folder, self.meta = folder, read_meta(folder)
+        if self.meta.types is not None:
+            raise ValueError(f"'{folder}' holds a heterogeneous graph; {NAME} trains "
+                             f"homogeneous ones")
+        self.num_nodes, self.num_edges = self.meta.num_nodes, self.meta.num_edges
+        first = self._part(0)
+        self.node_attrs = list(first["node"])
+        if "x" not in self.node_attrs:
+            raise ValueError(f"'{folder}' has no node features 'x'; partition a graph with x")
+        self.num_features = int(first["node"]["x"].size(1))
+        self.weighted = "edge_weight" in first["edge"]
+
+    def _part(self, p: int) -> dict[str, Any]:
+        return read_part(self.folder, p, self.meta)  # type: ignore[no-any-return]
+
+    def edges(self, share: int, shares: int) -> Iterator[tuple[Tensor, Tensor | None]]:
+        for p in range(share, self.meta.num_parts, shares):
+            content = self._part(p)
+            g = content["graph"]
+            ids = torch.cat([g["global_id"], g["halo_global_id"]])
+            weight = content["edge"].get("edge_weight") if self.weighted else None
+            for start in range(0, int(g["col"].numel()), EDGE_CHUNK):
+                stop = min(int(g["col"].numel()), start + EDGE_CHUNK)
+                row = torch.searchsorted(g["rowptr"], torch.arange(start, stop), right=True) - 1
+                edges = torch.stack([ids[g["col"][start:stop]], g["global_id"][row]])
+                yield edges, None if weight is None else weight[start:stop]
+
+    def nodes(self, name: str, ids: Tensor, columns: tuple[int, int] | None = None) -> Tensor:
+        pieces, found = [], []
+        for p in range(self.meta.num_parts):
+            owned = self._part(p)["graph"]["global_id"]
+            hit = torch.isin(owned, ids)
+            if not bool(hit.any()):
+                continue
+            if columns is not None:
+                rows = read_part_columns(self.folder, p, name, *columns)
+            else:
+                rows = self._part(p)["node"][name]
+            pieces.append(rows[hit].clone())
+            found.append(owned[hit])
+        got = torch.cat(found)
+        where = torch.empty(self.num_nodes, dtype=torch.long)
+        where[got] = torch.arange(got.numel())
+        return torch.cat(pieces)[where[ids]]
+
+
 class _DataReader(_Reader):
     """A graph in memory (a :class:`torch_geometric.data.Data`), read in
     the same chunks (tests and notebooks; every rank holds the graph)."""
@@ -305,8 +366,9 @@ class _DataReader(_Reader):
         self.weighted = getattr(data, "edge_weight", None) is not None
         self.node_attrs = [k for k in ("x", "y", *MASKS) if getattr(data, k, None) is not None]
 
-    def edges(self, lo: int, hi: int) -> Iterator[tuple[Tensor, Tensor | None]]:
+    def edges(self, share: int, shares: int) -> Iterator[tuple[Tensor, Tensor | None]]:
         weight = self.data.edge_weight if self.weighted else None
+        lo, hi = bounds(self.num_edges, shares, share)
         for start in range(lo, hi, EDGE_CHUNK):
             stop = min(hi, start + EDGE_CHUNK)
             yield (self.data.edge_index[:, start:stop],
@@ -342,10 +404,12 @@ def load_grid_3d(source: Any, shape: tuple[int, int, int], seed: int = 0,
             reader = _DataReader(source)
         elif (Path(source) / GRAPH_FILE).is_file():
             reader, folder = _FolderReader(source), source
+        elif (Path(source) / META_FILE).is_file():
+            reader, folder = _PartsReader(source), source
         else:
             raise ValueError(f"'Grid3D.load' reads a graph folder (pyg-dist convert ... --out "
-                             f"DIR, or pyg_dist.datasets.write_graph_folder); '{source}' has "
-                             f"no {GRAPH_FILE}")
+                             f"DIR) or a partition folder (pyg-dist partition ... --out-dir "
+                             f"DIR); '{source}' has neither {GRAPH_FILE} nor {META_FILE}")
     except (OSError, ValueError) as exc:
         error = exc
     distributed.raise_together(error, f"'Grid3D.load' of '{source}'")

@@ -35,7 +35,8 @@ class Grid3D(Strategy):
     the whole graph. Trains :class:`~pyg_dist.models.GNN` (``gcn``, ``sage``,
     ``gin``), PyG's ``GCN``, ``GraphSAGE`` and ``GIN`` converted with
     :func:`~pyg_dist.nn.to_distributed`, or one layer of ``RUNS``; the data
-    comes from :meth:`load` (a graph folder), or a graph in memory given to
+    comes from :meth:`load` (a graph folder or a partition folder of any
+    part count, read in chunks), or a graph in memory given to
     :func:`~pyg_dist.train.train` on every rank.
 
     Args:
@@ -90,16 +91,17 @@ class Grid3D(Strategy):
             return (self.x, self.y, self.z)  # type: ignore[return-value]
         return min(grids(world_size), key=lambda g: (max(g), -g[0], -g[1]))
 
-    def ranks_per_part(self) -> int:
-        return 1 if self.x is None else int(self.x * self.y * self.z)  # type: ignore[operator]
-
     def graph_parts(self, world_size: int) -> int:
+        """A part per rank (each rank reads one part's edges for the degrees
+        that order the nodes, then every part a chunk at a time for its
+        blocks); raises naming the grids of ``world_size`` ranks when this
+        one holds another number."""
         shape = self.shape(world_size)
         if math.prod(shape) != world_size:
             raise ValueError(f"--grid {'x'.join(map(str, shape))} holds {math.prod(shape)} "
                              f"ranks, not {world_size}; use one of "
                              f"{', '.join('x'.join(map(str, g)) for g in grids(world_size))}")
-        return 1
+        return world_size
 
     def load(self, folder: Any) -> Grid3DData:
         return load_grid_3d(folder, self.shape(distributed.world_size()), self.seed)
@@ -127,8 +129,8 @@ class Grid3D(Strategy):
         if not isinstance(data, Grid3DData):
             if not hasattr(data, "edge_index") or hasattr(data, "global_id"):
                 raise ValueError(f"'train' with strategy={self} needs the grid's data: pass "
-                                 f"strategy.load(graph_folder), or the whole graph (a "
-                                 f"torch_geometric Data) on every rank")
+                                 f"strategy.load(folder) (a graph or partition folder), or "
+                                 f"the whole graph (a torch_geometric Data) on every rank")
             data = load_grid_3d(data, self.shape(distributed.world_size()), self.seed)
             task = Task(data)
         return Grid3DRun(self, model, task, settings, self.edge_weight)
