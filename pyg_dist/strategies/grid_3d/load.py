@@ -13,6 +13,7 @@ fall in the rank's runs; the per-node sums the aggregations normalise by
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,13 @@ from pyg_dist.datasets.folder_files import GRAPH_FILE
 from pyg_dist.datasets.ondisk import GraphFolder
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.metrics import MASKS
-from pyg_dist.partitioning.io import META_FILE, read_meta, read_part, read_part_columns
+from pyg_dist.partitioning.io import (
+    META_FILE,
+    PartitionMeta,
+    read_meta,
+    read_part,
+    read_part_columns,
+)
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import (
     INPUT,
@@ -116,13 +123,15 @@ class Grid3DData:
         ledger (Ledger): Bytes its collectives moved.
         dropout (DropoutState): Its shared dropout seed and calls.
         folder (str, optional): Where it was read from.
+        meta (PartitionMeta): The graph's sizes and classes (a partition
+            folder's own; one part of the whole graph otherwise).
     """
 
     def __init__(self, place: Grid3DPlace, reader: _Reader, seed: int = 0,
                  permute: str = "double", folder: Any = None) -> None:
         self.place, self._reader, self.folder = place, reader, folder
         self.num_nodes, self.num_features = reader.num_nodes, reader.num_features
-        self.weighted = reader.weighted
+        self.weighted, self.meta = reader.weighted, reader.meta
         self.ledger, self.dropout = Ledger(), DropoutState()
         self.registry = None
         self.order = node_order(self._degrees(), place.shape, seed, permute)
@@ -250,6 +259,7 @@ class _Reader:
     num_features: int
     weighted: bool
     node_attrs: list[str]
+    meta: PartitionMeta
 
     def edges(self, share: int, shares: int) -> Iterator[tuple[Tensor, Tensor | None]]:
         """``([2, chunk] (source, target) global ids, [chunk] weights or
@@ -273,6 +283,8 @@ class _FolderReader(_Reader):
             raise ValueError(f"'{folder}' has no node features 'x'; convert a graph with x")
         self.num_features = int(self.graph.node("x", 0, 1).shape[1])
         self.weighted = False
+        self.meta = _whole(self.num_nodes, self.num_edges, self.graph.num_classes,
+                           self.node_attrs, f"{Path(folder).resolve()}")
 
     def edges(self, share: int, shares: int) -> Iterator[tuple[Tensor, Tensor | None]]:
         lo, hi = bounds(self.num_edges, shares, share)
@@ -365,6 +377,8 @@ class _DataReader(_Reader):
         self.num_features = int(data.x.size(1))
         self.weighted = getattr(data, "edge_weight", None) is not None
         self.node_attrs = [k for k in ("x", "y", *MASKS) if getattr(data, k, None) is not None]
+        classes = int(data.y.max()) + 1 if "y" in self.node_attrs else None
+        self.meta = _whole(self.num_nodes, self.num_edges, classes, self.node_attrs, "memory")
 
     def edges(self, share: int, shares: int) -> Iterator[tuple[Tensor, Tensor | None]]:
         weight = self.data.edge_weight if self.weighted else None
@@ -377,6 +391,14 @@ class _DataReader(_Reader):
     def nodes(self, name: str, ids: Tensor, columns: tuple[int, int] | None = None) -> Tensor:
         value = getattr(self.data, name)[ids]
         return value if columns is None else value[:, columns[0] : columns[1]].contiguous()
+
+
+def _whole(num_nodes: int, num_edges: int, num_classes: int | None, node_attrs: list[str],
+           where: str) -> PartitionMeta:
+    """The metadata of a graph read whole (one part, no cut)."""
+    identity = hashlib.sha256(f"{where}|{num_nodes}|{num_edges}".encode()).hexdigest()
+    return PartitionMeta(1, num_nodes, num_edges, 0, [num_nodes], [0], [], "none", 0, "",
+                         num_classes, partition_id=identity, node_attrs=list(node_attrs))
 
 
 def load_grid_3d(source: Any, shape: tuple[int, int, int], seed: int = 0,

@@ -66,7 +66,8 @@ class Grid3DRun(Runner):
 
     def describe(self) -> dict[str, Any]:
         place = self.net.place
-        return {"grid": str(place), "layouts": [str(layout) for layout in self.net.layouts]}
+        return {"halo": None, "input_cache": False, "grid": str(place),
+                "layouts": [str(layout) for layout in self.net.layouts]}
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

@@ -59,7 +59,7 @@ class Grid3D(Strategy):
     y: int | None = None
     z: int | None = None
     grid: str | None = option(None, "the grid, e.g. 2x2x1 (product: the ranks)",
-                              metavar="XxYxZ")
+                              type=str, metavar="XxYxZ")
     seed: int = 0
     edge_weight: bool = False
 
