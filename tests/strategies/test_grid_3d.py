@@ -106,13 +106,18 @@ def reference_forward(model, data, weighted, first_call=0):
     """GNN on the whole graph as PyG runs it, its dropout drawing the shared masks."""
     x, call = data.x, first_call
     for k, conv in enumerate(model.convs):
-        if model.training:
+        if model.training and (model.input_dropout if k == 0 else model.dropout) > 0:
             x = x * mask(data.num_nodes, x.size(1), call)
             call += 1
         x = conv(x, data.edge_index, data.edge_weight) if weighted else conv(x, data.edge_index)
         if k < len(model.convs) - 1:
             x = x.relu()
     return x
+
+
+def plain_model():
+    torch.manual_seed(7)
+    return GNN("gcn", F_IN, HIDDEN, CLASSES, dropout=0.0)
 
 
 def upstream(num_nodes):
@@ -134,7 +139,7 @@ def references():
 
 def reference_training(name):
     data = graph()
-    model, _ = model_of(name)
+    model = model_of(name)[0] if name != "gcn-plain" else plain_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
     for epoch in range(EPOCHS):
         model.train()
@@ -190,6 +195,14 @@ def train_case(source, shape, name):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def train_part_case(parts, shape):
+    """train() given this rank's part (a DistData): read again as blocks."""
+    model = plain_model()
+    train(model, pyg_dist.DistData.load(parts), EPOCHS, strategy=Grid3D(*shape),
+          progress=False, optimizer=Adam(lr=0.01, weight_decay=5e-4))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
 def battery(folder, parts, world):
     source, out = graph(), {}
     load.EDGE_CHUNK = 97  # the folder's edges and rows a few at a time
@@ -202,6 +215,7 @@ def battery(folder, parts, world):
         out[shape, "unbalanced"] = run_case(load_grid_3d(source, shape, permute="none"), "gcn3")
         out[shape, "bytes"] = bytes_case(source, shape, "gcn3")
         out[shape, "train"] = train_case(source, shape, "gcn")
+    out["train-part"] = train_part_case(parts.parent / f"parts{world}", GRIDS[world][0])
     return out
 
 
@@ -209,6 +223,7 @@ def prepare(world, root):
     """A graph folder, and a partition folder of 3 parts (not the world's)."""
     write_graph_folder(graph(), root / "graph")
     pyg_dist.partition(graph(), 3, root / "parts", method="random", seed=3)
+    pyg_dist.partition(graph(), world, root / f"parts{world}", method="metis", seed=3)
     return (root / "graph", root / "parts", world), None
 
 
@@ -265,6 +280,16 @@ def test_training_ends_with_the_weights_of_one_process(runs, world):
             for name, value in expected.items():
                 assert_close(ranks[shape, "train"][name], value,
                              what=f"{name} after {EPOCHS} epochs on {shape}, rank {r}")
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_training_on_a_ranks_part_reads_it_again_as_blocks(runs, world):
+    """train(model, DistData, strategy=Grid3D(...)), as the planner's choice
+    runs it: the part's folder read as the grid's blocks; no dropout."""
+    expected = reference_training("gcn-plain")
+    for r, ranks in enumerate(runs(world)):
+        for name, value in expected.items():
+            assert_close(ranks["train-part"][name], value, what=f"{name} on rank {r}")
 
 
 @pytest.mark.parametrize("world", sorted(GRIDS))

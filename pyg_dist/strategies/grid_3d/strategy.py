@@ -127,11 +127,15 @@ class Grid3D(Strategy):
     def runner(self, model: nn.Module, task: Task, settings: Settings) -> Runner:
         data = task.data
         if not isinstance(data, Grid3DData):
-            if not hasattr(data, "edge_index") or hasattr(data, "global_id"):
+            # a rank's part (DistData) is read again as blocks from its folder
+            source = getattr(data, "folder", None) if hasattr(data, "global_id") else data
+            if source is None or not (hasattr(source, "edge_index") or isinstance(source, str)
+                                      or hasattr(source, "__fspath__")):
                 raise ValueError(f"'train' with strategy={self} needs the grid's data: pass "
-                                 f"strategy.load(folder) (a graph or partition folder), or "
-                                 f"the whole graph (a torch_geometric Data) on every rank")
-            data = load_grid_3d(data, self.shape(distributed.world_size()), self.seed)
+                                 f"strategy.load(folder) (a graph or partition folder), a "
+                                 f"DistData loaded from a partition folder, or the whole "
+                                 f"graph (a torch_geometric Data) on every rank")
+            data = load_grid_3d(source, self.shape(distributed.world_size()), self.seed)
             task = Task(data)
         return Grid3DRun(self, model, task, settings, self.edge_weight)
 
