@@ -110,6 +110,16 @@ class NodeSums:
 class Grid3DData:
     """One rank's share of a graph on the 3D grid (:func:`load_grid_3d`).
 
+    Args:
+        place (Grid3DPlace): Its place on the grid.
+        reader: What reads the graph's edges and node rows in chunks.
+        seed (int, optional): The node order's random permutation's seed.
+            (default: :obj:`0`)
+        permute (str, optional): The node order (``"double"``, ``"random"``,
+            ``"none"``). (default: :obj:`"double"`)
+        folder (str or os.PathLike, optional): Where it is read from.
+            (default: :obj:`None`)
+
     Attributes:
         place (Grid3DPlace): Its place on the grid.
         num_nodes (int): :math:`N`.

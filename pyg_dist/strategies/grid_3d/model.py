@@ -24,8 +24,14 @@ __all__ = ["Grid3DModel", "Output"]
 
 @dataclass
 class Output:
-    """A node matrix on the grid: this rank's block in ``layout``, of
-    ``width`` columns in all."""
+    """A node matrix on the grid.
+
+    Args:
+        tensor (torch.Tensor): This rank's block (its run of rows on
+            ``layout.rows``, its block of columns on ``layout.cols``).
+        layout (Layout): Where the matrix lies.
+        width (int): Its columns in all.
+    """
 
     tensor: Tensor
     layout: Layout
