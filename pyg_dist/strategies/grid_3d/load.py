@@ -150,7 +150,7 @@ class Grid3DData:
         self._blocks: dict[tuple[int, int], Block] = {}
         self._sums: dict[int, NodeSums] = {}
         self._labels: dict[int, dict[str, Tensor]] = {}
-        self.block(Layout(0, 1))  # layer 0's, and the node sums
+        self.block(INPUT)  # layer 0's, and the node sums
         rows = self.run(INPUT.rows)
         self.x = reader.nodes("x", self.order[rows[0] : rows[1]],
                               place.block(self.num_features, INPUT.cols))

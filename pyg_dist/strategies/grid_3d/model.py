@@ -99,8 +99,8 @@ class Grid3DModel:
     def _sage(self, step: Step, value: Output) -> Output:
         conv = step.module
         kind = "mean" if conv.aggr == "mean" else "sum"
-        both = self._aggregate(value, Coefficients(kind), step.name, root=1.0 if
-                               conv.root_weight else None)
+        both = self._aggregate(value, Coefficients(kind), step.name,
+                               root_apart=bool(conv.root_weight))
         if not conv.root_weight:
             return self._linear(both, conv.lin_l.weight, conv.lin_l.bias, step.name)
         h = both.tensor.size(1) // 2
@@ -117,11 +117,11 @@ class Grid3DModel:
         return out
 
     def _aggregate(self, value: Output, coefficients: Coefficients, name: str,
-                   root: Any = None) -> Output:
-        r""":math:`\mathbf{A}\mathbf{H}` (and ``root`` times the diagonal
-        block :math:`\mathbf{I}\mathbf{H}`: concatenated for a float,
-        added for a tensor, GIN's :math:`1 + \epsilon`), summed over the
-        sources' axis."""
+                   root: Tensor | None = None, root_apart: bool = False) -> Output:
+        r""":math:`\mathbf{A}\mathbf{H}`, summed over the sources' axis;
+        plus ``root`` times the diagonal block :math:`\mathbf{I}\mathbf{H}`
+        (GIN's :math:`1 + \epsilon`), or with :math:`\mathbf{I}\mathbf{H}`
+        beside it (``root_apart``: SAGE's root, in the same sum)."""
         layout = value.layout
         r, c = layout.spare, layout.rows
         block = self.data.block(layout)
@@ -134,10 +134,10 @@ class Grid3DModel:
         if coefficients.kind == "gcn":
             diagonal = coefficients.diagonal(self.data, r, lo, hi).to(h.dtype)
             out = out.index_add(0, index, own * diagonal.unsqueeze(1))
-        if isinstance(root, float):
+        if root_apart:
             eye = h.new_zeros(out.shape).index_add(0, index, own)
             out = torch.cat([out, eye], dim=1)
-        elif root is not None:
+        if root is not None:
             out = out.index_add(0, index, own * root)
         return Output(sum_over(out, self.place, c, self.data.ledger, name,
                                self.model.training), Layout(r, layout.cols), value.width)
