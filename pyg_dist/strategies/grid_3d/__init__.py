@@ -2,9 +2,9 @@ r"""Training on a 3D grid of ranks (Plexus, arXiv 2505.04083): every rank
 holds a block of the adjacency, of each weight and of each node matrix.
 
 The ranks form a grid :math:`X \times Y \times Z`. The nodes are put in one
-order by a double permutation (:mod:`.permute`: random, then dealt by
+order by a double permutation (``permute.py``: random, then dealt by
 degree) that balances every block's edges. A node matrix lies in a layout
-``(rows, cols)`` of two axes (:class:`.grid.Layout`): rank
+``(rows, cols)`` of two axes (:class:`Layout`): rank
 :math:`(c_x, c_y, c_z)` holds its rows' run :math:`c_{rows}` and its
 columns' block :math:`c_{cols}`, replicated over the third (spare) axis.
 

@@ -4,7 +4,7 @@ exact) and its seconds.
 
 A training step books, per all-reduce of an :math:`n`-element float32
 tensor over an axis of :math:`g` ranks, :math:`2 (n - n_i) \cdot 4` bytes
-sent by rank :math:`i` (:func:`~pyg_dist.strategies.grid_3d.ops.ring_bytes`),
+sent by rank :math:`i` (``ops.ring_bytes``),
 once forward and once backward: an aggregation's partial sums
 (:math:`|\text{run}_r| \times |\text{block}_k(F)|`, twice as wide for a
 SAGE root), a transform's (:math:`|\text{run}_r| \times

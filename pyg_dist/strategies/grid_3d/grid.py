@@ -3,7 +3,7 @@ r"""This rank's place on the 3D grid, and the layouts of node matrices on it.
 The ranks form a grid of :math:`X \times Y \times Z` (global rank
 :math:`(x Y + y) Z + z`, :func:`~pyg_dist.runtime.grids.process_grid`'s
 numbering). A node matrix (:math:`N \times F`, nodes in the permuted order of
-:mod:`~pyg_dist.strategies.grid_3d.permute`) lies in a **layout**
+``permute.py``) lies in a **layout**
 ``(rows, cols)`` of two distinct axes: the rank at coordinate :math:`i` on
 axis ``rows`` and :math:`j` on axis ``cols`` holds row block :math:`i` of the
 nodes (cut in as many runs as the axis has ranks) and column block

@@ -2,7 +2,7 @@ r"""A rank's share of a graph on the 3D grid: the adjacency blocks of the
 layouts its model aggregates in, its block of the input features and the
 labels of its row blocks, read in chunks from a graph folder or a partition
 folder (of any part count; or a graph in memory) in the permuted node order of
-:mod:`~pyg_dist.strategies.grid_3d.permute`.
+``permute.py``.
 
 Reading takes three passes over the edges, a chunk at a time, none of which
 keeps more than this rank's blocks: each rank counts the degrees of its
@@ -126,7 +126,7 @@ class Grid3DData:
         num_features (int): The input features' width.
         order (torch.Tensor): ``[N]`` global id of the node at each position.
         x (torch.Tensor): Its block of the input features in layout
-            :data:`~pyg_dist.strategies.grid_3d.grid.INPUT` (rows over y,
+            :data:`~pyg_dist.strategies.grid_3d.INPUT` (rows over y,
             columns over z).
         y, train_mask, val_mask, test_mask (torch.Tensor): Labels and masks
             of its run of the x axis (:meth:`labels` gives any axis's).
@@ -422,8 +422,7 @@ def load_grid_3d(source: Any, shape: tuple[int, int, int], seed: int = 0,
         shape (tuple[int, int, int]): The grid :math:`(X, Y, Z)`.
         seed (int, optional): The node order's random permutation's seed.
             (default: :obj:`0`)
-        permute (str, optional): The node order
-            (:data:`~pyg_dist.strategies.grid_3d.permute.PERMUTATIONS`):
+        permute (str, optional): The node order:
             ``"double"``, ``"random"`` or ``"none"`` (the graph's own).
             (default: :obj:`"double"`)
     """

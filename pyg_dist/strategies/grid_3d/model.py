@@ -1,4 +1,4 @@
-r"""The model on the 3D grid: each step of the model (:mod:`.program`) on
+r"""The model on the 3D grid: each step of the model (``program.py``) on
 its layout, the aggregations on the adjacency blocks, the transforms on
 blocks of the weights, the loss and the accuracies where the logits end."""
 from __future__ import annotations
