@@ -131,7 +131,8 @@ class Grid3DData:
         y, train_mask, val_mask, test_mask (torch.Tensor): Labels and masks
             of its run of the x axis (:meth:`labels` gives any axis's).
         ledger (Ledger): Bytes its collectives moved.
-        dropout (DropoutState): Its shared dropout seed and calls.
+        dropout: Its shared dropout seed and calls (a ``DropoutState`` of
+            ``pyg_dist.utils.dropout``).
         folder (str, optional): Where it was read from.
         meta (PartitionMeta): The graph's sizes and classes (a partition
             folder's own; one part of the whole graph otherwise).

@@ -39,9 +39,9 @@ class Output:
 
 
 class Grid3DModel:
-    r"""``model`` run on the 3D grid: :meth:`output` gives this rank's block
-    of the logits, :meth:`loss` the global loss, :meth:`logits` the whole
-    rows of this rank's run where the logits end.
+    r"""``model`` run on the 3D grid: ``output()`` gives this rank's block
+    of the logits, ``loss()`` the global loss, ``logits()`` the whole rows
+    of this rank's run where the logits end.
 
     Args:
         model (torch.nn.Module): The model (every rank holds all of it).
