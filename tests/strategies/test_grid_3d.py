@@ -427,3 +427,24 @@ def test_the_cli_trains_a_grid_as_one_process_trains_the_whole_graph(tmp_path):
     assert (one["test_acc"], one["val_acc"], one["best_epoch"]) == (
         grid["test_acc"], grid["val_acc"], grid["best_epoch"])
     assert one["val_acc"] > 0.4  # trained: 8 classes, chance is 0.125
+
+
+def test_one_process_is_a_grid_of_one_rank():
+    """1x1x1 in this process (no process group): every case's outputs and
+    gradients are PyG's on the whole graph."""
+    data, refs = load_grid_3d(graph(), (1, 1, 1)), references()
+    for name in CASES:
+        got = run_case(data, name)
+        assert_close(got["out"][torch.argsort(got["rows"])], refs[name]["out"],
+                     what=f"{name}: output")
+        for param, grad in refs[name]["grads"].items():
+            assert_close(got["grads"][param], grad, what=f"{name}: gradient of {param}")
+
+
+def test_a_folder_of_neither_kind_is_refused_naming_both(tmp_path):
+    with pytest.raises(ValueError, match=r"reads a graph folder \(pyg-dist convert ... --out "
+                                         r"DIR\) or a partition folder"):
+        load_grid_3d(tmp_path, (1, 1, 1))
+    with pytest.raises(ValueError, match=r"strategy.load\(folder\) \(a graph or partition "
+                                         r"folder\)"):
+        Grid3D().runner(GNN("gcn", F_IN, 4, 3), type("T", (), {"data": object()})(), None)
