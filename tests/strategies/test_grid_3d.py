@@ -38,10 +38,10 @@ from pyg_dist.strategies.grid_3d import (
     compile_model,
     grids,
     layouts,
-    load,
     load_grid_3d,
     node_order,
     program_of,
+    readers,
     step_bytes,
 )
 from pyg_dist.train import train
@@ -209,7 +209,7 @@ def train_part_case(parts, shape):
 
 def battery(folder, parts, world):
     source, out = graph(), {}
-    load.EDGE_CHUNK = 97  # the folder's edges and rows a few at a time
+    readers.EDGE_CHUNK = 97  # the folder's edges and rows a few at a time
     for shape in GRIDS[world]:
         data = load_grid_3d(source, shape)
         for name in CASES:

@@ -41,7 +41,8 @@ nonzero only in its blocks of the weights, from its rows: every parameter's
 gradient is summed over all ranks.
 
 The folder, by concern: the grid and its layouts (``grid.py``), the node
-order (``permute.py``), a rank's share of the graph (``load.py``), the model
+order (``permute.py``), a rank's share of the graph (``load.py``) and what
+reads it in chunks (``readers.py``), the model
 as steps (``program.py``), the autograd sums and the adjacency's entries
 (``ops.py``), the model on the grid (``model.py``), one run (``runner.py``),
 the planner's predictions (``cost.py``) and the options (``strategy.py``).
