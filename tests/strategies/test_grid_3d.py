@@ -1,7 +1,7 @@
 """Training on the 3D grid (``Grid3D``) against single-process PyG on the
 whole graph: every grid of 2 and 4 real gloo ranks and 2x2x2, GCN with and without
 edge weights (two and three layers: every layout of the rotation), SAGE
-with mean and sum, GIN; a directed graph with self-loops, duplicates and
+with mean and sum, GIN (epsilon fixed and learnt); a directed graph with self-loops, duplicates and
 isolated nodes; dropout on. Outputs and parameter gradients; three epochs of
 train() end with PyG's weights; the planner's bytes are the ledger's; a
 graph folder and a partition folder (3 parts, edge weights) read in small
@@ -56,7 +56,7 @@ F_IN, HIDDEN, CLASSES = 7, 5, 3
 P_DROP = 0.5
 SEED = 4242  # the shared dropout seed, set on every rank
 EPOCHS = 3
-CASES = ("gcn", "gcn-weighted", "gcn3", "sage-mean", "sage-sum", "gin")
+CASES = ("gcn", "gcn-weighted", "gcn3", "sage-mean", "sage-sum", "gin", "gin-eps")
 
 
 def graph():
@@ -72,8 +72,9 @@ def model_of(name):
         return GNN("gcn", F_IN, HIDDEN, CLASSES, layers=3, dropout=P_DROP), False
     if name.startswith("sage"):
         return GNN("sage", F_IN, HIDDEN, CLASSES, dropout=P_DROP, aggr=name[5:]), False
-    assert name == "gin"
-    return GNN("gin", F_IN, HIDDEN, CLASSES, dropout=P_DROP), False
+    assert name in ("gin", "gin-eps")  # gin-eps learns its epsilon
+    return GNN("gin", F_IN, HIDDEN, CLASSES, dropout=P_DROP,
+               train_eps=name == "gin-eps"), False
 
 
 M32 = 0xFFFFFFFF
