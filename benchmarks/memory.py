@@ -3,7 +3,7 @@ against single-process PyG on the whole graph and our own code on one rank.
 
     python benchmarks/memory.py [--dataset synthetic-arxiv] [--num-nodes N]
                                 [--parts 4] [--hidden 128] [--epochs 3]
-                                [--slices T [T ...]]
+                                [--slices T [T ...]] [--grids XxYxZ [XxYxZ ...]]
     python benchmarks/memory.py --probe PARTS_DIR [--rank 0] [--hidden 128]
 
 Every run is a fresh process (so each peak includes importing torch, PyG and
@@ -18,6 +18,11 @@ each :math:`T`, ``--parts``/T graph parts × T feature slices, each grid from
 a folder of its own part count, trained by
 ``train(..., strategy=FeatureParallel(slices=T))`` (evaluations included);
 one row per rank, and per grid the largest rank's peak above its imports.
+
+``--grids`` adds 3D grids (``Grid3D``) on the same ``--parts`` ranks, read
+from the ``--parts`` folder a chunk at a time: one row per rank with the
+edges of each adjacency block it holds, and per grid the largest rank's peak
+above its imports.
 
 ``--probe`` runs one rank of an existing partition folder alone, its halo
 exchanges answered with zeros (no peers, no network): what that rank would
@@ -160,6 +165,33 @@ def probe(args: argparse.Namespace) -> None:
           f"(no communication)")
 
 
+def grid_3d_process(parts_dir: str, shape: tuple, hidden: int, epochs: int) -> dict:
+    """One rank of a 3D grid: its adjacency blocks and its blocks of x."""
+    sys.path.insert(0, BENCH_DIR)
+    import rss as rank_rss  # the benchmark's helper, in the spawned rank
+
+    _imports()
+
+    import pyg_dist  # noqa: F401 - the floor of rank_process's ranks
+
+    after_import = rank_rss.current()
+    import torch
+
+    from pyg_dist.config import Grid3D
+    from pyg_dist.models import GNN
+    from pyg_dist.train import train
+
+    strategy = Grid3D(*shape)
+    data = strategy.load(parts_dir)
+    torch.manual_seed(0)
+    model = GNN("gcn", data.num_features, hidden, data.meta.num_classes)
+    result = train(model, data, epochs, strategy=strategy, progress=False)
+    return {"after_import": after_import, "peak": rank_rss.peak(),
+            "seconds": sum(e.train_seconds for e in result.history),
+            "blocks": {f"{a}{b}": block.nnz for (a, b), block in data.blocks().items()},
+            "x": tuple(data.x.shape)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default="synthetic-arxiv")
@@ -172,6 +204,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slices", type=int, nargs="*", default=[], metavar="T",
                         help="feature-parallel grids of --parts/T parts x T slices to add")
+    parser.add_argument("--grids", nargs="*", default=[], metavar="XxYxZ",
+                        help="3D grids of --parts ranks to add")
     parser.add_argument("--probe", default=None, metavar="PARTS_DIR",
                         help="run one rank of this partition folder alone (see above)")
     parser.add_argument("--rank", type=int, default=0, help="the rank --probe runs")
@@ -209,8 +243,15 @@ def main() -> None:
                                            args=(str(Path(tmp) / f"p{d}"), t, args.hidden,
                                                  args.epochs))
                    for d, t in grids}
+        from pyg_dist.strategies.grid_3d import parse_grid
+
+        cubes = {text: pyg_dist.launch(grid_3d_process, args.parts,
+                                       args=(str(Path(tmp) / f"p{args.parts}"),
+                                             parse_grid(text), args.hidden, args.epochs))
+                 for text in args.grids}
     report(pyg, ours, args.parts)
     report_grids(feature, ours, args.parts)
+    report_grid_3d(cubes, ours, args.parts)
 
 
 def report(pyg: dict, ours: dict, parts: int) -> None:
@@ -254,6 +295,32 @@ def report_grids(feature: dict, ours: dict, parts: int) -> None:
     for (d, t), ranks in feature.items():
         largest = max(r["peak"] - r["after_import"] for r in ranks)
         print(f"grid {d}x{t}: largest rank {largest / mib:.0f} MiB above its imports, "
+              f"{largest / above:.2f}x of our graph-parallel {parts} ranks' largest "
+              f"({above / mib:.0f} MiB)")
+
+
+def report_grid_3d(cubes: dict, ours: dict, parts: int) -> None:
+    """A row per rank of each 3D grid (its blocks' edges and its x block);
+    per grid its largest rank's peak above the imports, against our
+    graph-parallel ranks'."""
+    if not cubes:
+        return
+    mib = 2**20
+    above = max(r["peak"] - r["after_import"] for r in ours[parts])
+    print(f"{'3D grid, rank':>22} {'peak MiB':>9} {'peak-import':>11} {'x block':>12} "
+          f"{'train s':>7}  edges per block (targets' axis, sources' axis)")
+    axes = "xyz"
+    for text, ranks in cubes.items():
+        for k, r in enumerate(ranks):
+            blocks = ", ".join(f"{axes[int(key[0])]}{axes[int(key[1])]} {n}"
+                               for key, n in r["blocks"].items())
+            shape = f"{r['x'][0]} x {r['x'][1]}"
+            print(f"{f'{text} rank {k}/{parts}':>22} {r['peak'] / mib:>9.0f} "
+                  f"{(r['peak'] - r['after_import']) / mib:>11.0f} {shape:>12} "
+                  f"{r['seconds']:>7.1f}  {blocks}")
+    for text, ranks in cubes.items():
+        largest = max(r["peak"] - r["after_import"] for r in ranks)
+        print(f"grid {text}: largest rank {largest / mib:.0f} MiB above its imports, "
               f"{largest / above:.2f}x of our graph-parallel {parts} ranks' largest "
               f"({above / mib:.0f} MiB)")
 

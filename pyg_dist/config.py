@@ -16,6 +16,9 @@ strategy                                what crosses the network each step
 :class:`FeatureParallel`                feature slices of halo rows among a
                                         slice's ranks; all-to-alls between column
                                         slices and row blocks among a part's ranks
+:class:`Grid3D`                         partial sums of node-matrix blocks along
+                                        one axis of an X x Y x Z grid per
+                                        aggregation and per transform
 ======================================  ==========================================
 
 Each strategy is one file of :mod:`pyg_dist.strategies`, re-exported here.
@@ -46,6 +49,7 @@ from pyg_dist.strategies import (
     GradientOnly,
     GradSync,
     GraphParallel,
+    Grid3D,
     LayerPipeline,
     Planned,
     strategy_from_dict,
@@ -62,7 +66,7 @@ from pyg_dist.strategies.options import (
 from pyg_dist.strategies.settings import STOPS
 
 __all__ = ["Options", "GraphParallel", "GradientOnly", "LayerPipeline", "Planned",
-           "FeatureParallel", "RISKS",
+           "FeatureParallel", "Grid3D", "RISKS",
            "GradSync",
            "Adam", "LRSchedule", "Evaluation", "Checkpoint", "STRATEGIES", "SCHEDULES", "STOPS",
            "option", "strategy_from_dict", "parse_phases", "as_policy"]

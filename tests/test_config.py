@@ -56,7 +56,7 @@ def test_strategies_are_read_back_by_name():
     for strategy in EXAMPLES[:6]:
         assert strategy_from_dict({"name": strategy.name, **strategy.to_dict()}) == strategy
     assert set(STRATEGIES) == {"graph-parallel", "gradient-only", "layer-pipeline", "auto",
-                               "feature-parallel"}
+                               "feature-parallel", "grid-3d"}
     with pytest.raises(ValueError, match="use one of graph-parallel, gradient-only"):
         strategy_from_dict({"name": "model-parallel"})
 

@@ -249,13 +249,14 @@ COMM_TIMEOUT = 30.0
 AT_ONCE = 5.0
 PHASES = ("loading", "first exchange", "training", "evaluation", "checkpointing", "callback")
 #: The failure battery: every strategy, in each phase it has (feature
-#: parallelism and the layer pipeline load their grids themselves).
+#: parallelism, the layer pipeline and the 3D grid load their grids themselves).
 BATTERY = [("graph-parallel", phase) for phase in PHASES] + [
     ("layer-pipeline", phase) for phase in ("training", "evaluation", "checkpointing",
                                             "callback")] + [
     ("feature-parallel", phase) for phase in ("training", "evaluation", "checkpointing",
                                               "callback")] + [
-    ("gradient-only", phase) for phase in ("training", "checkpointing")]
+    ("gradient-only", phase) for phase in ("training", "checkpointing")] + [
+    ("grid-3d", phase) for phase in ("training", "evaluation", "checkpointing", "callback")]
 
 
 class Injected(Exception):
@@ -263,7 +264,7 @@ class Injected(Exception):
 
 
 def _strategy(name: str):
-    from pyg_dist.config import FeatureParallel, GradientOnly, GraphParallel, LayerPipeline
+    from pyg_dist.config import FeatureParallel, GradientOnly, GraphParallel, Grid3D, LayerPipeline
     from pyg_dist.models import DeepGNN
     from pyg_dist.strategies.layer_pipeline import load
 
@@ -274,15 +275,19 @@ def _strategy(name: str):
             "feature-parallel": (FeatureParallel(slices=2), pyg_dist.DistData.load,
                                  lambda f: GNN("gcn", f, 16, 3)),
             "gradient-only": (GradientOnly(regroup_every=2), pyg_dist.DistData.load,
-                              lambda f: GNN("sage", f, 16, 3))}[name]
+                              lambda f: GNN("sage", f, 16, 3)),
+            "grid-3d": (Grid3D(x=1, y=1, z=2), pyg_dist.DistData.load,
+                        lambda f: GNN("gcn", f, 16, 3))}[name]
 
 
 def _own_step(name: str):
     """The runner class of a strategy whose step runs the layers itself."""
     from pyg_dist.strategies.feature_parallel.runner import FeatureParallelRun
+    from pyg_dist.strategies.grid_3d.runner import Grid3DRun
     from pyg_dist.strategies.layer_pipeline.strategy import _PipelineRun
 
-    return {"layer-pipeline": _PipelineRun, "feature-parallel": FeatureParallelRun}.get(name)
+    return {"layer-pipeline": _PipelineRun, "feature-parallel": FeatureParallelRun,
+            "grid-3d": Grid3DRun}.get(name)
 
 
 def _faulty(root: str, phase: str, linger: float = 0.0, name: str = "graph-parallel") -> dict:

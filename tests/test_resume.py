@@ -18,6 +18,7 @@ from pyg_dist.config import (
     GradientOnly,
     GradSync,
     GraphParallel,
+    Grid3D,
     LayerPipeline,
 )
 from pyg_dist.models import GNN, DeepGNN
@@ -39,6 +40,8 @@ CASES = {
     "feature-parallel 2x1 (DistData)": (FeatureParallel(slices=1), None, False),
     "feature-parallel 1x2 (DistData)": (FeatureParallel(slices=2), None, False),
     "feature-parallel 1x2 (load)": (FeatureParallel(slices=2), None, True),
+    "grid-3d 1x1x2 (DistData)": (Grid3D(x=1, y=1, z=2), None, False),
+    "grid-3d 2x1x1 (load)": (Grid3D(x=2, y=1, z=1), None, True),
     "auto": ("auto", None, False),
     "layer pipeline 1x2": (LayerPipeline(stages=2), None, True),
     "layer pipeline 2x1, 2 chunks": (LayerPipeline(stages=1, chunks=2), None, True),

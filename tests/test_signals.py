@@ -15,7 +15,14 @@ import torch
 from graphs import awkward_graph
 
 import pyg_dist
-from pyg_dist.config import Checkpoint, Evaluation, FeatureParallel, GraphParallel, LayerPipeline
+from pyg_dist.config import (
+    Checkpoint,
+    Evaluation,
+    FeatureParallel,
+    GraphParallel,
+    Grid3D,
+    LayerPipeline,
+)
 from pyg_dist.models import GNN, DeepGNN
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.layer_pipeline import load as pipeline_load
@@ -31,6 +38,8 @@ STRATEGIES = {
                        lambda f: DeepGNN("gcn2", f, 8, 3, layers=4), False),
     "feature-parallel": (FeatureParallel(slices=2), FeatureParallel(slices=2).load,
                          lambda f: GNN("gcn", f, 8, 3, dropout=0.5), True),
+    "grid-3d": (Grid3D(x=1, y=1, z=2), Grid3D(x=1, y=1, z=2).load,
+                lambda f: GNN("gcn", f, 8, 3, dropout=0.5), True),
 }
 #: When the signal comes: (epoch whose callback sends it, 0: before the first
 #: epoch; evaluation; the epoch every rank stops after).

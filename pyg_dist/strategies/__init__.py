@@ -1,7 +1,7 @@
 r"""Training strategies: how the ranks share the work of
 :func:`pyg_dist.train.train`. One strategy is one file, or one folder where it
 needs machinery of its own (``gradient_only/``, ``layer_pipeline/``,
-``feature_parallel/``): its option dataclass,
+``feature_parallel/``, ``grid_3d/``): its option dataclass,
 its checks, its runner and its predictions, registered by name
 (:data:`STRATEGIES`) through the hooks of :class:`Strategy`
 (``"auto"`` is :class:`~pyg_dist.config.Planned`).
@@ -21,6 +21,9 @@ strategy                                    what crosses the network each step
 :class:`~pyg_dist.config.FeatureParallel`   feature slices of halo rows among a
                                             slice's ranks; all-to-alls between column
                                             slices and row blocks among a part's ranks
+:class:`~pyg_dist.config.Grid3D`            partial sums of node-matrix blocks along
+                                            one axis of an X x Y x Z grid per
+                                            aggregation and per transform
 ==========================================  ==========================================
 
 A strategy of your own subclasses :class:`Strategy` with a ``name`` and a
@@ -47,6 +50,7 @@ from pyg_dist.strategies.gradient_only import GradientOnly
 from pyg_dist.strategies.layer_pipeline import LayerPipeline
 from pyg_dist.strategies.planned import Planned
 from pyg_dist.strategies.feature_parallel import FeatureParallel
+from pyg_dist.strategies.grid_3d import Grid3D
 # isort: on
 from pyg_dist.strategies.settings import Checkpoint, Evaluation, GradSync, Settings
 from pyg_dist.strategies.task import HeteroTask, Task, task_of
@@ -58,6 +62,7 @@ __all__ = [
     "LayerPipeline",
     "Planned",
     "FeatureParallel",
+    "Grid3D",
     "STRATEGIES",
     "RISKS",
     "as_strategy",

@@ -1,0 +1,285 @@
+r"""A rank's share of a graph on the 3D grid: the adjacency blocks of the
+layouts its model aggregates in, its block of the input features and the
+labels of its row blocks, read in chunks from a graph folder or a partition
+folder (of any part count; or a graph in memory) in the permuted node order of
+``permute.py``.
+
+Reading takes three passes over the edges, a chunk at a time, none of which
+keeps more than this rank's blocks: each rank counts the degrees of its
+:math:`1/P` share of the edges (summed over the ranks: the order needs them);
+then each layout's block keeps the edges whose target and source positions
+fall in the rank's runs; the per-node sums the aggregations normalise by
+(in-degrees, self-loops) are summed over the ranks of one block layout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pyg_dist.datasets.folder_files import GRAPH_FILE
+from pyg_dist.halo.ledger import Ledger
+from pyg_dist.metrics import MASKS
+from pyg_dist.partitioning.io import META_FILE
+from pyg_dist.runtime import distributed
+from pyg_dist.strategies.grid_3d.grid import (
+    INPUT,
+    Grid3DPlace,
+    Layout,
+    grid_place,
+)
+from pyg_dist.strategies.grid_3d.permute import node_order
+from pyg_dist.strategies.grid_3d.readers import DataReader, FolderReader, PartsReader, Reader
+from pyg_dist.utils.dropout import DropoutState
+
+__all__ = ["Grid3DData", "Block", "NodeSums", "load_grid_3d"]
+
+
+@dataclass
+class Block:
+    """This rank's block of the adjacency in one layout: the edges whose
+    target's position lies in its run ``rows`` of the layout's rows axis and
+    whose source's in its run ``cols`` of the cols axis.
+
+    Attributes:
+        rows (tuple[int, int]): Its target positions ``[lo, hi)``.
+        cols (tuple[int, int]): Its source positions ``[lo, hi)``.
+        row (torch.Tensor): ``[nnz]`` target of each edge, from ``rows[0]``.
+        col (torch.Tensor): ``[nnz]`` source of each edge, from ``cols[0]``.
+        weight (torch.Tensor, optional): ``[nnz]`` its edge weights.
+    """
+
+    rows: tuple[int, int]
+    cols: tuple[int, int]
+    row: Tensor
+    col: Tensor
+    weight: Tensor | None = None
+
+    @property
+    def nnz(self) -> int:
+        return int(self.row.numel())
+
+    @property
+    def loop(self) -> Tensor:
+        """``[nnz]`` whether each edge is a self-loop."""
+        return self.row + self.rows[0] == self.col + self.cols[0]
+
+    def diagonal(self) -> tuple[int, int]:
+        """The positions ``[lo, hi)`` that are both a row and a column of the block."""
+        lo, hi = max(self.rows[0], self.cols[0]), min(self.rows[1], self.cols[1])
+        return lo, max(lo, hi)
+
+
+@dataclass
+class NodeSums:
+    """Per-node sums of the whole graph for one run of positions (what the
+    aggregations normalise by), summed over every block that holds them.
+
+    Attributes:
+        in_edges (torch.Tensor): ``[run]`` in-edges (self-loops and duplicates counted).
+        in_other (torch.Tensor): ``[run]`` in-edges that are no self-loop.
+        weight_other (torch.Tensor): ``[run]`` the weights of those (float64).
+        loop (torch.Tensor): ``[run]`` whether the node has a self-loop.
+        loop_weight (torch.Tensor): ``[run]`` the weight of its last self-loop.
+    """
+
+    in_edges: Tensor
+    in_other: Tensor
+    weight_other: Tensor
+    loop: Tensor
+    loop_weight: Tensor
+
+
+class Grid3DData:
+    """One rank's share of a graph on the 3D grid (:func:`load_grid_3d`).
+
+    Args:
+        place (Grid3DPlace): Its place on the grid.
+        reader: What reads the graph's edges and node rows in chunks.
+        seed (int, optional): The node order's random permutation's seed.
+            (default: :obj:`0`)
+        permute (str, optional): The node order (``"double"``, ``"random"``,
+            ``"none"``). (default: :obj:`"double"`)
+        folder (str or os.PathLike, optional): Where it is read from.
+            (default: :obj:`None`)
+
+    Attributes:
+        place (Grid3DPlace): Its place on the grid.
+        num_nodes (int): :math:`N`.
+        num_features (int): The input features' width.
+        order (torch.Tensor): ``[N]`` global id of the node at each position.
+        x (torch.Tensor): Its block of the input features in layout
+            :data:`~pyg_dist.strategies.grid_3d.INPUT` (rows over y,
+            columns over z).
+        y, train_mask, val_mask, test_mask (torch.Tensor): Labels and masks
+            of its run of the x axis (:meth:`labels` gives any axis's).
+        ledger (Ledger): Bytes its collectives moved.
+        dropout: Its shared dropout seed and calls (a ``DropoutState`` of
+            ``pyg_dist.utils.dropout``).
+        folder (str, optional): Where it was read from.
+        meta (PartitionMeta): The graph's sizes and classes (a partition
+            folder's own; one part of the whole graph otherwise).
+    """
+
+    def __init__(self, place: Grid3DPlace, reader: Reader, seed: int = 0,
+                 permute: str = "double", folder: Any = None) -> None:
+        self.place, self._reader, self.folder = place, reader, folder
+        self.num_nodes, self.num_features = reader.num_nodes, reader.num_features
+        self.weighted, self.meta = reader.weighted, reader.meta
+        self.ledger, self.dropout = Ledger(), DropoutState()
+        self.registry = None
+        self.order = node_order(self._degrees(), place.shape, seed, permute)
+        self.position = torch.empty_like(self.order)
+        self.position[self.order] = torch.arange(self.num_nodes)
+        self._blocks: dict[tuple[int, int], Block] = {}
+        self._sums: dict[int, NodeSums] = {}
+        self._labels: dict[int, dict[str, Tensor]] = {}
+        self.block(INPUT)  # layer 0's, and the node sums
+        rows = self.run(INPUT.rows)
+        self.x = reader.nodes("x", self.order[rows[0] : rows[1]],
+                              place.block(self.num_features, INPUT.cols))
+        for key, value in self.labels(0).items():
+            setattr(self, key, value)
+        self.edge_index = self  # what the loop's Task reads: the grid's share
+
+    def keys(self) -> list[str]:
+        return ["x", "edge_index", *self.labels(0)]
+
+    def run(self, axis: int) -> tuple[int, int]:
+        """This rank's run of positions ``[lo, hi)`` on ``axis``."""
+        return self.place.block(self.num_nodes, axis)
+
+    def global_id(self, axis: int) -> Tensor:
+        """``[run]`` global id of each position of this rank's run on ``axis``."""
+        lo, hi = self.run(axis)
+        return self.order[lo:hi]
+
+    def labels(self, axis: int) -> dict[str, Tensor]:
+        """``y`` and the masks of this rank's run on ``axis``."""
+        if axis not in self._labels:
+            ids = self.global_id(axis)
+            self._labels[axis] = {key: self._reader.nodes(key, ids)
+                                  for key in ("y", *MASKS) if key in self._reader.node_attrs}
+        return self._labels[axis]
+
+    def _degrees(self) -> Tensor:
+        """``[N]`` every node's in + out degree: each rank counts its share
+        of the edges, summed over the ranks (collective)."""
+        n = self.num_nodes
+        degree = torch.zeros(n, dtype=torch.long)
+        for edges, _ in self._reader.edges(distributed.rank(), distributed.world_size()):
+            degree += torch.bincount(edges.reshape(-1), minlength=n)
+        return distributed.all_reduce(degree)
+
+    def block(self, layout: Layout) -> Block:
+        """This rank's adjacency block of the aggregation that starts in
+        ``layout`` (targets over its spare axis, sources over its rows axis),
+        read at the first call (collective then: the first also sums the node
+        sums over the ranks of its layout)."""
+        key = (layout.spare, layout.rows)
+        if key not in self._blocks:
+            self._blocks[key] = self._read_block(*key)
+        return self._blocks[key]
+
+    def blocks(self) -> dict[tuple[int, int], Block]:
+        """The blocks read so far, by (targets' axis, sources' axis)."""
+        return dict(self._blocks)
+
+    def _read_block(self, r: int, c: int) -> Block:
+        rows, cols = self.run(r), self.run(c)
+        kept: list[tuple[Tensor, Tensor, Tensor | None]] = []
+        for edges, weight in self._reader.edges(0, 1):
+            dst, src = self.position[edges[1]], self.position[edges[0]]
+            mine = (dst >= rows[0]) & (dst < rows[1]) & (src >= cols[0]) & (src < cols[1])
+            kept.append((dst[mine] - rows[0], src[mine] - cols[0],
+                         None if weight is None else weight[mine]))
+        row = torch.cat([k[0] for k in kept]) if kept else torch.zeros(0, dtype=torch.long)
+        col = torch.cat([k[1] for k in kept]) if kept else torch.zeros(0, dtype=torch.long)
+        weight = (torch.cat([k[2] for k in kept]) if kept and self.weighted  # type: ignore[misc]
+                  else None)
+        block = Block(rows, cols, row, col, weight)
+        if not self._sums:
+            self._sum_nodes(block, r, c)
+        return block
+
+    def _sum_nodes(self, block: Block, r: int, c: int) -> None:
+        """Sums, over the ranks of ``block``'s layout (every edge once), each
+        node's in-edges, self-loop and weights; keeps the runs of each axis."""
+        n = self.num_nodes
+        target = block.row + block.rows[0]
+        loop = block.loop
+        weight = (block.weight.double() if block.weight is not None
+                  else torch.ones(block.nnz, dtype=torch.float64))
+        sums = torch.zeros(5, n, dtype=torch.float64)
+        sums[0].index_add_(0, target, torch.ones(block.nnz, dtype=torch.float64))
+        sums[1].index_add_(0, target[~loop], torch.ones(int((~loop).sum()),
+                                                        dtype=torch.float64))
+        sums[2].index_add_(0, target[~loop], weight[~loop])
+        # the last self-loop of a node wins (as PyG's add_remaining_self_loops);
+        # one rank of the layout holds all of a node's self-loops
+        last = torch.full((n,), -1, dtype=torch.long)
+        edge = torch.arange(block.nnz)
+        last.scatter_reduce_(0, target[loop], edge[loop], "amax")
+        has = last >= 0
+        sums[3][has] = 1.0
+        sums[4][has] = weight[last[has]]
+        sums = distributed.all_reduce(sums, group=self.place.group(r, c))
+        for axis in range(3):
+            lo, hi = self.run(axis)
+            part = sums[:, lo:hi]
+            self._sums[axis] = NodeSums(part[0].long(), part[1].long(), part[2],
+                                        part[3] > 0, part[4])
+
+    def sums(self, axis: int) -> NodeSums:
+        """The node sums of this rank's run on ``axis``."""
+        return self._sums[axis]
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_"):
+            raise AttributeError(key)
+        raise AttributeError(f"'Grid3DData' has no attribute '{key}'; this rank holds "
+                             f"{', '.join(self.keys())}")
+
+    def __repr__(self) -> str:
+        return (f"Grid3DData(grid={self.place}, coords={self.place.coords}, "
+                f"x={list(self.x.shape)}, nnz={[b.nnz for b in self._blocks.values()]})")
+
+
+def load_grid_3d(source: Any, shape: tuple[int, int, int], seed: int = 0,
+                 permute: str = "double") -> Grid3DData:
+    """This rank's share of ``source`` on the grid ``shape``. Collective.
+
+    Args:
+        source (str, os.PathLike or torch_geometric.data.Data): A graph
+            folder (``pyg-dist convert``, :func:`~pyg_dist.datasets.write_graph_folder`),
+            or a graph in memory (every rank passing the same one).
+        shape (tuple[int, int, int]): The grid :math:`(X, Y, Z)`.
+        seed (int, optional): The node order's random permutation's seed.
+            (default: :obj:`0`)
+        permute (str, optional): The node order:
+            ``"double"``, ``"random"`` or ``"none"`` (the graph's own).
+            (default: :obj:`"double"`)
+    """
+    place = grid_place(shape)
+    reader: Reader | None = None
+    error: Exception | None = None
+    folder = None
+    try:
+        if hasattr(source, "edge_index"):
+            reader = DataReader(source)
+        elif (Path(source) / GRAPH_FILE).is_file():
+            reader, folder = FolderReader(source), source
+        elif (Path(source) / META_FILE).is_file():
+            reader, folder = PartsReader(source), source
+        else:
+            raise ValueError(f"'Grid3D.load' reads a graph folder (pyg-dist convert ... --out "
+                             f"DIR) or a partition folder (pyg-dist partition ... --out-dir "
+                             f"DIR); '{source}' has neither {GRAPH_FILE} nor {META_FILE}")
+    except (OSError, ValueError) as exc:
+        error = exc
+    distributed.raise_together(error, f"'Grid3D.load' of '{source}'")
+    assert reader is not None, "every rank opened the graph"
+    return Grid3DData(place, reader, seed, permute, folder)

@@ -1,0 +1,451 @@
+"""Training on the 3D grid (``Grid3D``) against single-process PyG on the
+whole graph: every grid of 2 and 4 real gloo ranks and 2x2x2, GCN with and without
+edge weights (two and three layers: every layout of the rotation), SAGE
+with mean and sum, GIN (epsilon fixed and learnt); a directed graph with self-loops, duplicates and
+isolated nodes; dropout on. Outputs and parameter gradients; three epochs of
+train() end with PyG's weights; the planner's bytes are the ledger's; a
+graph folder and a partition folder (3 parts, edge weights) read in small
+chunks give what the graph in memory gives.
+
+One rank battery per world size (tests/worlds.py) runs every case; the test
+process builds the references."""
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import awkward_graph
+from tolerances import assert_close
+from torch_geometric.nn import GATConv, GINConv
+from torch_geometric.nn.models import GAT
+from worlds import Battery
+
+import pyg_dist
+from pyg_dist.config import Adam, Grid3D
+from pyg_dist.datasets import write_graph_folder
+from pyg_dist.datasets.community import CommunityGraphConfig, community_graph
+from pyg_dist.models import GNN
+from pyg_dist.nn import DistGCNConv, DistSAGEConv, to_distributed
+from pyg_dist.strategies import strategy_from_dict
+from pyg_dist.strategies.grid_3d import (
+    RUNS,
+    Grid3DModel,
+    balance,
+    compile_model,
+    grids,
+    layouts,
+    load_grid_3d,
+    node_order,
+    program_of,
+    readers,
+    step_bytes,
+)
+from pyg_dist.train import train
+
+#: Grids per world size.
+GRIDS = {2: [(1, 1, 2), (2, 1, 1), (1, 2, 1)], 4: [(2, 2, 1), (1, 2, 2), (2, 1, 2)],
+         8: [(2, 2, 2)]}
+#: The worlds that also read folders and train from a part (8 ranks on a
+#: small machine: the layer cases, train() and the bytes alone).
+FULL = (2, 4)
+F_IN, HIDDEN, CLASSES = 7, 5, 3
+P_DROP = 0.5
+SEED = 4242  # the shared dropout seed, set on every rank
+EPOCHS = 3
+CASES = ("gcn", "gcn-weighted", "gcn3", "sage-mean", "sage-sum", "gin", "gin-eps")
+
+
+def graph():
+    return awkward_graph(num_features=F_IN)
+
+
+def model_of(name):
+    """A fresh model of case ``name`` (seeded) and whether it reads edge weights."""
+    torch.manual_seed(sum(map(ord, name)))
+    if name in ("gcn", "gcn-weighted"):
+        return GNN("gcn", F_IN, HIDDEN, CLASSES, dropout=P_DROP), name == "gcn-weighted"
+    if name == "gcn3":
+        return GNN("gcn", F_IN, HIDDEN, CLASSES, layers=3, dropout=P_DROP), False
+    if name.startswith("sage"):
+        return GNN("sage", F_IN, HIDDEN, CLASSES, dropout=P_DROP, aggr=name[5:]), False
+    assert name in ("gin", "gin-eps")  # gin-eps learns its epsilon
+    return GNN("gin", F_IN, HIDDEN, CLASSES, dropout=P_DROP,
+               train_eps=name == "gin-eps"), False
+
+
+M32 = 0xFFFFFFFF
+
+
+def _lowbias32(h):
+    h ^= h >> 16
+    h = (h * 0x7FEB352D) & M32
+    h ^= h >> 15
+    h = (h * 0x846CA68B) & M32
+    return h ^ (h >> 16)
+
+
+def mask(num_nodes, width, call):
+    """The documented dropout hash (pyg_dist.utils.hashing) of (global node,
+    global column), in Python integers: the scale of call ``call``."""
+    key = _lowbias32((SEED * 0x9E3779B1 + call) & M32)
+    cols = [_lowbias32((f * 0xC2B2AE35 + key) & M32) for f in range(width)]
+    out = []
+    for v in range(num_nodes):
+        row = _lowbias32((v * 0x85EBCA6B + key) & M32)
+        line = []
+        for c in cols:
+            h = ((row ^ c) * 0x7FEB352D) & M32
+            h ^= h >> 15
+            h = (h * 0x846CA68B) & M32
+            h ^= h >> 16
+            line.append((h - 2**32 if h >= 2**31 else h) >= int(P_DROP * 2**32) - 2**31)
+        out.append(line)
+    return torch.tensor(out, dtype=torch.float32) / (1.0 - P_DROP)
+
+
+def reference_forward(model, data, weighted, first_call=0):
+    """GNN on the whole graph as PyG runs it, its dropout drawing the shared masks."""
+    x, call = data.x, first_call
+    for k, conv in enumerate(model.convs):
+        if model.training and (model.input_dropout if k == 0 else model.dropout) > 0:
+            x = x * mask(data.num_nodes, x.size(1), call)
+            call += 1
+        x = conv(x, data.edge_index, data.edge_weight) if weighted else conv(x, data.edge_index)
+        if k < len(model.convs) - 1:
+            x = x.relu()
+    return x
+
+
+def plain_model():
+    torch.manual_seed(7)
+    return GNN("gcn", F_IN, HIDDEN, CLASSES, dropout=0.0)
+
+
+def upstream(num_nodes):
+    return torch.randn(num_nodes, CLASSES, generator=torch.Generator().manual_seed(5))
+
+
+@functools.cache
+def references():
+    data, out = graph(), {}
+    for name in CASES:
+        model, weighted = model_of(name)
+        model.train()
+        logits = reference_forward(model, data, weighted)
+        (logits * upstream(data.num_nodes)).sum().backward()
+        out[name] = {"out": logits.detach(),
+                     "grads": {n: p.grad.clone() for n, p in model.named_parameters()}}
+    return out
+
+
+def reference_training(name):
+    data = graph()
+    model = model_of(name)[0] if name != "gcn-plain" else plain_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    for epoch in range(EPOCHS):
+        model.train()
+        optimizer.zero_grad()
+        out = reference_forward(model, data, False, first_call=len(model.convs) * epoch)
+        F.cross_entropy(out[data.train_mask], data.y[data.train_mask]).backward()
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+# --- on the ranks ---------------------------------------------------------------------------
+
+def run_case(data, name):
+    """One forward and backward of case ``name``: the logits' rows (on the
+    ranks that count them), the gradients summed over the grid, the ledger."""
+    data.dropout.seed, data.dropout.calls = SEED, 0
+    model, weighted = model_of(name)
+    net = Grid3DModel(model, data, edge_weight=weighted)
+    model.train()
+    value = net.output()
+    logits = net.logits(value)
+    ids = data.global_id(value.layout.rows)
+    counts = 1.0 if net.counts() else 0.0
+    (logits * upstream(data.num_nodes)[ids] * counts).sum().backward()
+    net.sum_gradients()
+    return {"rows": ids if net.counts() else None, "out": logits.detach(),
+            "grads": {n: p.grad.clone() for n, p in model.named_parameters()},
+            "layouts": [str(layout) for layout in layouts(net.steps)]}
+
+
+def bytes_case(source, shape, name):
+    """One training step of case ``name`` on a fresh share: the bytes each
+    direction of the ledger booked."""
+    data = load_grid_3d(source, shape)
+    model, _ = model_of(name)
+    net = Grid3DModel(model, data)
+    model.train()
+    loss, _ = net.loss(net.output())
+    loss.backward()
+    net.sum_gradients()
+    out = {}
+    for (_, _, way), entry in data.ledger.entries.items():
+        out[way] = out.get(way, 0) + int(entry.bytes_sent)
+    return out
+
+
+def train_case(source, shape, name):
+    data = load_grid_3d(source, shape)
+    data.dropout.seed = SEED
+    model, _ = model_of(name)
+    train(model, data, EPOCHS, strategy=Grid3D(*shape), progress=False,
+          optimizer=Adam(lr=0.01, weight_decay=5e-4))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def train_part_case(parts, shape):
+    """train() given this rank's part (a DistData): read again as blocks."""
+    model = plain_model()
+    train(model, pyg_dist.DistData.load(parts), EPOCHS, strategy=Grid3D(*shape),
+          progress=False, optimizer=Adam(lr=0.01, weight_decay=5e-4))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def battery(folder, parts, world):
+    source, out = graph(), {}
+    readers.EDGE_CHUNK = 97  # the folder's edges and rows a few at a time
+    for shape in GRIDS[world]:
+        data = load_grid_3d(source, shape)
+        for name in CASES:
+            out[shape, name] = run_case(data, name)
+        out[shape, "train"] = train_case(source, shape, "gcn")
+        out[shape, "bytes"] = bytes_case(source, shape, "gcn3")
+        if world not in FULL:
+            continue
+        out[shape, "folder"] = run_case(load_grid_3d(folder, shape), "gcn")
+        out[shape, "parts"] = run_case(load_grid_3d(parts, shape), "gcn-weighted")
+        out[shape, "unbalanced"] = run_case(load_grid_3d(source, shape, permute="none"), "gcn3")
+    if world not in FULL:
+        return out
+    out["train-part"] = train_part_case(parts.parent / f"parts{world}", GRIDS[world][0])
+    return out
+
+
+def prepare(world, root):
+    """A graph folder, and a partition folder of 3 parts (not the world's)."""
+    write_graph_folder(graph(), root / "graph")
+    pyg_dist.partition(graph(), 3, root / "parts", method="random", seed=3)
+    pyg_dist.partition(graph(), world, root / f"parts{world}", method="metis", seed=3)
+    return (root / "graph", root / "parts", world), None
+
+
+BATTERIES = {world: Battery(world, battery, functools.partial(prepare, world), timeout=900)
+             for world in GRIDS}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    yield lambda world: BATTERIES[world].results(tmp_path_factory)[1]
+    for world_battery in BATTERIES.values():
+        world_battery.release()
+
+
+def gather(per_rank, key, num_nodes):
+    """The whole graph's logits from the ranks that count their rows; each
+    row once."""
+    full = torch.full((num_nodes, CLASSES), float("nan"))
+    seen = torch.zeros(num_nodes, dtype=torch.long)
+    for r in per_rank:
+        if r[key]["rows"] is not None:
+            full[r[key]["rows"]] = r[key]["out"]
+            seen[r[key]["rows"]] += 1
+    assert bool((seen == 1).all()), f"{key}: rows counted {seen.unique().tolist()} times"
+    return full
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_every_grid_equals_pyg_on_the_whole_graph(runs, world):
+    per_rank, refs, n = runs(world), references(), graph().num_nodes
+    extra = [("gcn", "folder"), ("gcn-weighted", "parts"), ("gcn3", "unbalanced")]
+    for shape in GRIDS[world]:
+        for name, case in [(c, c) for c in CASES] + (extra if world in FULL else []):
+            key, what = (shape, case), f"{case} on {'x'.join(map(str, shape))}"
+            assert_close(gather(per_rank, key, n), refs[name]["out"], what=f"{what}: output")
+            for param, grad in refs[name]["grads"].items():
+                for r in range(world):
+                    assert_close(per_rank[r][key]["grads"][param], grad,
+                                 what=f"{what}: gradient of {param} on rank {r}")
+
+
+def test_the_layouts_rotate_from_layer_to_layer(runs):
+    """Three GCN layers: input yz; each layer aggregates (rows take the
+    spare axis) then transforms (columns take it): xz, xy | zy, zx | yx, yz."""
+    assert runs(2)[0][(1, 1, 2), "gcn3"]["layouts"] == [
+        "yz", "yz", "xy", "xy", "xy", "zx", "zx", "zx", "yz"]
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_training_ends_with_the_weights_of_one_process(runs, world):
+    expected = reference_training("gcn")
+    for shape in GRIDS[world]:
+        for r, ranks in enumerate(runs(world)):
+            for name, value in expected.items():
+                assert_close(ranks[shape, "train"][name], value,
+                             what=f"{name} after {EPOCHS} epochs on {shape}, rank {r}")
+
+
+@pytest.mark.parametrize("world", FULL)
+def test_training_on_a_ranks_part_reads_it_again_as_blocks(runs, world):
+    """train(model, DistData, strategy=Grid3D(...)), as the planner's choice
+    runs it: the part's folder read as the grid's blocks; no dropout."""
+    expected = reference_training("gcn-plain")
+    for r, ranks in enumerate(runs(world)):
+        for name, value in expected.items():
+            assert_close(ranks["train-part"][name], value, what=f"{name} on rank {r}")
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_the_planners_bytes_are_the_ledgers(runs, world):
+    model, _ = model_of("gcn3")
+    program = program_of(model, F_IN)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    for shape in GRIDS[world]:
+        booked = {}
+        for ranks in runs(world):
+            for way, sent in ranks[shape, "bytes"].items():
+                booked[way] = booked.get(way, 0) + sent
+        predicted = step_bytes(program, shape, graph().num_nodes, params)
+        assert booked == {k: v for k, v in predicted.items() if v}, shape
+
+
+# --- in this process --------------------------------------------------------------------------
+
+def test_the_double_permutation_balances_a_power_law_graph_stored_by_degree():
+    """Hubs first (a degree-sorted store): the graph's own order piles the
+    edges onto the first blocks; the double permutation spreads them to
+    within 5% of the mean on every layout."""
+    data = community_graph(CommunityGraphConfig(num_nodes=6000, avg_degree=12, num_features=1,
+                                                degree_exponent=2.1), seed=1)
+    degree = torch.bincount(data.edge_index.reshape(-1), minlength=data.num_nodes)
+    position = torch.empty_like(degree)
+    position[torch.argsort(degree, descending=True, stable=True)] = torch.arange(data.num_nodes)
+    edges = position[data.edge_index]
+    assert balance(edges, data.num_nodes, (2, 2, 2), permute="none") > 2.5
+    assert balance(edges, data.num_nodes, (2, 2, 2)) <= 1.05
+    assert balance(edges, data.num_nodes, (3, 2, 1)) <= 1.05
+
+
+def test_the_node_order_is_a_permutation_dealt_into_equal_runs():
+    """Sorted by degree (9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0: nodes 0, 8, 4, 10,
+    2, 9, 5, 7, 3, then 1 and 6) and dealt in snake order into runs [0, 5)
+    and [5, 11): run 0 gets the 1st, 4th, 5th, 8th and 9th, degrees 23
+    against 22."""
+    degree = torch.tensor([9, 0, 5, 1, 7, 3, 0, 2, 8, 4, 6])
+    order = node_order(degree, (2, 1, 1), seed=0)
+    assert sorted(order.tolist()) == list(range(11))
+    assert set(order[:5].tolist()) == {0, 10, 2, 7, 3}
+    assert node_order(degree, (2, 1, 1), permute="none").tolist() == list(range(11))
+    with pytest.raises(ValueError, match="use one of none, random, double"):
+        node_order(degree, (2, 1, 1), permute="sorted")
+
+
+def test_options_read_back_from_configs():
+    strategy = Grid3D(grid="2x1x2", seed=3)
+    assert (strategy.x, strategy.y, strategy.z) == (2, 1, 2)
+    assert strategy_from_dict(strategy.describe()) == strategy == Grid3D(x=2, y=1, z=2, seed=3)
+    assert Grid3D().shape(8) == (2, 2, 2) and Grid3D().shape(4) == (2, 2, 1)
+    assert grids(4) == [(1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)]
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"grid": "2x2"}, "spell it XxYxZ"),
+    ({"grid": "2x0x1"}, "spell it XxYxZ"),
+    ({"x": 2, "y": 1}, "give all three sizes"),
+    ({"x": 2, "y": 1, "z": 1, "grid": "2x1x1"}, "not both"),
+    ({"x": 0, "y": 1, "z": 1}, r"x must be an integer >= 1"),
+])
+def test_bad_grids_are_refused_naming_the_fix(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Grid3D(**kwargs)
+
+
+def test_a_grid_of_another_size_than_the_world_is_refused():
+    with pytest.raises(ValueError, match=r"holds 4 ranks, not the 1 of the world; choose x, y, "
+                                         r"z whose product is 1 \(CLI: --grid XxYxZ\)"):
+        load_grid_3d(graph(), (2, 2, 1))
+    with pytest.raises(ValueError, match="use one of 1x1x2, 1x2x1, 2x1x1"):
+        Grid3D(x=2, y=2, z=1).graph_parts(2)
+    assert Grid3D(x=2, y=2, z=1).graph_parts(4) == 4
+
+
+@pytest.mark.parametrize(("model", "match"), [
+    (lambda: to_distributed(GAT(F_IN, HIDDEN, 2, CLASSES)), "does not run on the 3D grid"),
+    (lambda: DistSAGEConv(F_IN, CLASSES, project=True), "project=True"),
+    (lambda: DistGCNConv(F_IN, CLASSES, add_self_loops=False), "add_self_loops=False"),
+    (lambda: GNN("gcn", F_IN, HIDDEN, CLASSES, norm="batch"), "norm=None"),
+    (lambda: GNN("gat", F_IN, HIDDEN, CLASSES), "GNN kinds gcn, sage, gin"),
+    (lambda: GATConv(F_IN, CLASSES), "convert the model with pyg_dist.nn.to_distributed"),
+    (lambda: GINConv(torch.nn.Sequential(torch.nn.Linear(F_IN, 4), torch.nn.BatchNorm1d(4))),
+     "GINConv's nn holds BatchNorm1d"),
+])
+def test_layers_that_do_not_run_are_refused_naming_those_that_do(model, match):
+    with pytest.raises(ValueError, match=match) as info:
+        compile_model(model(), F_IN)
+    if "norm" not in match:  # a layer's refusal names the layers that run
+        assert RUNS in str(info.value)
+
+
+def test_the_cli_refuses_models_naming_those_that_run():
+    with pytest.raises(ValueError, match=r"trains --model gcn\|sage\|gin"):
+        Grid3D().check_model("gat")
+    with pytest.raises(ValueError, match="without --norm, --jk; leave them out"):
+        Grid3D().check_model("gcn", options={"norm": "batch_norm", "jk": "cat"})
+
+
+CLI = [sys.executable, "-m", "pyg_dist.cli"]
+
+
+def cli(args, cwd):
+    out = subprocess.run(CLI + args, capture_output=True, text=True, timeout=600, cwd=cwd,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_the_cli_trains_a_grid_as_one_process_trains_the_whole_graph(tmp_path):
+    """2 ranks, --grid 1x1x2 (the graph cut into a part per rank, read back
+    as blocks): the run's line, given as --config with one rank and
+    graph-parallel on top, is the same job there, with the same accuracies
+    (both are exact)."""
+    args = ["train", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "2",
+            "--strategy", "grid-3d", "--grid", "1x1x2", "--epochs", "8", "--lr", "0.05",
+            "--no-progress"]
+    grid = cli(args, tmp_path)[-1]
+    assert grid["strategy"] == "grid-3d" and grid["grid"] == "1x1x2"
+    assert grid["config"]["strategy"] == {"name": "grid-3d", "x": 1, "y": 1, "z": 2,
+                                          "grid": None, "seed": 0, "edge_weight": False}
+    (tmp_path / "run.json").write_text(json.dumps(grid))
+    one = cli(["train", "--config", "run.json", "--parts", "1", "--strategy", "graph-parallel",
+               "--no-progress"], tmp_path)[-1]
+    assert one["config"]["strategy"]["name"] == "graph-parallel"
+    assert (one["test_acc"], one["val_acc"], one["best_epoch"]) == (
+        grid["test_acc"], grid["val_acc"], grid["best_epoch"])
+    assert one["val_acc"] > 0.4  # trained: 8 classes, chance is 0.125
+
+
+def test_one_process_is_a_grid_of_one_rank():
+    """1x1x1 in this process (no process group): every case's outputs and
+    gradients are PyG's on the whole graph."""
+    data, refs = load_grid_3d(graph(), (1, 1, 1)), references()
+    for name in CASES:
+        got = run_case(data, name)
+        assert_close(got["out"][torch.argsort(got["rows"])], refs[name]["out"],
+                     what=f"{name}: output")
+        for param, grad in refs[name]["grads"].items():
+            assert_close(got["grads"][param], grad, what=f"{name}: gradient of {param}")
+
+
+def test_a_folder_of_neither_kind_is_refused_naming_both(tmp_path):
+    with pytest.raises(ValueError, match=r"reads a graph folder \(pyg-dist convert ... --out "
+                                         r"DIR\) or a partition folder"):
+        load_grid_3d(tmp_path, (1, 1, 1))
+    with pytest.raises(ValueError, match=r"strategy.load\(folder\) \(a graph or partition "
+                                         r"folder\)"):
+        Grid3D().runner(GNN("gcn", F_IN, 4, 3), type("T", (), {"data": object()})(), None)
