@@ -5,6 +5,7 @@ permutation (random, then dealt by degree), on a seeded power-law graph.
 
     python benchmarks/grid_3d_balance.py [--num-nodes 50000] [--avg-degree 16]
                                          [--exponent 2.1] [--grids 2x2x2 4x4x4 8x8x8]
+                                         [--json out.json]
 
 The graph's own order is given two ways: as generated (nodes grouped by
 community) and sorted by degree, hubs first (the order of many crawled or
@@ -27,6 +28,7 @@ def main() -> None:
     parser.add_argument("--exponent", type=float, default=2.1, help="degree power law")
     parser.add_argument("--grids", nargs="+", default=["2x2x2", "4x4x4", "8x8x8", "4x2x1"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     data = community_graph(CommunityGraphConfig(num_nodes=args.num_nodes,
                                                 avg_degree=args.avg_degree, num_features=1,
@@ -39,6 +41,7 @@ def main() -> None:
     orders = {"community order": by_community, "degree order": by_degree}
     print(f"# {n} nodes, {edges.size(1)} edges, largest degree {int(degree.max())}, "
           f"mean {float(degree.float().mean()):.1f}")
+    rows = []
     for text in args.grids:
         shape = parse_grid(text)
         for name, order in orders.items():
@@ -49,6 +52,10 @@ def main() -> None:
             for permute in ("none", "random", "double"):
                 row[permute] = round(balance(relabelled, n, shape, args.seed, permute), 3)
             print(json.dumps(row))
+            rows.append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":

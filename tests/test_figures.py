@@ -67,7 +67,8 @@ NOT_MEASURED = {
         "1 MiB": "the mmap threshold the ranks set", "32 MiB": "glibc's default ceiling",
         "80%": "the synthetic graph's test split",
     },
-    "training.md": {"493376 B": "the output of the Python example above it",
+    "training.md": {"4 bytes": "a float32's width",
+                    "493376 B": "the output of the Python example above it",
                     "1060800 B": "the output of the Python example above it"},
 }
 
@@ -87,6 +88,7 @@ RECIPES = "Recipes for accuracy on Cora"
 HOSTS = "Across hosts"
 GRADIENT_ONLY = "Gradient-only training and gradient compression"
 RANKS = "Partitioning on the ranks"
+GRID = "A 3D grid: balance and memory"
 PEER_TABLE = "s to 78.10% val"  # the header that names the Cora table against the peer
 
 #: Where each figure of README.md comes from, in README's order: ``(results.md
@@ -162,6 +164,9 @@ README_SOURCES: list[tuple[str, Any]] = [
     (GPU, "(0.35 MB): 64.9 MB, "),
     (GPU, ("4 | feature-parallel 2x2 | 86.5", "vs exact")),
     (GPU, ("4 | feature-parallel 1x4 | 64.9 | 1.19 s", "vs exact")),
+    # a graph whose structure fits no rank
+    (GRID, [("2x2x2 | degree order", "double"), ("8x8x8 | degree order", "double")]),
+    (GRID, [("2x2x2 | degree order", "own order"), ("8x8x8 | degree order", "own order")]),
     # fewer gradient bytes
     (GRADIENT_ONLY, "ranks): `fp16` "),
     (GRADIENT_ONLY, "`covap:4` "),
@@ -219,6 +224,8 @@ KEPT_TABLES = {
                                                                 _cover_rows),
     ("Pre-aggregation in training", "partial sums/epoch"): ("preaggregate_train.json",
                                                             _training_rows),
+    (GRID, "stored in"): ("grid_3d_balance.json", lambda r: [
+        [r["grid"], r["stored in"], *(f"{r[k]:.3f}x" for k in ("none", "random", "double"))]]),
 }
 
 
