@@ -23,9 +23,9 @@ from pyg_dist.strategies import (
     Strategy,
     as_strategy,
     strategy_from_dict,
-    task_of,
     train_step,
 )
+from pyg_dist.strategies.link_task import LinkTask, task_for
 from pyg_dist.train.checkpoint import (
     find_checkpoint,
     load_checkpoint,
@@ -72,6 +72,12 @@ def train(
     global. Training stops after ``epochs`` steps, or earlier under the
     evaluation's stop rules (a target accuracy, patience, a time budget). The
     returned ``test_acc`` is taken at the epoch of best validation accuracy.
+
+    A graph that carries supervision edges (a partitioned link split; in one
+    process ``RandomLinkSplit``'s three graphs), or ``data=LinkTask(...)``,
+    trains link prediction (:class:`~pyg_dist.strategies.link_task.LinkTask`):
+    the loss is the binary cross entropy of the edges and their negatives of
+    all ranks, and the accuracies reported are ROC-AUCs.
     Rank 0 shows a progress bar (``pyg_dist.train.progress``; lines
     printed with ``pyg_dist.train.progress.write`` go above it), whose
     estimate of the time left leaves out the first epoch.
@@ -133,10 +139,11 @@ def train(
     fails naming it (``pyg_dist.runtime.peers.PeerFailed``); what a run
     cleans up after an error is local, so no rank waits for the others.
     """
-    task = task_of(data, model)
+    task = task_for(data, model)
     strategy = as_strategy(strategy)
     settings = Settings(epochs, grad_sync or GradSync(), evaluation or Evaluation(),
-                        checkpoint, task.hetero, task.labels_as_input)
+                        checkpoint, task.hetero, task.labels_as_input,
+                        isinstance(task, LinkTask))
     strategy.check_settings(settings)
     optimizer, scheduler = make_optimizer(model, optimizer, epochs)
     run = _Run(model, optimizer, scheduler, settings)

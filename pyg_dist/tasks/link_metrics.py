@@ -1,0 +1,142 @@
+r"""Link-prediction metrics over the scores of all ranks, none of them
+gathering every score on one rank. Each function takes this rank's scores
+and is collective (every rank calls it; in one process it is the plain
+metric).
+
+- :func:`roc_auc`: :math:`\frac{1}{|P||N|}\sum_{p,n}
+  [s_p > s_n] + \tfrac12 [s_p = s_n]`, exact: the scores are sorted across
+  the ranks (a sample sort: each rank ends with one range of values, ties
+  together) and each positive counts the negatives below it;
+- :func:`hits_at_k`: OGB's ``Hits@K``, the fraction of positives scored
+  strictly above the :math:`K`-th highest negative of all ranks (1 when
+  there are fewer than :math:`K` negatives), from a distributed top-:math:`K`
+  (each rank offers its own :math:`K` highest);
+- :func:`mrr`: OGB's mean reciprocal rank with per-source negatives: the
+  rank of a positive among its own negatives is
+  :math:`1 + \tfrac12(\#\{n > p\} + \#\{n \ge p\})` (optimistic and
+  pessimistic counts averaged, as ``ogb.linkproppred.Evaluator`` does),
+  averaged over the positives of all ranks.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from pyg_dist.halo.comm import MAX_TAG, exchange_rows
+from pyg_dist.runtime import distributed
+
+__all__ = ["roc_auc", "hits_at_k", "mrr"]
+
+#: The message tag of the metrics' exchanges (evaluation runs no other
+#: exchange under it).
+_TAG = MAX_TAG
+
+
+def roc_auc(pos: Tensor, neg: Tensor) -> float:
+    """Global ROC-AUC of positive scores ``pos`` against negative scores
+    ``neg`` (nan without a positive or a negative). Collective.
+
+    Args:
+        pos (torch.Tensor): ``[A]`` this rank's positive scores.
+        neg (torch.Tensor): ``[B]`` this rank's negative scores.
+    """
+    values = torch.cat([pos, neg]).detach().double().cpu()
+    is_pos = torch.cat([torch.ones(pos.numel()), torch.zeros(neg.numel())]).double()
+    rows = torch.stack([values, is_pos], 1)
+    if distributed.is_distributed():
+        rows = _sorted_ranges(rows)
+    values, is_pos = rows[:, 0], rows[:, 1] > 0
+    negs = torch.sort(values[~is_pos]).values
+    below = torch.searchsorted(negs, values[is_pos], right=False).double()
+    equal = torch.searchsorted(negs, values[is_pos], right=True).double() - below
+    num_neg_here = float(negs.numel())
+    before = _count_before(num_neg_here)
+    local = float((below + before + 0.5 * equal).sum())
+    total, num_pos, num_neg = distributed.all_reduce_values(
+        [local, float(is_pos.sum()), num_neg_here]) if distributed.is_distributed() \
+        else (local, float(is_pos.sum()), num_neg_here)
+    if num_pos == 0 or num_neg == 0:
+        return float("nan")
+    return total / (num_pos * num_neg)
+
+
+def _count_before(count: float) -> float:
+    """The sum of ``count`` over the ranks before this one."""
+    if not distributed.is_distributed():
+        return 0.0
+    world, rank = distributed.world_size(), distributed.rank()
+    mine = [0.0] * world
+    mine[rank] = count
+    every = distributed.all_reduce_values(mine)
+    return float(sum(every[:rank]))
+
+
+def _sorted_ranges(rows: Tensor) -> Tensor:
+    """``rows`` (``[n, 2]`` float64, value first) moved so that rank
+    :math:`r` holds the :math:`r`-th range of values of all ranks (equal
+    values on one rank); splitters from every rank's quantiles."""
+    world, rank = distributed.world_size(), distributed.rank()
+    values = torch.sort(rows[:, 0]).values
+    picks = (values[torch.linspace(0, values.numel() - 1, world + 1)[1:-1].long()].tolist()
+             if values.numel() else [])
+    every = sorted(v for mine in distributed.all_gather_objects(picks) for v in mine)
+    step = max(1, len(every) // world)
+    splitters = torch.tensor(every[step - 1::step][: world - 1], dtype=torch.float64)
+    dest = torch.searchsorted(splitters, rows[:, 0], right=False)
+    order = torch.argsort(dest, stable=True)
+    counts = torch.bincount(dest, minlength=world).tolist()
+    here = rows[dest == rank]
+    away = order[dest[order] != rank]
+    counts[rank] = 0
+    ones = [1] * world
+    ones[rank] = 0
+    sent = torch.tensor([c for q, c in enumerate(counts) if q != rank],
+                        dtype=torch.float64).view(-1, 1)
+    got = exchange_rows(sent, ones, ones, tag=_TAG).view(-1).long().tolist()
+    got.insert(rank, 0)
+    moved = exchange_rows(rows[away], counts, got, tag=_TAG)
+    assert isinstance(moved, Tensor), "a synchronous exchange returns a tensor"
+    return torch.cat([moved, here])
+
+
+def hits_at_k(pos: Tensor, neg: Tensor, k: int) -> float:
+    """OGB's Hits@K over all ranks: the fraction of positives scored above
+    the :math:`K`-th highest negative. Collective.
+
+    Args:
+        pos (torch.Tensor): ``[A]`` this rank's positive scores.
+        neg (torch.Tensor): ``[B]`` this rank's negative scores.
+        k (int): :math:`K`.
+    """
+    if k < 1:
+        raise ValueError(f"'hits_at_k' got k={k}; use k >= 1")
+    top = torch.topk(neg.detach().double().cpu(), min(k, neg.numel())).values.tolist()
+    if distributed.is_distributed():
+        top = [v for mine in distributed.all_gather_objects(top) for v in mine]
+    num_pos = float(pos.numel())
+    if len(top) < k:
+        above = num_pos
+    else:
+        kth = sorted(top, reverse=True)[k - 1]
+        above = float((pos.detach().double().cpu() > kth).sum())
+    if distributed.is_distributed():
+        above, num_pos = distributed.all_reduce_values([above, num_pos])
+    return above / num_pos if num_pos else float("nan")
+
+
+def mrr(pos: Tensor, neg: Tensor) -> float:
+    """OGB's mean reciprocal rank over all ranks, each positive ranked
+    among its own negatives. Collective.
+
+    Args:
+        pos (torch.Tensor): ``[A]`` this rank's positive scores.
+        neg (torch.Tensor): ``[A, M]`` the scores of each positive's negatives.
+    """
+    pos, neg = pos.detach().double().cpu().view(-1, 1), neg.detach().double().cpu()
+    optimistic = (neg > pos).sum(dim=1).double()
+    pessimistic = (neg >= pos).sum(dim=1).double()
+    rank = 0.5 * (optimistic + pessimistic) + 1
+    local, count = float((1.0 / rank).sum()), float(pos.numel())
+    if distributed.is_distributed():
+        local, count = distributed.all_reduce_values([local, count])
+    return local / count if count else float("nan")

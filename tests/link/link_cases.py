@@ -1,0 +1,133 @@
+"""Link-prediction cases shared by the test process (which cuts the graphs and
+trains the single-process PyG reference) and the ranks (which train on their
+parts). Everything a rank needs travels in the case dicts."""
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Data
+from torch_geometric.nn.models import GCN, GraphSAGE
+from torch_geometric.transforms import RandomLinkSplit
+
+import pyg_dist
+from pyg_dist.halo.gather import gather
+from pyg_dist.models.link import LinkModel, LinkPredictor
+from pyg_dist.nn import to_distributed
+from pyg_dist.strategies.link_task import LinkTask
+from pyg_dist.tasks.negatives import negatives
+from pyg_dist.train import train
+
+EPOCHS = 5
+LR = 0.01
+
+
+def graph(num_nodes=48, num_edges=160, isolated=5, undirected=True, seed=0, feats=7):
+    """A random graph whose last ``isolated`` nodes have no edge."""
+    gen = torch.Generator().manual_seed(seed)
+    live = num_nodes - isolated
+    edge_index = torch.randint(0, live, (2, num_edges), generator=gen)
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    edge_index = torch.unique(edge_index, dim=1)
+    if undirected:
+        edge_index = torch.unique(torch.cat([edge_index, edge_index.flip(0)], 1), dim=1)
+    x = torch.randn(num_nodes, feats, generator=gen)
+    return Data(x=x, edge_index=edge_index, num_nodes=num_nodes)
+
+
+def link_split(data, undirected, seed=0):
+    torch.manual_seed(seed)
+    split = RandomLinkSplit(num_val=0.15, num_test=0.15, is_undirected=undirected,
+                            add_negative_train_samples=False)
+    return split(data)
+
+
+def model(kind, feats):
+    torch.manual_seed(1)
+    if kind == "gcn-dot":
+        return LinkModel(GCN(feats, 16, 2, out_channels=8))
+    return LinkModel(GraphSAGE(feats, 16, 2, out_channels=8), LinkPredictor(8, 16, 1, 2, 0.0))
+
+
+def reference(kind, split, seed=0):
+    """Single-process PyG: the encoder on the training graph, the dot product
+    (or the MLP) on each training edge and the epoch's negatives, BCE with
+    logits, Adam. Returns each step's loss, the last step's gradients and
+    the weights after the last step."""
+    train_data = split[0]
+    net = model(kind, train_data.x.size(1))
+    opt = torch.optim.Adam(net.parameters(), lr=LR)
+    pos = train_data.edge_label_index
+    losses, num_nodes = [], train_data.num_nodes
+    for epoch in range(1, EPOCHS + 1):
+        opt.zero_grad()
+        z = net(train_data.x, train_data.edge_index)
+        neg = negatives(pos, torch.arange(pos.size(1)), num_nodes, seed, epoch)
+        index = torch.cat([pos, neg], 1)
+        label = torch.cat([torch.ones(pos.size(1)), torch.zeros(neg.size(1))])
+        if kind == "gcn-dot":
+            score = (z[index[0]] * z[index[1]]).sum(-1)
+        else:
+            score = net.decoder(z[index[0]], z[index[1]])
+        loss = F.binary_cross_entropy_with_logits(score, label)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    grads = {k: p.grad.clone() for k, p in net.named_parameters()}
+    net.eval()
+    with torch.no_grad():
+        z = net(train_data.x, train_data.edge_index)
+    aucs = {}
+    for name, d in zip(("val", "test"), split[1:]):
+        i = d.edge_label_index
+        s = ((z[i[0]] * z[i[1]]).sum(-1) if kind == "gcn-dot"
+             else net.decoder(z[i[0]], z[i[1]]))
+        aucs[name] = pairwise_auc(s[d.edge_label > 0], s[d.edge_label == 0])
+    return losses, grads, net.state_dict(), aucs
+
+
+def pairwise_auc(pos, neg):
+    """ROC-AUC by counting every pair (the definition, no sorting)."""
+    diff = pos.double().view(-1, 1) - neg.double().view(1, -1)
+    return float(((diff > 0).double() + 0.5 * (diff == 0).double()).mean())
+
+
+def rank_body(cases):
+    """Every case on this rank; returns what the test compares, per case."""
+    out = []
+    for case in cases:
+        data = pyg_dist.DistData.load(case["parts"])
+        found = {"global_id": data.global_id.clone(),
+                 "supervision": {s: data.supervision(s) for s in data.link_splits}}
+        src, dst = data.edge_index.global_edges()
+        found["edges"] = torch.stack([src, dst])
+        found["gather"] = _gather_check(data, case)
+        task = LinkTask(data)
+        found["negatives"] = task.edges("train", epoch=3)
+        net = to_distributed(model(case["kind"], data.x.size(1)))
+        net.load_state_dict(case["state"])
+        opt = torch.optim.Adam(net.parameters(), lr=LR)
+        result = train(net, data, EPOCHS, optimizer=opt, progress=False)
+        found["losses"] = [s.loss for s in result.history]
+        found["aucs"] = {"val": result.history[-1].val_acc, "test": result.history[-1].test_acc}
+        found["grads"] = {k: p.grad.clone() for k, p in net.named_parameters()}
+        found["state"] = copy.deepcopy(net.state_dict())
+        out.append(found)
+    return out
+
+
+def _gather_check(data, case):
+    """Rows of ``case["index"]``'s ids of this rank (repeats, isolated nodes,
+    own rows) of a matrix made from the global ids, and the gradient of
+    sum(weight * rows) on this rank's rows; the ledger's gather bytes."""
+    rank = data.rank
+    index = case["index"][rank]
+    h = (data.global_id.double().view(-1, 1) * torch.tensor([1.0, -2.0, 0.5])).float()
+    h.requires_grad_(True)
+    rows = gather(h, index, data.edge_index)
+    weight = case["weight"][rank]
+    (rows * weight).sum().backward()
+    ledger = data.ledger.totals()
+    rows_bytes = sum(e.bytes_recv for e in data.ledger.entries.values()
+                     if e.layer == "gather/rows")
+    return {"rows": rows.detach(), "grad": h.grad.clone(),
+            "bytes_gather": ledger["bytes_gather"], "rows_bytes": rows_bytes}

@@ -1,0 +1,128 @@
+"""Link prediction across ranks against single-process PyG: the link split
+in the partition folder, rows gathered by global id, the epoch's negatives,
+and five steps of train() (losses, every gradient, the weights after),
+on 2 and 3 ranks, METIS and random cuts, directed and undirected graphs with
+isolated nodes. One launch per world size runs every case."""
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import link_cases  # noqa: E402
+from tolerances import SAME, TOL, assert_close  # noqa: E402
+
+import pyg_dist  # noqa: E402
+from pyg_dist.tasks.negatives import negatives  # noqa: E402
+
+CASES = [  # (model, cut, undirected)
+    ("gcn-dot", "metis", True),
+    ("sage-mlp", "random", False),
+]
+
+
+def _prepare(root, world):
+    cases, refs = [], []
+    gen = torch.Generator().manual_seed(world)
+    for i, (kind, method, undirected) in enumerate(CASES):
+        data = link_cases.graph(undirected=undirected, seed=i)
+        split = link_cases.link_split(data, undirected, seed=i)
+        parts = root / f"{kind}-{world}"
+        pyg_dist.partition(split, world, parts, method=method, seed=i)
+        num = data.num_nodes
+        index = [torch.cat([torch.randint(0, num, (9,), generator=gen),
+                            torch.tensor([num - 1, num - 1, 0])]) for _ in range(world)]
+        weight = [torch.randn(12, 3, generator=gen) for _ in range(world)]
+        state = link_cases.model(kind, data.x.size(1)).state_dict()
+        cases.append({"parts": str(parts), "kind": kind, "index": index, "weight": weight,
+                      "state": state})
+        refs.append((data, split, link_cases.reference(kind, split)))
+    return cases, refs
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def world(request, tmp_path_factory):
+    size = request.param
+    cases, refs = _prepare(tmp_path_factory.mktemp(f"link{size}"), size)
+    results = pyg_dist.launch(link_cases.rank_body, world_size=size, args=(cases,))
+    return size, cases, refs, results
+
+
+def _each(world):
+    size, cases, refs, results = world
+    for c, (case, ref) in enumerate(zip(cases, refs)):
+        yield case, ref, [r[c] for r in results]
+
+
+def test_supervision_edges_on_the_source_owner(world):
+    for _, (_, split, _), found in _each(world):
+        for s, d in zip(("train", "val", "test"), split):
+            ids = torch.cat([f["supervision"][s].id for f in found])
+            assert sorted(ids.tolist()) == list(range(d.edge_label_index.size(1))), s
+            for f in found:
+                edges = f["supervision"][s]
+                assert torch.equal(edges.index, d.edge_label_index[:, edges.id]), s
+                assert torch.equal(edges.label, d.edge_label[edges.id].float()), s
+                assert bool(torch.isin(edges.index[0], f["global_id"]).all()), \
+                    f"{s} edges stored away from their source's owner"
+
+
+def test_message_passing_edges_are_the_training_graph(world):
+    for _, (data, split, _), found in _each(world):
+        ours = torch.cat([f["edges"] for f in found], 1)
+        key = ours[0] * data.num_nodes + ours[1]
+        train_ei = split[0].edge_index
+        ref = train_ei[0] * data.num_nodes + train_ei[1]
+        assert sorted(key.tolist()) == sorted(ref.tolist())
+        held = torch.cat([d.edge_label_index[:, d.edge_label > 0] for d in split[1:]], 1)
+        held_key = held[0] * data.num_nodes + held[1]
+        assert not bool(torch.isin(held_key, key).any()), "a held-out edge passes messages"
+
+
+def test_gather_rows_and_gradients(world):
+    size, cases, refs, results = world
+    for case, (data, _, _), found in _each(world):
+        h = (torch.arange(data.num_nodes).double().view(-1, 1)
+             * torch.tensor([1.0, -2.0, 0.5])).float()
+        grad = torch.zeros_like(h)
+        for rank, f in enumerate(found):
+            index = case["index"][rank]
+            assert_close(f["gather"]["rows"], h[index], what=f"rows of rank {rank}")
+            grad.index_add_(0, index, case["weight"][rank])
+        for rank, f in enumerate(found):
+            assert_close(f["gather"]["grad"], grad[f["global_id"]], tol=SAME,
+                         what=f"gradient on owner {rank}")
+        for rank, f in enumerate(found):
+            own = f["global_id"]
+            asked = torch.unique(case["index"][rank])
+            remote = int((~torch.isin(asked, own)).sum())
+            assert f["gather"]["rows_bytes"] == remote * 3 * 4, \
+                f"rank {rank} booked {f['gather']['rows_bytes']} gather/rows bytes"
+            assert f["gather"]["bytes_gather"] > 0
+
+
+def test_negatives_equal_one_process(world):
+    for _, (data, split, _), found in _each(world):
+        pos = split[0].edge_label_index
+        ref = negatives(pos, torch.arange(pos.size(1)), data.num_nodes, 0, 3)
+        for f in found:
+            edges = f["negatives"]
+            neg = edges.index[:, edges.label == 0]
+            own_ids = f["supervision"]["train"].id
+            assert torch.equal(neg, ref[:, own_ids]), "negatives differ from one process"
+
+
+def test_five_steps_equal_single_process(world):
+    for case, (_, _, (losses, grads, state, aucs)), found in _each(world):
+        what = case["kind"]
+        for f in found:
+            assert f["losses"] == pytest.approx(losses, rel=TOL[torch.float32]), what
+            for name, g in grads.items():
+                assert_close(f["grads"][name], g, what=f"{what} grad {name}")
+            for name, w in state.items():
+                assert_close(f["state"][name], w, what=f"{what} weight {name}")
+            for split in ("val", "test"):
+                assert f["aucs"][split] == pytest.approx(aucs[split], abs=1e-6), \
+                    f"{what} {split} AUC"
