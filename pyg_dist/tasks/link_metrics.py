@@ -45,7 +45,7 @@ def roc_auc(pos: Tensor, neg: Tensor) -> float:
     rows = torch.stack([values, is_pos], 1)
     if distributed.is_distributed():
         rows = _sorted_ranges(rows)
-    values, is_pos = rows[:, 0], rows[:, 1] > 0
+    values, is_pos = rows[:, 0].contiguous(), rows[:, 1] > 0
     negs = torch.sort(values[~is_pos]).values
     below = torch.searchsorted(negs, values[is_pos], right=False).double()
     equal = torch.searchsorted(negs, values[is_pos], right=True).double() - below
@@ -82,7 +82,7 @@ def _sorted_ranges(rows: Tensor) -> Tensor:
     every = sorted(v for mine in distributed.all_gather_objects(picks) for v in mine)
     step = max(1, len(every) // world)
     splitters = torch.tensor(every[step - 1::step][: world - 1], dtype=torch.float64)
-    dest = torch.searchsorted(splitters, rows[:, 0], right=False)
+    dest = torch.searchsorted(splitters, rows[:, 0].contiguous(), right=False)
     order = torch.argsort(dest, stable=True)
     counts = torch.bincount(dest, minlength=world).tolist()
     here = rows[dest == rank]

@@ -14,6 +14,7 @@ from pyg_dist.halo.gather import gather
 from pyg_dist.models.link import LinkModel, LinkPredictor
 from pyg_dist.nn import to_distributed
 from pyg_dist.strategies.link_task import LinkTask
+from pyg_dist.tasks import hits_at_k, mrr, roc_auc
 from pyg_dist.tasks.negatives import negatives
 from pyg_dist.train import train
 
@@ -91,9 +92,28 @@ def pairwise_auc(pos, neg):
     return float(((diff > 0).double() + 0.5 * (diff == 0).double()).mean())
 
 
+#: Scores whose metrics are counted by hand in test_link_metrics.py.
+POS = [0.9, 0.5, 0.5, 0.1]
+NEG = [0.8, 0.5, 0.3, 0.3, 0.0]
+MRR_POS = [0.9, 0.5, 0.1]
+MRR_NEG = [[0.95, 0.9, 0.1], [0.5, 0.2, 0.6], [0.0, 0.0, 0.0]]
+
+
+def metrics(rank=0, world=1):
+    """The metrics of this rank's share (every ``world``-th score from
+    ``rank``) of the hand-counted scores."""
+    pos, neg = torch.tensor(POS)[rank::world], torch.tensor(NEG)[rank::world]
+    out = {"auc": roc_auc(pos, neg)}
+    for k in (1, 2, 3, 6):
+        out[f"hits@{k}"] = hits_at_k(pos, neg, k)
+    out["mrr"] = mrr(torch.tensor(MRR_POS)[rank::world], torch.tensor(MRR_NEG)[rank::world])
+    return out
+
+
 def rank_body(cases):
-    """Every case on this rank; returns what the test compares, per case."""
-    out = []
+    """Every case on this rank; returns what the test compares, per case,
+    and the hand-counted metrics."""
+    out = [metrics(torch.distributed.get_rank(), torch.distributed.get_world_size())]
     for case in cases:
         data = pyg_dist.DistData.load(case["parts"])
         found = {"global_id": data.global_id.clone(),
