@@ -31,8 +31,8 @@ def _prepare(root, world):
                             torch.tensor([num - 1, num - 1, 0])]) for _ in range(world)]
         weight = [torch.randn(12, 3, generator=gen) for _ in range(world)]
         state = link_cases.model(kind, data.x.size(1)).state_dict()
-        cases.append({"parts": str(parts), "kind": kind, "index": index, "weight": weight,
-                      "state": state})
+        cases.append({"parts": str(parts), "emb": str(root / f"emb-{kind}"), "kind": kind,
+                      "index": index, "weight": weight, "state": state})
         refs.append((data, split, link_cases.reference(kind, split)))
     return cases, refs
 

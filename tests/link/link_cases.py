@@ -77,6 +77,7 @@ def reference(kind, split, seed=0):
     net.eval()
     with torch.no_grad():
         z = net(train_data.x, train_data.edge_index)
+    grads["embeddings"] = z
     aucs = {}
     for name, d in zip(("val", "test"), split[1:]):
         i = d.edge_label_index
@@ -131,6 +132,7 @@ def rank_body(cases):
         found["aucs"] = {"val": result.history[-1].val_acc, "test": result.history[-1].test_acc}
         found["grads"] = {k: p.grad.clone() for k, p in net.named_parameters()}
         found["state"] = copy.deepcopy(net.state_dict())
+        pyg_dist.save_embeddings(net, data, case["emb"])
         out.append(found)
     return out
 
