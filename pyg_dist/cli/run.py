@@ -18,12 +18,13 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler, 
 
 import pyg_dist
 from pyg_dist.cli.commands import meta_summary, partition_graph
-from pyg_dist.cli.job import DEFAULT_PARTS, HOMOGENEOUS_MODELS, Job
+from pyg_dist.cli.job import DEFAULT_PARTS, HOMOGENEOUS_MODELS, SHALLOW_MODELS, Job
 from pyg_dist.cli.plan_table import plan_table
 from pyg_dist.config import Planned, as_policy
 from pyg_dist.halo import Exact
 from pyg_dist.models.gnn import DEEP_MODELS, GNN, DeepGNN
 from pyg_dist.models.hetero import HETERO_MODELS, hetero_model
+from pyg_dist.models.link import LinkModel
 from pyg_dist.nn import to_distributed
 from pyg_dist.partitioning.io import read_meta
 from pyg_dist.runtime import distributed, env
@@ -212,6 +213,8 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
         raise SystemExit(f"--model {spec.name} trains a heterogeneous graph, but '{folder}' "
                          f"holds a homogeneous one; use --model {'|'.join(HOMOGENEOUS_MODELS)}")
     data = strategy.load(folder)
+    if data.link_splits:
+        return data, _link_model(job, data)
     if data.meta.num_classes is None:
         raise SystemExit(f"'{folder}' has no class labels (integer 'y'); partition a graph "
                          f"with node labels to train on it")
@@ -229,6 +232,22 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
     model = model.to(data.x.device)
     torch.manual_seed(job.graph.seed * 1000 + distributed.rank())  # dropout differs per rank
     return data, model
+
+
+def _link_model(job: Job, data: Any) -> Any:
+    """The job's model as the encoder of a link model (its output the
+    hidden width), scored by the dot product."""
+    spec = job.model
+    if spec.name in DEEP_MODELS:
+        raise SystemExit(f"--task link trains --model {'|'.join(SHALLOW_MODELS)}; "
+                         f"got --model {spec.name}")
+    torch.manual_seed(job.graph.seed)
+    layers, hidden, heads, dropout = spec.sizes()
+    encoder = GNN(spec.name, data.x.size(1), hidden, hidden, layers=layers, dropout=dropout,
+                  heads=heads, **spec.options())
+    model = LinkModel(encoder).to(data.x.device)
+    torch.manual_seed(job.graph.seed * 1000 + distributed.rank())  # dropout differs per rank
+    return model
 
 
 def _load_hetero_part(job: Job, folder: str) -> tuple[Any, Any]:
@@ -283,6 +302,8 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         "training_seconds": round(result.seconds, 3),
         "final_val_acc": last.val_acc if last else None,
         "final_test_acc": last.test_acc if last else None,
+        **({"val_auc": result.val_acc, "test_auc": result.test_acc}
+           if getattr(data, "link_splits", None) else {}),
         "dataset": job.graph.dataset,
         "parts": distributed.world_size(),
         "method": data.meta.method,

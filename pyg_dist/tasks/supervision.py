@@ -27,8 +27,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch_geometric.transforms import RandomLinkSplit
 
-__all__ = ["SupervisionEdges", "link_split", "SPLITS", "is_link_split"]
+__all__ = ["SupervisionEdges", "link_split", "SPLITS", "is_link_split", "split_links"]
 
 #: The splits of a link task, in order.
 SPLITS = ("train", "val", "test")
@@ -136,3 +137,24 @@ def _from_ogb(split_edge: dict[str, Any]) -> dict[str, SupervisionEdges]:
         label = torch.cat([torch.ones(pos.size(1)), torch.zeros(neg.numel() // 2)])
         out[name] = SupervisionEdges(index, label, torch.arange(index.size(1)))
     return out
+
+
+def split_links(data: Any, seed: int = 0, num_val: float = 0.05,
+                num_test: float = 0.1) -> tuple[Any, Any, Any]:
+    """PyG's ``RandomLinkSplit`` of ``data`` under ``seed`` (the global
+    random state is left as it was): undirected when ``data`` is, no
+    training negatives (the task draws them each epoch).
+
+    Args:
+        data (torch_geometric.data.Data): The graph.
+        seed (int, optional): The split's seed. (default: :obj:`0`)
+        num_val (float, optional): Share of the edges held out for validation.
+            (default: :obj:`0.05`)
+        num_test (float, optional): Share held out for testing. (default: :obj:`0.1`)
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        split = RandomLinkSplit(num_val=num_val, num_test=num_test,
+                                is_undirected=bool(data.is_undirected()),
+                                add_negative_train_samples=False)
+        return split(data)
