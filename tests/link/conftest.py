@@ -37,7 +37,7 @@ def _prepare(root, world):
     return cases, refs
 
 
-@pytest.fixture(scope="session", params=[2, 3])
+@pytest.fixture(scope="session", params=[2, 3, 4])
 def world(request, tmp_path_factory):
     size = request.param
     cases, refs = _prepare(tmp_path_factory.mktemp(f"link{size}"), size)

@@ -11,6 +11,7 @@ from torch_geometric.transforms import RandomLinkSplit
 
 import pyg_dist
 from pyg_dist.halo.gather import gather
+from pyg_dist.config import GraphParallel
 from pyg_dist.models.link import LinkModel, LinkPredictor
 from pyg_dist.nn import to_distributed
 from pyg_dist.strategies.link_task import LinkTask
@@ -133,6 +134,7 @@ def rank_body(cases):
         found["grads"] = {k: p.grad.clone() for k, p in net.named_parameters()}
         found["state"] = copy.deepcopy(net.state_dict())
         pyg_dist.save_embeddings(net, data, case["emb"])
+        found["policies"] = _policies(data, case)
         out.append(found)
     return out
 
@@ -153,3 +155,22 @@ def _gather_check(data, case):
                      if e.layer == "gather/rows")
     return {"rows": rows.detach(), "grad": h.grad.clone(),
             "bytes_gather": ledger["bytes_gather"], "rows_bytes": rows_bytes}
+
+
+#: Every halo policy trains the link task (two steps each, from the same weights).
+POLICIES = ("adaptive:0.01", "auto", "cached", "exact", "isolated", "pipelined",
+            "sampled:0.5", "stale:2", "exact,compress=fp16")
+
+
+def _policies(data, case):
+    """Each policy's two losses, from the case's initial weights."""
+    out = {}
+    for spec in POLICIES:
+        data = pyg_dist.DistData.load(case["parts"])  # a run's ledger and halo state of its own
+        net = to_distributed(model(case["kind"], data.x.size(1)))
+        net.load_state_dict(case["state"])
+        opt = torch.optim.Adam(net.parameters(), lr=LR)
+        result = train(net, data, 2, strategy=GraphParallel(halo=spec), optimizer=opt,
+                       progress=False)
+        out[spec] = [s.loss for s in result.history]
+    return out

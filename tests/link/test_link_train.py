@@ -3,6 +3,8 @@ in the partition folder, rows gathered by global id, the epoch's negatives,
 and five steps of train() (losses, every gradient, the weights after),
 on 2 and 3 ranks, METIS and random cuts, directed and undirected graphs with
 isolated nodes. One launch per world size runs every case."""
+import math
+
 import pytest
 import torch
 from tolerances import SAME, TOL, assert_close
@@ -88,3 +90,13 @@ def test_five_steps_equal_single_process(world):
             for split in ("val", "test"):
                 assert f["aucs"][split] == pytest.approx(aucs[split], abs=1e-6), \
                     f"{what} {split} AUC"
+
+
+def test_every_halo_policy_trains_edges(world):
+    for case, (_, _, (losses, _, _, _)), found in _each(world):
+        for f in found:
+            for spec, got in f["policies"].items():
+                assert len(got) == 2 and all(math.isfinite(v) for v in got), (case["kind"], spec)
+                if spec in ("exact", "cached", "stale:2", "pipelined"):
+                    # the first step reads fresh halos under each of them
+                    assert got[0] == pytest.approx(losses[0], rel=TOL[torch.float32]), spec
