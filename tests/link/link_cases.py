@@ -10,8 +10,8 @@ from torch_geometric.nn.models import GCN, GraphSAGE
 from torch_geometric.transforms import RandomLinkSplit
 
 import pyg_dist
-from pyg_dist.halo.gather import gather
 from pyg_dist.config import GraphParallel
+from pyg_dist.halo.gather import gather
 from pyg_dist.models.link import LinkModel, LinkPredictor
 from pyg_dist.nn import to_distributed
 from pyg_dist.strategies.link_task import LinkTask
