@@ -30,7 +30,7 @@ from pyg_dist.halo.exchange import HaloChannel, as_rows
 from pyg_dist.halo.ledger import GATHER
 from pyg_dist.runtime import distributed
 
-__all__ = ["gather", "Directory", "GatherPlan"]
+__all__ = ["gather", "referenced", "Directory", "GatherPlan"]
 
 
 def _move(channel: HaloChannel, rows: Tensor, send_counts: list[int],
@@ -245,6 +245,30 @@ def gather(h: Tensor, index: Tensor, graph: Any = None) -> Tensor:
         channel, graph.global_id, _num_nodes(graph)))
     plan = GatherPlan.create(channel, directory, index)
     return _Gather.apply(h, channel, plan)
+
+
+def referenced(index: Tensor, graph: Any, num_owned: int) -> Tensor:
+    """``[num_owned]`` bool: which of this rank's rows some rank's ``index``
+    (global ids) names. Collective on a :class:`~pyg_dist.DistEdgeIndex`
+    (the ids travel as in :func:`gather`, the rows do not).
+
+    Args:
+        index (torch.Tensor): Global node ids asked by this rank.
+        graph (DistEdgeIndex, optional): The graph; :obj:`None` or a tensor:
+            one process (row :math:`i` is node :math:`i`).
+        num_owned (int): This rank's rows.
+    """
+    out = torch.zeros(num_owned, dtype=torch.bool, device=index.device)
+    channel = getattr(graph, "channel", None)
+    if channel is None:
+        out[index] = True
+        return out
+    directory = graph.cached("gather/directory", lambda: Directory.build(
+        channel, graph.global_id, _num_nodes(graph)))
+    plan = GatherPlan.create(channel, directory, index)
+    out[plan.serve.to(out.device)] = True
+    out[plan.local_row.to(out.device)] = True
+    return out
 
 
 def _num_nodes(graph: Any) -> int:

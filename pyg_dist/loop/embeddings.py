@@ -41,7 +41,8 @@ MANIFEST = "manifest.json"
 def save_embeddings(model: nn.Module, data: Any, out_dir: str | os.PathLike,
                     overwrite: bool = False) -> Path:
     r"""Writes every node's embedding, ``model(data.x, data.edge_index)`` in
-    evaluation mode, to the folder ``out_dir``: each rank its own rows with
+    evaluation mode (``model(data.edge_index)`` for a graph without ``x``,
+    e.g. LightGCN's), to the folder ``out_dir``: each rank its own rows with
     their global ids (see the module's layout). Every rank must see
     ``out_dir`` (one machine, or a shared file system). Collective.
 
@@ -63,7 +64,9 @@ def save_embeddings(model: nn.Module, data: Any, out_dir: str | os.PathLike,
         raise FileExistsError(f"'save_embeddings' found '{out}'; pass overwrite=True (CLI: "
                               f"--overwrite) or choose another folder")
     model.eval()
-    rows = model(data.x, data.edge_index).detach().cpu().numpy()
+    inputs = (data.edge_index,) if getattr(data, "x", None) is None else (data.x,
+                                                                           data.edge_index)
+    rows = model(*inputs).detach().cpu().numpy()
     gid = getattr(data, "global_id", None)
     ids = (np.arange(rows.shape[0]) if gid is None else gid.cpu().numpy()).astype(np.int64)
     rank, world = distributed.rank(), max(distributed.world_size(), 1)

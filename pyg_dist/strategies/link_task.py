@@ -27,17 +27,22 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn.models import LightGCN
 
-from pyg_dist.halo.gather import gather
+from pyg_dist.halo.gather import gather, referenced
 from pyg_dist.halo.layer import registry_of
 from pyg_dist.metrics import data_keys, mean_over_ranks
 from pyg_dist.models.link import decode
+from pyg_dist.nn.lightgcn import DistLightGCN
 from pyg_dist.strategies.task import Task, task_of
 from pyg_dist.tasks.link_metrics import roc_auc
 from pyg_dist.tasks.negatives import KINDS, negatives
 from pyg_dist.tasks.supervision import SPLITS, SupervisionEdges, is_link_split, link_split
 
-__all__ = ["LinkTask", "task_for", "carries_links"]
+__all__ = ["LinkTask", "task_for", "carries_links", "LOSSES"]
+
+#: The losses of a link task.
+LOSSES = ("bce", "bpr")
 
 
 def carries_links(data: Any) -> bool:
@@ -48,15 +53,22 @@ def carries_links(data: Any) -> bool:
 
 def task_for(data: Any, model: nn.Module) -> Task:
     """The task ``train`` trains on ``data``: a :class:`LinkTask` when it
-    carries supervision edges, else :func:`~pyg_dist.strategies.task_of`'s.
+    carries supervision edges (recommendation with BPR and per-user negatives
+    for a :class:`~pyg_dist.nn.DistLightGCN`), else
+    :func:`~pyg_dist.strategies.task_of`'s.
 
     Args:
         data: The graph (or a task).
         model (torch.nn.Module): The model.
     """
-    if not isinstance(data, Task) and carries_links(data):
-        return LinkTask(data)
-    return task_of(data, model)
+    if isinstance(data, Task) or not carries_links(data):
+        return task_of(data, model)
+    if isinstance(model, LightGCN):
+        if not isinstance(model, DistLightGCN):
+            raise ValueError("'train' scores LightGCN's embeddings; convert the model first "
+                             "with pyg_dist.nn.to_distributed(model) (also in one process)")
+        return LinkTask(data, negatives="structured", loss="bpr", features=False)
+    return LinkTask(data)
 
 
 class LinkTask(Task):
@@ -72,6 +84,18 @@ class LinkTask(Task):
         num_negatives (int, optional): Negatives per positive; 0 trains on
             the supervision edges as given. (default: :obj:`1`)
         seed (int, optional): The negatives' seed. (default: :obj:`0`)
+        loss (str, optional): :obj:`"bce"`, binary cross entropy with
+            logits over the edges and negatives; or :obj:`"bpr"`, PyG's
+            ``BPRLoss`` (LightGCN's recommendation loss): :math:`-\log
+            \sigma(s_{ui} - s_{uj})` averaged over the pairs of each training
+            edge :math:`(u, i)` and its negatives :math:`(u, j)`, plus
+            ``lambda_reg`` times the squared norm of the layer-0 embeddings
+            (``model.embedding.weight``) of the nodes any pair names, over
+            the number of pairs. (default: :obj:`"bce"`)
+        lambda_reg (float, optional): The BPR regularisation. (default: :obj:`1e-4`)
+        features (bool, optional): Whether the model reads ``data.x``
+            (``model(x, edge_index)``; else ``model(edge_index)``).
+            (default: :obj:`True`)
 
     Attributes:
         splits (dict[str, SupervisionEdges]): This rank's supervision edges.
@@ -83,7 +107,13 @@ class LinkTask(Task):
     metric = "auc"
 
     def __init__(self, data: Any, negatives: str = "uniform", num_negatives: int = 1,
-                 seed: int = 0) -> None:
+                 seed: int = 0, loss: str = "bce", lambda_reg: float = 1e-4,
+                 features: bool = True) -> None:
+        if loss not in LOSSES:
+            raise ValueError(f"'LinkTask' got loss='{loss}'; use one of {', '.join(LOSSES)}")
+        if loss == "bpr" and num_negatives < 1:
+            raise ValueError("'LinkTask' with loss='bpr' pairs each edge with its negatives; "
+                             "draw num_negatives >= 1")
         if negatives not in KINDS:
             raise ValueError(f"'LinkTask' got negatives='{negatives}'; use one of "
                              f"{', '.join(KINDS)}")
@@ -96,11 +126,12 @@ class LinkTask(Task):
         if "train" not in self.splits:
             raise ValueError("'train' trains link prediction on 'train' supervision edges; "
                              "partition a link split that has them")
-        if "x" not in data_keys(data):
+        if features and "x" not in data_keys(data):
             raise ValueError("'train' needs node features data.x for link prediction; "
                              "partition a graph that has them")
         self.data = data
-        self.inputs = (data.x, data.edge_index)
+        self.inputs = (data.x, data.edge_index) if features else (data.edge_index,)
+        self.loss_kind, self.lambda_reg = loss, lambda_reg
         self.y = None  # type: ignore[assignment]
         self.train_mask = self.val_mask = self.test_mask = None  # type: ignore[assignment]
         self._keys = []
@@ -108,6 +139,11 @@ class LinkTask(Task):
         self.registry = registry_of(data)
         self.kind, self.num_negatives, self.seed = negatives, num_negatives, seed
         self.epoch = 0
+
+    @property
+    def graph(self) -> Any:
+        """The graph the rows of the pairs' ends come from (``data.edge_index``)."""
+        return self.data.edge_index
 
     def for_epoch(self, epoch: int) -> Task:
         view = copy.copy(self)
@@ -142,14 +178,29 @@ class LinkTask(Task):
         return decode(model, rows[:num], rows[num:])
 
     def loss(self, out: Tensor, model: nn.Module) -> tuple[Tensor, float]:
-        """Binary cross entropy with logits over the training edges and the
-        epoch's negatives of all ranks: this rank's share and the global
-        value. Collective."""
+        """The loss (``loss``) over the training edges and the epoch's
+        negatives of all ranks: this rank's share and the global value.
+        Collective."""
         edges = self.edges("train")
         score = self.scores(model, out, edges)
+        if self.loss_kind == "bpr":
+            return self._bpr(model, score, edges)
         local = F.binary_cross_entropy_with_logits(score, edges.label.to(score.dtype),
                                                    reduction="sum")
         return mean_over_ranks(local, edges.num_edges)
+
+    def _bpr(self, model: nn.Module, score: Tensor,
+             edges: SupervisionEdges) -> tuple[Tensor, float]:
+        num = self.splits["train"].num_edges
+        pos, neg = score[:num], score[num:].view(num, self.num_negatives)
+        local = -F.logsigmoid(pos.view(-1, 1) - neg).sum()
+        if self.lambda_reg:
+            weight = model.embedding.weight  # type: ignore[union-attr]
+            gid = getattr(self.graph, "global_id", None)
+            rows = weight if gid is None else weight[gid]
+            named = referenced(edges.index.reshape(-1), self.graph, rows.size(0))
+            local = local + self.lambda_reg * rows[named].pow(2).sum()
+        return mean_over_ranks(local, neg.numel())
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> tuple[float, float, float]:
