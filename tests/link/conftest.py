@@ -25,7 +25,7 @@ def _prepare(root, world):
     gen = torch.Generator().manual_seed(world)
     for i, (kind, method, undirected) in enumerate(CASES):
         if kind == "lightgcn":
-            split = synthetic_recommendation(60, 30, seed=i)
+            split = synthetic_recommendation(60, 200, avg_degree=3, seed=i)
             data = split[0]
         else:
             data = link_cases.graph(undirected=undirected, seed=i)
