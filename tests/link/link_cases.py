@@ -2,6 +2,7 @@
 trains the single-process PyG reference) and the ranks (which train on their
 parts). Everything a rank needs travels in the case dicts."""
 import copy
+import math
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,7 @@ from pyg_dist.halo.gather import gather
 from pyg_dist.models.link import LinkModel, LinkPredictor
 from pyg_dist.nn import to_distributed
 from pyg_dist.strategies.link_task import LinkTask
-from pyg_dist.tasks import hits_at_k, mrr, roc_auc
+from pyg_dist.tasks import hits_at_k, mrr, recall_ndcg_at_k, roc_auc
 from pyg_dist.tasks.negatives import negatives
 from pyg_dist.train import train
 
@@ -169,6 +170,8 @@ def rank_body(cases):
         found["state"] = copy.deepcopy(net.state_dict())
         pyg_dist.save_embeddings(net, data, case["emb"])
         found["policies"] = {} if light else _policies(data, case)
+        if light:
+            found["recall_ndcg"] = _recall_ndcg(net, data)
         out.append(found)
     return out
 
@@ -208,3 +211,38 @@ def _policies(data, case):
                        progress=False)
         out[spec] = [s.loss for s in result.history]
     return out
+
+
+#: Users of the recommendation case, and the K of its recall and NDCG.
+USERS, K = 60, 5
+
+
+def _recall_ndcg(net, data):
+    net.eval()
+    with torch.no_grad():
+        h = net(data.edge_index)
+    src, dst = data.edge_index.global_edges()
+    return recall_ndcg_at_k(h, data.global_id, (src, dst), data.supervision("test").index,
+                            USERS, K)
+
+
+def brute_recall_ndcg(z, split, users=USERS, k=K):
+    """Every user's scores over every item, its training items left out, the
+    top k against its test items: recall and NDCG averaged over users with
+    test items (the definitions, one user at a time)."""
+    train, test = split[0].edge_label_index, split[2].edge_label_index
+    items = torch.arange(users, z.size(0))
+    recall = ndcg = seen = 0.0
+    for u in range(users):
+        wanted = set(test[1, test[0] == u].tolist())
+        if not wanted:
+            continue
+        scores = z[items] @ z[u]
+        scores[torch.isin(items, train[1, train[0] == u])] = float("-inf")
+        ranked = items[torch.topk(scores, k).indices].tolist()
+        hits = [1.0 if i in wanted else 0.0 for i in ranked]
+        recall += sum(hits) / len(wanted)
+        dcg = sum(h / math.log2(j + 2) for j, h in enumerate(hits))
+        ndcg += dcg / sum(1 / math.log2(j + 2) for j in range(min(k, len(wanted))))
+        seen += 1
+    return recall / seen, ndcg / seen

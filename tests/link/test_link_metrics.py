@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from link_cases import metrics
+from link_cases import brute_recall_ndcg, metrics
 
 from pyg_dist.tasks import hits_at_k, mrr, roc_auc
 
@@ -36,3 +36,14 @@ def test_degenerate_inputs():
     assert mrr(torch.tensor([1.0]), torch.tensor([[1.0, 1.0]])) == pytest.approx(1 / 2)
     with pytest.raises(ValueError, match="'hits_at_k' got k=0; use k >= 1"):
         hits_at_k(torch.tensor([1.0]), torch.tensor([0.0]), 0)
+
+
+def test_recall_and_ndcg_over_every_item_equal_the_definitions(world):
+    size, cases, refs, results = world
+    c = [case["kind"] for case in cases].index("lightgcn")
+    _, split, (_, grads, _, _) = refs[c]
+    recall, ndcg = brute_recall_ndcg(grads["embeddings"], split)
+    assert 0 < recall < 1 and 0 < ndcg < 1, "the case must rank some test items, not all"
+    for rank, r in enumerate(results):
+        got = r[c + 1]["recall_ndcg"]
+        assert got == pytest.approx((recall, ndcg), abs=1e-5), f"rank {rank} of {size}"
