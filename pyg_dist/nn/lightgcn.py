@@ -76,7 +76,22 @@ class DistLightGCN(LightGCN):
     embeddings (of this rank's nodes), which the training task scores
     (PyG's scores every edge of ``edge_index``; pass it as
     ``edge_label_index`` for that).
+
+    Args:
+        num_nodes (int): The number of nodes in the whole graph.
+        embedding_dim (int): The dimensionality of node embeddings.
+        num_layers (int): The number of :class:`DistLGConv` layers.
+        alpha (float or torch.Tensor, optional): The scalar or vector of
+            layer weights; :obj:`None` for :math:`1 / (L + 1)` each.
+            (default: :obj:`None`)
+        **kwargs (optional): Arguments of the layers.
     """
+
+    def __init__(self, num_nodes: int, embedding_dim: int, num_layers: int,
+                 alpha: float | Tensor | None = None, **kwargs: Any) -> None:
+        super().__init__(num_nodes, embedding_dim, num_layers, alpha, **kwargs)
+        for conv in self.convs:
+            conv.__class__ = DistLGConv
 
     def get_embedding(self, edge_index: Adj, edge_weight: Tensor | None = None) -> Tensor:
         if not isinstance(edge_index, DistEdgeIndex):

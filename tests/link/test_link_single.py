@@ -1,12 +1,16 @@
 """Link prediction in one process: train() on RandomLinkSplit's three graphs
 equals plain PyG training step for step; negatives of both kinds; the
-strategies that cannot train edges refuse, naming the one that can."""
+strategies that cannot train edges refuse, naming the one that can; the
+LightGCN twin keeps PyG's state and outputs."""
 import pytest
 import torch
 from link_cases import EPOCHS, LR, graph, link_split, model, reference
 from tolerances import TOL, assert_close
+from torch_geometric.nn.models import LightGCN
 
 from pyg_dist.config import FeatureParallel, GradientOnly, LayerPipeline
+from pyg_dist.datasets import synthetic_recommendation
+from pyg_dist.nn import DistLGConv, DistLightGCN, to_distributed
 from pyg_dist.strategies.link_task import LinkTask
 from pyg_dist.tasks.negatives import negatives
 from pyg_dist.train import train
@@ -66,3 +70,22 @@ def test_strategies_that_cannot_train_edges_refuse(strategy):
                                          r"strategy=GraphParallel\(halo=\.\.\.\) \(CLI: "
                                          r"--strategy graph-parallel\)"):
         train(net, split, 1, strategy=strategy, progress=False)
+
+
+def test_lightgcn_twin_keeps_pyg_state_and_output():
+    split = synthetic_recommendation(20, 15, seed=3)
+    ei = split[0].edge_index
+    torch.manual_seed(0)
+    plain = LightGCN(split[0].num_nodes, 4, 2)
+    twin = DistLightGCN(split[0].num_nodes, 4, 2)
+    twin.load_state_dict(plain.state_dict())
+    assert all(isinstance(c, DistLGConv) for c in twin.convs)
+    assert torch.equal(twin(ei), plain.get_embedding(ei))  # embeddings without pairs
+    pairs = split[0].edge_label_index
+    assert torch.equal(twin(ei, pairs), plain(ei, pairs))  # PyG's scores with them
+    converted = to_distributed(plain)
+    assert type(converted) is DistLightGCN and converted.state_dict().keys() == \
+        twin.state_dict().keys()
+    with pytest.raises(ValueError, match="convert the model first with "
+                                         "pyg_dist.nn.to_distributed"):
+        train(LightGCN(split[0].num_nodes, 4, 2), split, 1, progress=False)
