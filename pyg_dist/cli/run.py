@@ -31,7 +31,9 @@ from pyg_dist.runtime import distributed, env
 from pyg_dist.runtime.peers import PeerLost
 from pyg_dist.strategies import planner
 from pyg_dist.strategies.task import labelled_type
+from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint
 from pyg_dist.train.loop import EpochStats, train
+from pyg_dist.train.optim import make_optimizer
 from pyg_dist.train.post import correct_and_smooth
 from pyg_dist.train.preemption import StopSignals
 from pyg_dist.train.progress import destination, summary_lines, write
@@ -324,6 +326,27 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         **({"saved": os.path.abspath(job.run.save)} if job.run.save is not None else {}),
         "config": job.to_dict(),
     }
+
+
+def embed_rank(job: Job, folder: str, out: str, overwrite: bool = False
+               ) -> dict[str, Any] | None:
+    """What each rank of ``pyg-dist embed`` runs: load its part and the
+    job's model, restore the model from the checkpoint, write its rows
+    (:func:`pyg_dist.save_embeddings`). Rank 0 returns the folder and epoch."""
+    assert job.checkpoint is not None, "checked before the ranks start"
+    data, model = load_part(job, folder)
+    directory = job.checkpoint.dir
+    if find_checkpoint(directory) is None:
+        raise SystemExit(f"pyg-dist embed: '{directory}' holds no checkpoint; train with "
+                         f"--checkpoint {directory} first (the same graph options)")
+    optimizer, _ = make_optimizer(model, job.optimizer, job.epochs)
+    epoch, _ = load_checkpoint(directory, model, optimizer)
+    pyg_dist.save_embeddings(model, data, out, overwrite=overwrite)
+    if distributed.rank() != 0:
+        return None
+    return {"embeddings": os.path.abspath(out), "epoch": epoch,
+            "num_nodes": data.meta.num_nodes, "parts": distributed.world_size(),
+            "config": job.to_dict()}
 
 
 def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
