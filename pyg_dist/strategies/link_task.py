@@ -16,8 +16,9 @@ training step:
    pairs of all ranks (PyG's ``examples/link_pred.py``).
 
 Evaluation reports the global ROC-AUC of the training, validation and test
-edges (:func:`~pyg_dist.tasks.link_metrics.roc_auc`); the training edges
-are scored against the negatives of epoch 0.
+edges (:func:`~pyg_dist.tasks.link_metrics.roc_auc`; or OGB's Hits@K or
+MRR, ``metric=``); the training edges are scored against the negatives of
+epoch 0.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from pyg_dist.metrics import data_keys, mean_over_ranks
 from pyg_dist.models.link import decode
 from pyg_dist.nn.lightgcn import DistLightGCN
 from pyg_dist.strategies.task import Task, task_of
-from pyg_dist.tasks.link_metrics import roc_auc
+from pyg_dist.tasks.link_metrics import hits_at_k, mrr, roc_auc
 from pyg_dist.tasks.negatives import KINDS, negatives
 from pyg_dist.tasks.supervision import SPLITS, SupervisionEdges, is_link_split, link_split
 
@@ -96,6 +97,14 @@ class LinkTask(Task):
         features (bool, optional): Whether the model reads ``data.x``
             (``model(x, edge_index)``; else ``model(edge_index)``).
             (default: :obj:`True`)
+        metric (str, optional): What evaluation reports for each split:
+            :obj:`"auc"` (ROC-AUC of its positives against its negatives),
+            :obj:`"hits@K"` (OGB's Hits@K, e.g. :obj:`"hits@50"`) or
+            :obj:`"mrr"` (OGB's MRR, each positive ranked among
+            ``eval_negatives`` per-source negatives of epoch 0).
+            (default: :obj:`"auc"`)
+        eval_negatives (int, optional): Per-source negatives of each positive
+            for :obj:`"mrr"`. (default: :obj:`100`)
 
     Attributes:
         splits (dict[str, SupervisionEdges]): This rank's supervision edges.
@@ -103,12 +112,12 @@ class LinkTask(Task):
         epoch (int): The epoch whose negatives :meth:`loss` draws.
     """
 
-    #: What :func:`~pyg_dist.train.train` reports for each split.
-    metric = "auc"
-
     def __init__(self, data: Any, negatives: str = "uniform", num_negatives: int = 1,
                  seed: int = 0, loss: str = "bce", lambda_reg: float = 1e-4,
-                 features: bool = True) -> None:
+                 features: bool = True, metric: str = "auc", eval_negatives: int = 100) -> None:
+        if metric not in ("auc", "mrr") and not _hits_k(metric):
+            raise ValueError(f"'LinkTask' got metric='{metric}'; use 'auc', 'mrr' or "
+                             f"'hits@K' with K >= 1 (e.g. 'hits@50')")
         if loss not in LOSSES:
             raise ValueError(f"'LinkTask' got loss='{loss}'; use one of {', '.join(LOSSES)}")
         if loss == "bpr" and num_negatives < 1:
@@ -132,6 +141,7 @@ class LinkTask(Task):
         self.data = data
         self.inputs = (data.x, data.edge_index) if features else (data.edge_index,)
         self.loss_kind, self.lambda_reg = loss, lambda_reg
+        self.metric, self.eval_negatives = metric, eval_negatives
         self.y = None  # type: ignore[assignment]
         self.train_mask = self.val_mask = self.test_mask = None  # type: ignore[assignment]
         self._keys = []
@@ -204,8 +214,8 @@ class LinkTask(Task):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> tuple[float, float, float]:
-        """Global ROC-AUC of the training, validation and test edges (nan for
-        a split the data lacks). Collective."""
+        """The global :attr:`metric` of the training, validation and test
+        edges (nan for a split the data lacks). Collective."""
         model.eval()
         h = model(*self.inputs)
         out = []
@@ -213,7 +223,28 @@ class LinkTask(Task):
             if split not in self.splits:
                 out.append(float("nan"))
                 continue
-            edges = self.edges(split, epoch=0)
-            score = self.scores(model, h, edges)
-            out.append(roc_auc(score[edges.label > 0], score[edges.label <= 0]))
+            out.append(self._metric(model, h, split))
         return out[0], out[1], out[2]
+
+    def _metric(self, model: nn.Module, h: Tensor, split: str) -> float:
+        if self.metric == "mrr":
+            edges = self.splits[split].select(self.splits[split].label > 0)
+            neg = negatives(edges.index, edges.id, self.num_nodes, self.seed, 0, "structured",
+                            self.eval_negatives)
+            both = SupervisionEdges(torch.cat([edges.index, neg], 1),
+                                    torch.cat([edges.label, edges.label.new_zeros(neg.size(1))]),
+                                    torch.cat([edges.id, edges.id.new_full((neg.size(1),), -1)]))
+            score = self.scores(model, h, both)
+            num = edges.num_edges
+            return mrr(score[:num], score[num:].view(num, self.eval_negatives))
+        edges = self.edges(split, epoch=0)
+        score = self.scores(model, h, edges)
+        pos, neg = score[edges.label > 0], score[edges.label <= 0]
+        k = _hits_k(self.metric)
+        return roc_auc(pos, neg) if k is None else hits_at_k(pos, neg, k)
+
+
+def _hits_k(metric: str) -> int | None:
+    """K of ``"hits@K"``; :obj:`None` for another metric."""
+    head, _, k = metric.partition("@")
+    return int(k) if head == "hits" and k.isdigit() and int(k) >= 1 else None

@@ -84,6 +84,7 @@ def reference(kind, split, seed=0):
     with torch.no_grad():
         z = net(train_data.x, train_data.edge_index)
     grads["embeddings"] = z
+    grads["decoder"] = copy.deepcopy(net)
     aucs = {}
     for name, d in zip(("val", "test"), split[1:]):
         i = d.edge_label_index
@@ -172,6 +173,9 @@ def rank_body(cases):
         found["policies"] = {} if light else _policies(data, case)
         if light:
             found["recall_ndcg"] = _recall_ndcg(net, data)
+        else:
+            found["hits@3"] = LinkTask(data, metric="hits@3").evaluate(net)
+            found["mrr"] = LinkTask(data, metric="mrr", eval_negatives=5).evaluate(net)
         out.append(found)
     return out
 
@@ -246,3 +250,29 @@ def brute_recall_ndcg(z, split, users=USERS, k=K):
         ndcg += dcg / sum(1 / math.log2(j + 2) for j in range(min(k, len(wanted))))
         seen += 1
     return recall / seen, ndcg / seen
+
+
+def hand_hits_mrr(kind, net, z, split, k=3, m=5, seed=0):
+    """Hits@k and MRR of the validation edges counted by their definitions,
+    one positive at a time (OGB's, with per-source negatives of epoch 0)."""
+    def score(i):
+        with torch.no_grad():
+            if kind == "gcn-dot":
+                return (z[i[0]] * z[i[1]]).sum(-1)
+            return net.decoder(z[i[0]], z[i[1]])
+
+    d = split[1]
+    s = score(d.edge_label_index)
+    pos, neg = s[d.edge_label > 0].tolist(), s[d.edge_label == 0].tolist()
+    kth = sorted(neg, reverse=True)[k - 1]
+    hits = sum(1 for p in pos if p > kth) / len(pos)
+    edges = d.edge_label_index[:, d.edge_label > 0]
+    ids = torch.nonzero(d.edge_label > 0).view(-1)
+    total = 0.0
+    for j in range(edges.size(1)):
+        one = edges[:, j:j + 1]
+        p = float(score(one))
+        negs = score(negatives(one, ids[j:j + 1], z.size(0), seed, 0, "structured", m)).tolist()
+        rank = 1 + (sum(n > p for n in negs) + sum(n >= p for n in negs)) / 2
+        total += 1 / rank
+    return hits, total / edges.size(1)

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from link_cases import brute_recall_ndcg, metrics
+from link_cases import brute_recall_ndcg, hand_hits_mrr, metrics
 
 from pyg_dist.tasks import hits_at_k, mrr, roc_auc
 
@@ -47,3 +47,16 @@ def test_recall_and_ndcg_over_every_item_equal_the_definitions(world):
     for rank, r in enumerate(results):
         got = r[c + 1]["recall_ndcg"]
         assert got == pytest.approx((recall, ndcg), abs=1e-5), f"rank {rank} of {size}"
+
+
+def test_trained_models_hits_and_mrr_equal_the_definitions(world):
+    size, cases, refs, results = world
+    for c, (case, (_, split, (_, grads, _, _))) in enumerate(zip(cases, refs)):
+        if case["kind"] == "lightgcn":
+            continue
+        hits, mrr_value = hand_hits_mrr(case["kind"], grads["decoder"], grads["embeddings"],
+                                        split)
+        assert 0 < hits < 1 and 0 < mrr_value < 1, "the case must rank, not all or nothing"
+        for rank, r in enumerate(results):
+            assert r[c + 1]["hits@3"][1] == pytest.approx(hits, abs=1e-6), (case["kind"], rank)
+            assert r[c + 1]["mrr"][1] == pytest.approx(mrr_value, abs=1e-6), (case["kind"], rank)

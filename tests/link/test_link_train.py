@@ -83,7 +83,7 @@ def test_five_steps_equal_single_process(world):
         for f in found:
             assert f["losses"] == pytest.approx(losses, rel=TOL[torch.float32]), what
             for name, g in grads.items():
-                if name == "embeddings":
+                if name in ("embeddings", "decoder"):
                     continue
                 assert_close(f["grads"][name], g, what=f"{what} grad {name}")
             for name, w in state.items():
