@@ -53,7 +53,8 @@ class LinkPredictor(nn.Module):
         if num_layers < 1:
             raise ValueError(f"'LinkPredictor' got num_layers={num_layers}; use at least 1")
         widths = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
-        self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.lins: list[nn.Linear] = nn.ModuleList(  # type: ignore[assignment]
+            nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.dropout = dropout
 
     def reset_parameters(self) -> None:

@@ -205,7 +205,9 @@ class LinkTask(Task):
         pos, neg = score[:num], score[num:].view(num, self.num_negatives)
         local = -F.logsigmoid(pos.view(-1, 1) - neg).sum()
         if self.lambda_reg:
-            weight = model.embedding.weight  # type: ignore[union-attr]
+            embedding = model.get_submodule("embedding")
+            assert isinstance(embedding, nn.Embedding), "BPR regularises an embedding table"
+            weight = embedding.weight
             gid = getattr(self.graph, "global_id", None)
             rows = weight if gid is None else weight[gid]
             named = referenced(edges.index.reshape(-1), self.graph, rows.size(0))

@@ -94,7 +94,9 @@ def _sorted_ranges(rows: Tensor) -> Tensor:
     ones[rank] = 0
     sent = torch.tensor([c for q, c in enumerate(counts) if q != rank],
                         dtype=torch.float64).view(-1, 1)
-    got = exchange_rows(sent, ones, ones, tag=_TAG).view(-1).long().tolist()
+    counted = exchange_rows(sent, ones, ones, tag=_TAG)
+    assert isinstance(counted, Tensor), "a synchronous exchange returns a tensor"
+    got = counted.view(-1).long().tolist()
     got.insert(rank, 0)
     moved = exchange_rows(rows[away], counts, got, tag=_TAG)
     assert isinstance(moved, Tensor), "a synchronous exchange returns a tensor"

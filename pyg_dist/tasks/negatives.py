@@ -92,6 +92,7 @@ def negatives(index: Tensor, edge_id: Tensor, num_nodes: int, seed: int, epoch: 
     known = _edge_keys(index if exclude is None else exclude, num_nodes) if reject else None
     out = _draw(m, source, num_nodes, seed, epoch, kind)
     for attempt in range(1, tries if reject else 1):
+        assert known is not None, "rejection knows the true edges"
         hit = torch.isin(_pair_keys(out, num_nodes), known)
         if not bool(hit.any()):
             break
