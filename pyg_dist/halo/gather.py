@@ -19,6 +19,7 @@ and their answers, int64), ``gather/rows`` and ``gather/grads``.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,12 +41,14 @@ def _move(channel: HaloChannel, rows: Tensor, send_counts: list[int],
     # a tag of its own per exchange name (the channel hands them out in order of
     # first use, alike on every rank); "fwd" is only the slot of the tag
     tag = channel.tag(layer, "fwd")
+    start = time.perf_counter()
     out = exchange_rows(rows.contiguous(), send_counts, recv_counts, channel.group,
                         channel.transport, tag=tag)
     assert isinstance(out, Tensor), "a synchronous exchange returns a tensor"
     row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
     channel.ledger.record(layer, GATHER, bytes_sent=sum(send_counts) * row_bytes,
-                          bytes_recv=sum(recv_counts) * row_bytes, exchanges=1)
+                          bytes_recv=sum(recv_counts) * row_bytes, exchanges=1,
+                          seconds=time.perf_counter() - start)
     return out
 
 

@@ -380,7 +380,7 @@ def _measured(result: TrainResult) -> dict[str, Any]:
     epochs = result.history[1:] or result.history
     steps = sorted(e.train_seconds for e in epochs)
     trained = sum(e.halo_bytes_fwd + e.halo_bytes_bwd + e.grad_bytes + e.all_to_all_bytes
-                  for e in result.history)
+                  + e.gather_bytes for e in result.history)
     return {"measured_step_s": round(steps[len(steps) // 2], 6) if steps else 0.0,
             "measured_epoch_s": round(sum(e.seconds for e in epochs) / max(len(epochs), 1), 6),
             "measured_bytes_per_epoch": int(trained / max(len(result.history), 1))}
@@ -435,7 +435,8 @@ _BOOKED = {"bytes_fwd": "halo_bytes_fwd", "bytes_bwd": "halo_bytes_bwd",
            "overlapped": "overlapped_seconds", "bytes_grad": "grad_bytes",
            "seconds_grad": "grad_seconds", "seconds_regroup": "regroup_seconds",
            "bytes_stage": "stage_bytes", "seconds_stage": "stage_seconds",
-           "bytes_all_to_all": "all_to_all_bytes", "seconds_all_to_all": "all_to_all_seconds"}
+           "bytes_all_to_all": "all_to_all_bytes", "seconds_all_to_all": "all_to_all_seconds",
+           "bytes_gather": "gather_bytes", "seconds_gather": "gather_seconds"}
 _TIMED = ("train_seconds", "forward_seconds", "eval_seconds")
 
 
@@ -448,8 +449,9 @@ def _epoch_totals(ledger: Any, step: int, times: tuple[float, float, float],
     all-reduce's bytes (all ranks) and wait (average rank); regrouping seconds
     (average rank); stage-boundary bytes (all ranks) and wait (average rank)
     of a layer pipeline; feature-parallel all-to-alls' bytes (all ranks) and
-    wait (average rank); and the average rank's times. The same all-reduce
-    sums the stop ``signals`` (:meth:`StopSignals.flags`), so every rank
+    wait (average rank); rows gathered by global id (a link task's pairs:
+    bytes of all ranks, seconds of the average rank); and the average rank's
+    times. The same all-reduce sums the stop ``signals`` (:meth:`StopSignals.flags`), so every rank
     learns of a signal any rank got after the same epoch; returned second."""
     totals = ledger.totals(step) if ledger is not None else {}
     values = [float(totals.get(k, 0.0)) for k in _BOOKED] + list(times) + list(signals)

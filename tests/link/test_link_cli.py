@@ -32,6 +32,7 @@ def test_train_task_link(tmp_path):
     line = json.loads(out.stdout.strip().splitlines()[-1])
     assert line["config"]["graph"]["task"] == "link"
     assert line["epochs"] == 3 and 0.0 <= line["val_auc"] <= 1.0
+    assert line["gather_bytes"] > 0  # the pairs' rows crossed the cut
     assert line["val_auc"] == line["val_acc"] and line["test_auc"] == line["test_acc"]
     assert f"test AUC at the best validation epoch ({line['best_epoch']})" in out.stderr
     meta = json.loads(run("partition", "--task", "link", "--dataset", "synthetic",
