@@ -13,11 +13,14 @@ with _warnings.catch_warnings():
 
 from pyg_dist.data.dist_data import DistData, DistEdgeIndex
 from pyg_dist.data.hetero_data import DistHeteroData
+from pyg_dist.halo.gather import gather
 from pyg_dist.loop import (
     DistributedModel,
     accuracy,
     cross_entropy,
     global_mean,
+    read_embeddings,
+    save_embeddings,
     save_model,
     save_predictions,
 )
@@ -42,5 +45,8 @@ __all__ = [
     "accuracy",
     "save_predictions",
     "save_model",
+    "save_embeddings",
+    "read_embeddings",
+    "gather",
     "__version__",
 ]

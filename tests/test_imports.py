@@ -191,7 +191,7 @@ LEVELS = {
     "train": 5, "config": 5,
     "strategies": 4,
     "nn": 3, "loop": 3, "pipeline": 3, "regroup": 3, "models": 3, "grads": 3, "metrics": 3,
-    "halo": 2, "data": 2, "partitioning": 2, "datasets": 2,
+    "halo": 2, "data": 2, "partitioning": 2, "datasets": 2, "tasks": 2,
     "ops": 1, "runtime": 1, "utils": 1, "typing": 1, "version": 1,
 }
 ROOT_LEVEL = 3.5

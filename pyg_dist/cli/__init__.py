@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import re
 import sys
@@ -48,6 +49,7 @@ from pyg_dist.cli.commands import (
 from pyg_dist.cli.errors import (
     check_checkpoint_dir,
     check_dataset,
+    check_out,
     check_parts_dir,
     check_world,
     reporting,
@@ -61,7 +63,7 @@ from pyg_dist.cli.help import (
     recipe_default,
 )
 from pyg_dist.cli.job import RECIPES, Graph, Job, Model, Run, resolve
-from pyg_dist.cli.run import plan_rank, report_plan, train_command
+from pyg_dist.cli.run import embed_rank, plan_rank, report_plan, train_command
 from pyg_dist.config import STRATEGIES, Adam, Checkpoint, Evaluation, GradSync, Planned
 from pyg_dist.datasets.load import HETERO_DATASETS
 from pyg_dist.models.gnn import DEEP_MODELS
@@ -96,7 +98,7 @@ def build_parser(strategy: str | None = None) -> argparse.ArgumentParser:
 
     convert = sub.add_parser("convert", help="write a dataset as a graph folder: .npy files "
                                              "every rank memory-maps a slice of")
-    add_fields(convert, Graph, "graph", skip={"parts_dir", "parts", "method"})
+    add_fields(convert, Graph, "graph", skip={"parts_dir", "parts", "method", "task"})
     convert.add_argument("--out", required=True, help="folder to write")
     convert.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     _add_debug(convert)
@@ -104,6 +106,8 @@ def build_parser(strategy: str | None = None) -> argparse.ArgumentParser:
     _train_parser(sub, "train", "train a GNN on a partitioned graph", strategy)
     _train_parser(sub, "plan", "predict every strategy's epoch time and bytes from a short "
                                "probe on the ranks, and choose (train's options)", strategy)
+    _train_parser(sub, "embed", "write every node's embedding from a run's --checkpoint to "
+                                "--out (train's options)", strategy)
 
     layouts = sub.add_parser("layouts", help="bytes per epoch of every grid of graph parts x "
                                              "layer stages for a deep model, and the best")
@@ -162,6 +166,10 @@ def _train_parser(sub: Any, name: str, help: str, shown: str | None = None) -> N
     if name == "plan":
         top.add_argument("--json", action="store_true",
                          help="print every prediction as a JSON line, then the choice")
+    if name == "embed":
+        top.add_argument("--out", required=True, metavar="DIR",
+                         help="folder to write the embeddings to")
+        top.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     _add_debug(top)
     steps = train.add_argument_group("optimisation and evaluation")
     add_fields(steps, Adam, "optimizer", flags={"schedule": "--lr-schedule"})
@@ -317,4 +325,11 @@ def _run(args: argparse.Namespace) -> int:
                     job.strategy.ranks_per_part())
     if args.command == "plan":
         return train_command(job, plan_rank, report_plan(args.json))
+    if args.command == "embed":
+        if job.checkpoint is None:
+            raise SystemExit("pyg-dist embed: name the trained run's checkpoint folder with "
+                             "--checkpoint DIR (and the graph options it trained with)")
+        check_out("embed", args.out, args.overwrite)
+        body = functools.partial(embed_rank, out=args.out, overwrite=args.overwrite)
+        return train_command(job, body, lambda result: print(json.dumps(result), flush=True))
     return train_command(job)

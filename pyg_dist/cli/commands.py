@@ -21,6 +21,7 @@ from pyg_dist.datasets.ogb_mag import MAG_NAME
 from pyg_dist.partitioning import PartitionMeta, partition_distributed
 from pyg_dist.runtime import distributed, env
 from pyg_dist.strategies.layer_pipeline import best_layout, halo_rows, layout_costs
+from pyg_dist.tasks.supervision import split_links
 
 __all__ = ["partition_command", "distributed_partition_command", "convert_command",
            "layouts_command", "check_command", "load_graph", "partition_graph", "meta_summary"]
@@ -41,6 +42,9 @@ def partition_command(args: argparse.Namespace) -> int:
                          f"(one per rank), an integer >= 1, or leave it out for "
                          f"{DEFAULT_PARTS} (or torchrun's ranks)")
     if args.distributed or args.input is not None:
+        if given(args).get("graph", {}).get("task", "node") != "node":
+            raise SystemExit("pyg-dist partition --distributed cuts node tasks; cut --task link "
+                             "in one process (leave out --distributed and --input)")
         return distributed_partition_command(args)
     graph = _graph(args)
     check_out("partition", args.out, args.overwrite)
@@ -135,7 +139,10 @@ def partition_graph(graph: Graph, out: Path, parts: int, clusters: int = 1,
                     overwrite: bool = False) -> PartitionMeta:
     """Cuts the graph ``graph`` names into ``parts`` parts (and ``clusters``
     clusters per part) in folder ``out``."""
-    return pyg_dist.partition(load_graph(graph), parts, out, method=graph.method,
+    data = load_graph(graph)
+    if graph.task == "link":
+        data = split_links(data, seed=graph.seed)
+    return pyg_dist.partition(data, parts, out, method=graph.method,
                               seed=graph.seed, overwrite=overwrite, clusters_per_part=clusters)
 
 

@@ -33,6 +33,8 @@ __all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "NAMED_RECIPES", "recipe_o
 
 #: Ranks (= parts) when neither the command line nor torchrun says.
 DEFAULT_PARTS = 4
+#: What a job trains: node labels, or the edges of a link split.
+TASKS = ("node", "link")
 
 #: Defaults per model: the published recipes (GCN: Kipf & Welling; GAT:
 #: Velickovic et al.; GCNII: Chen et al., Cora), which SAGE and GIN share with
@@ -121,6 +123,8 @@ class Graph(Options):
                                       metavar="D")
     parts_dir: str | None = option(None, "a partition folder (default: cut one)",
                                    type=str, metavar="DIR")
+    task: str = option("node", "node|link (seeded RandomLinkSplit)",
+                       choices=TASKS, metavar="TASK")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dataset", dataset_name(self.dataset))  # "Cora" is "cora"
@@ -131,6 +135,8 @@ class Graph(Options):
             raise ValueError(f"Graph(dataset={self.dataset!r}): use one of {', '.join(DATASETS)}")
         if self.method not in METHODS:
             raise ValueError(f"Graph(method={self.method!r}): use one of {', '.join(METHODS)}")
+        if self.task not in TASKS:
+            raise ValueError(f"Graph(task={self.task!r}): use one of {', '.join(TASKS)}")
         if self.parts is not None and (not isinstance(self.parts, int) or self.parts < 1):
             raise ValueError(f"Graph(parts={self.parts!r}): use a number of ranks >= 1")
         _at_least(self, "seed", 0, "it seeds the graph, the cut, the model and dropout")

@@ -18,19 +18,22 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler, 
 
 import pyg_dist
 from pyg_dist.cli.commands import meta_summary, partition_graph
-from pyg_dist.cli.job import DEFAULT_PARTS, HOMOGENEOUS_MODELS, Job
+from pyg_dist.cli.job import DEFAULT_PARTS, HOMOGENEOUS_MODELS, SHALLOW_MODELS, Job
 from pyg_dist.cli.plan_table import plan_table
 from pyg_dist.config import Planned, as_policy
 from pyg_dist.halo import Exact
 from pyg_dist.models.gnn import DEEP_MODELS, GNN, DeepGNN
 from pyg_dist.models.hetero import HETERO_MODELS, hetero_model
+from pyg_dist.models.link import LinkModel
 from pyg_dist.nn import to_distributed
 from pyg_dist.partitioning.io import read_meta
 from pyg_dist.runtime import distributed, env
 from pyg_dist.runtime.peers import PeerLost
 from pyg_dist.strategies import planner
 from pyg_dist.strategies.task import labelled_type
+from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint
 from pyg_dist.train.loop import EpochStats, train
+from pyg_dist.train.optim import make_optimizer
 from pyg_dist.train.post import correct_and_smooth
 from pyg_dist.train.preemption import StopSignals
 from pyg_dist.train.progress import destination, summary_lines, write
@@ -212,6 +215,8 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
         raise SystemExit(f"--model {spec.name} trains a heterogeneous graph, but '{folder}' "
                          f"holds a homogeneous one; use --model {'|'.join(HOMOGENEOUS_MODELS)}")
     data = strategy.load(folder)
+    if data.link_splits:
+        return data, _link_model(job, data)
     if data.meta.num_classes is None:
         raise SystemExit(f"'{folder}' has no class labels (integer 'y'); partition a graph "
                          f"with node labels to train on it")
@@ -229,6 +234,22 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
     model = model.to(data.x.device)
     torch.manual_seed(job.graph.seed * 1000 + distributed.rank())  # dropout differs per rank
     return data, model
+
+
+def _link_model(job: Job, data: Any) -> Any:
+    """The job's model as the encoder of a link model (its output the
+    hidden width), scored by the dot product."""
+    spec = job.model
+    if spec.name in DEEP_MODELS:
+        raise SystemExit(f"--task link trains --model {'|'.join(SHALLOW_MODELS)}; "
+                         f"got --model {spec.name}")
+    torch.manual_seed(job.graph.seed)
+    layers, hidden, heads, dropout = spec.sizes()
+    encoder = GNN(spec.name, data.x.size(1), hidden, hidden, layers=layers, dropout=dropout,
+                  heads=heads, **spec.options())
+    model = LinkModel(encoder).to(data.x.device)
+    torch.manual_seed(job.graph.seed * 1000 + distributed.rank())  # dropout differs per rank
+    return model
 
 
 def _load_hetero_part(job: Job, folder: str) -> tuple[Any, Any]:
@@ -283,6 +304,8 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         "training_seconds": round(result.seconds, 3),
         "final_val_acc": last.val_acc if last else None,
         "final_test_acc": last.test_acc if last else None,
+        **({"val_auc": result.val_acc, "test_auc": result.test_acc}
+           if getattr(data, "link_splits", None) else {}),
         "dataset": job.graph.dataset,
         "parts": distributed.world_size(),
         "method": data.meta.method,
@@ -303,6 +326,27 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         **({"saved": os.path.abspath(job.run.save)} if job.run.save is not None else {}),
         "config": job.to_dict(),
     }
+
+
+def embed_rank(job: Job, folder: str, out: str, overwrite: bool = False
+               ) -> dict[str, Any] | None:
+    """What each rank of ``pyg-dist embed`` runs: load its part and the
+    job's model, restore the model from the checkpoint, write its rows
+    (:func:`pyg_dist.save_embeddings`). Rank 0 returns the folder and epoch."""
+    assert job.checkpoint is not None, "checked before the ranks start"
+    data, model = load_part(job, folder)
+    directory = job.checkpoint.dir
+    if find_checkpoint(directory) is None:
+        raise SystemExit(f"pyg-dist embed: '{directory}' holds no checkpoint; train with "
+                         f"--checkpoint {directory} first (the same graph options)")
+    optimizer, _ = make_optimizer(model, job.optimizer, job.epochs)
+    epoch, _ = load_checkpoint(directory, model, optimizer)
+    pyg_dist.save_embeddings(model, data, out, overwrite=overwrite)
+    if distributed.rank() != 0:
+        return None
+    return {"embeddings": os.path.abspath(out), "epoch": epoch,
+            "num_nodes": data.meta.num_nodes, "parts": distributed.world_size(),
+            "config": job.to_dict()}
 
 
 def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from pyg_dist.halo.policy import HaloPolicy
 from pyg_dist.ops.csr import csr_row, ptr_from_sorted
 from pyg_dist.partitioning.io import PartitionMeta, read_meta, read_part
 from pyg_dist.runtime import distributed
+from pyg_dist.tasks.supervision import SupervisionEdges
 
 __all__ = ["DistData", "DistEdgeIndex", "Adj"]
 
@@ -292,6 +293,9 @@ class DistData:
         rank (int): This rank (= the part it holds).
         folder (str or os.PathLike, optional): The partition folder it was
             loaded from; :obj:`None` when built by hand. (default: :obj:`None`)
+        link (dict[str, SupervisionEdges], optional): This rank's supervision
+            edges of each split of a link split (those whose source node it
+            owns; :meth:`supervision`). (default: :obj:`None`, none)
 
     Attributes:
         global_id (torch.Tensor): ``[num_nodes]`` global id of each owned node.
@@ -308,8 +312,10 @@ class DistData:
         meta: PartitionMeta,
         rank: int,
         folder: str | os.PathLike | None = None,
+        link: dict[str, SupervisionEdges] | None = None,
     ) -> None:
         self.edge_index = edge_index
+        self._link = dict(link or {})
         self.meta = meta
         self.folder = None if folder is None else Path(folder)
         self.rank = rank
@@ -334,6 +340,27 @@ class DistData:
     def keys(self) -> list[str]:
         return ["edge_index", "global_id", *self._node_keys, *self._edge_keys]
 
+    @property
+    def link_splits(self) -> list[str]:
+        """The splits of supervision edges this part holds (``"train"``,
+        ``"val"``, ``"test"``); empty unless a link split was partitioned."""
+        return list(self._link)
+
+    def supervision(self, split: str = "train") -> SupervisionEdges:
+        """This rank's supervision edges of ``split``: those whose source node
+        it owns, with their global ids, labels and positions in the split.
+
+        Args:
+            split (str, optional): ``"train"``, ``"val"`` or ``"test"``.
+                (default: :obj:`"train"`)
+        """
+        if split not in self._link:
+            have = ", ".join(self._link) or "none"
+            raise ValueError(f"'DistData.supervision' has no '{split}' edges (this part holds "
+                             f"{have}); partition a link split, e.g. the three graphs "
+                             f"RandomLinkSplit returns, to train link prediction")
+        return self._link[split]
+
     def __getattr__(self, key: str) -> Any:
         # Only reached for missing attributes: name what exists.
         if key.startswith("_"):
@@ -347,6 +374,7 @@ class DistData:
         self.edge_index = self.edge_index.to(device)
         for key in [*self._node_keys, *self._edge_keys]:
             setattr(self, key, getattr(self, key).to(device))
+        self._link = {k: v.to(device) for k, v in self._link.items()}
         return self
 
     def __repr__(self) -> str:
@@ -404,7 +432,9 @@ class DistData:
             graph["halo_self_loops"], channel, graph["global_id"], HaloRegistry(halo),
             pre_aggregate=pre_aggregate,
         )
-        data = cls(edge_index, content["node"], content["edge"], meta, rank, out_dir)
+        link = {name: SupervisionEdges(**edges)
+                for name, edges in content.get("link", {}).items()}
+        data = cls(edge_index, content["node"], content["edge"], meta, rank, out_dir, link)
         device = torch.device(device) if device is not None else distributed.default_device()
         return data.to(device) if device.type != "cpu" else data
 

@@ -11,9 +11,10 @@ from pyg_dist.datasets.ondisk import (
     write_graph_folder,
 )
 from pyg_dist.datasets.planetoid import PLANETOID, planetoid
+from pyg_dist.datasets.recsys import synthetic_recommendation
 from pyg_dist.datasets.sbm import synthetic
 
 __all__ = ["synthetic", "community_graph", "CommunityGraphConfig", "PRESETS", "preset",
            "planetoid", "PLANETOID", "load_dataset", "DATASETS", "GraphFolder",
            "GraphFolderWriter", "HeteroGraphFolder", "open_graph_folder", "write_graph_folder",
-           "synthetic_mag"]
+           "synthetic_mag", "synthetic_recommendation"]

@@ -8,15 +8,19 @@ from pyg_dist.datasets.community import PRESETS, community_graph, preset
 from pyg_dist.datasets.hetero import synthetic_mag
 from pyg_dist.datasets.ogb import OGB, ogbn
 from pyg_dist.datasets.ogb_mag import MAG_FOLDER, MAG_NAME, ogbn_mag
+from pyg_dist.datasets.ogbl import OGBL, ogbl
 from pyg_dist.datasets.planetoid import PLANETOID, planetoid
 from pyg_dist.datasets.sbm import synthetic
 
-__all__ = ["load_dataset", "dataset_name", "DATASETS", "HETERO_DATASETS"]
+__all__ = ["load_dataset", "dataset_name", "DATASETS", "HETERO_DATASETS", "LINK_DATASETS"]
 
 DATASETS = ("synthetic", *PRESETS, "synthetic-mag", *PLANETOID, *OGB, MAG_NAME)
 #: The datasets that are a ``HeteroData``.
 HETERO_DATASETS = ("synthetic-mag", MAG_NAME)
-_BY_LOWER = {name.lower(): name for name in DATASETS}
+#: OGB's link datasets: ``load_dataset`` gives the ``(data, split_edge)`` pair
+#: that :func:`pyg_dist.partition` cuts as a link split.
+LINK_DATASETS = tuple(OGBL)
+_BY_LOWER = {name.lower(): name for name in (*DATASETS, *LINK_DATASETS)}
 
 
 def dataset_name(name: str) -> str:
@@ -47,7 +51,10 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
             (:func:`~pyg_dist.datasets.ogb.ogbn`; nothing is downloaded), or
             :obj:`"synthetic-mag"` (:func:`synthetic_mag`) and :obj:`"ogbn-mag"`
             (:func:`~pyg_dist.datasets.ogb_mag.ogbn_mag`, from OGB's folder),
-            heterogeneous. Any case is taken (``"Cora"``).
+            heterogeneous, or an OGB link dataset (:obj:`"ogbl-collab"`,
+            :obj:`"ogbl-citation2"`, :obj:`"ogbl-ddi"`): the ``(data,
+            split_edge)`` pair :func:`pyg_dist.partition` cuts as a link split
+            (:func:`~pyg_dist.datasets.ogbl.ogbl`). Any case is taken (``"Cora"``).
         root (str or os.PathLike, optional): Folder holding Planetoid data as
             ``root/Cora/raw/...`` or OGB data as ``root/ogbn_arxiv/raw/...``.
             (default: :obj:`None`)
@@ -77,9 +84,15 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
             raise ValueError(f"dataset '{name}' needs the folder OGB downloaded it into "
                              f"(holding {OGB[name].folder}/raw); pass root= (--root)")
         return ogbn(name, root)
+    if name in OGBL:
+        if root is None:
+            raise ValueError(f"dataset '{name}' needs the folder OGB downloaded it into "
+                             f"(holding {OGBL[name].folder}/raw); pass root=")
+        return ogbl(name, root)
     if name == MAG_NAME:
         if root is None:
             raise ValueError(f"dataset '{name}' needs the folder OGB downloaded it into "
                              f"(holding {MAG_FOLDER}/raw); pass root= (--root)")
         return ogbn_mag(root, **kwargs)
-    raise ValueError(f"unknown dataset '{name}'; use one of {', '.join(DATASETS)}")
+    raise ValueError(f"unknown dataset '{name}'; use one of "
+                     f"{', '.join((*DATASETS, *LINK_DATASETS))}")

@@ -8,7 +8,7 @@ from typing import Any
 from pyg_dist.halo.choices import HaloChoices
 
 __all__ = ["Ledger", "LedgerEntry", "DIRECTIONS", "GRADIENTS", "REGROUP", "STAGE",
-           "ALL_TO_ALL", "KEEP_STEPS", "FOLDED"]
+           "ALL_TO_ALL", "GATHER", "KEEP_STEPS", "FOLDED"]
 
 #: Directions of halo traffic.
 DIRECTIONS = ("fwd", "bwd", "eval")
@@ -25,8 +25,12 @@ STAGE = "stage"
 #: The direction of feature-parallel training's all-to-alls between column
 #: slices and row blocks (forward and backward; seconds are the waits).
 ALL_TO_ALL = "all_to_all"
+#: The direction of rows gathered by global id (:func:`pyg_dist.halo.gather`:
+#: layers ``"gather/ids"`` for the ids asked, ``"gather/rows"`` for the rows
+#: and ``"gather/grads"`` for their gradients going back to the owners).
+GATHER = "gather"
 #: Directions counted apart from halo traffic.
-APART = (GRADIENTS, REGROUP, STAGE, ALL_TO_ALL)
+APART = (GRADIENTS, REGROUP, STAGE, ALL_TO_ALL, GATHER)
 #: The fields of :class:`LedgerEntry` that :meth:`Ledger.fold` sums.
 _SUMMED = ("bytes_sent", "bytes_recv", "rows_sent", "partial_sums_sent", "exchanges",
            "skipped", "seconds", "overlapped")

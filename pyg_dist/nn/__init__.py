@@ -11,6 +11,7 @@ from pyg_dist.nn.gcn_conv import DistGCNConv
 from pyg_dist.nn.generic import DistMessagePassing, register_exact
 from pyg_dist.nn.hgt_conv import DistHGTConv
 from pyg_dist.nn.label_prop import DistCorrectAndSmooth, DistLabelPropagation
+from pyg_dist.nn.lightgcn import DistLGConv, DistLightGCN
 from pyg_dist.nn.norm import DistBatchNorm, DistGraphNorm, DistLayerNorm
 from pyg_dist.nn.sage_conv import DistSAGEConv
 from pyg_dist.nn.twin import DistLayer
@@ -29,6 +30,8 @@ __all__ = [
     "DistGraphNorm",
     "DistLabelPropagation",
     "DistCorrectAndSmooth",
+    "DistLGConv",
+    "DistLightGCN",
     "to_distributed",
     "register_exact",
     "dropout",

@@ -102,6 +102,8 @@ class PartitionMeta:
             (cluster :math:`c` lies in part :math:`\\lfloor c / m \\rfloor`).
         types: The node and edge types of a heterogeneous graph and their
             sizes per part; :obj:`None` for a homogeneous one.
+        link_splits: The splits of supervision edges each part holds (a
+            link split, see :mod:`pyg_dist.tasks.supervision`); empty for none.
     """
 
     num_parts: int
@@ -122,6 +124,7 @@ class PartitionMeta:
     format_version: int = FORMAT_VERSION
     clusters_per_part: int = 1
     types: HeteroTypes | None = None
+    link_splits: list[str] = field(default_factory=list)
 
     @property
     def is_hetero(self) -> bool:

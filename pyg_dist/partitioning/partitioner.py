@@ -16,6 +16,7 @@ from pyg_dist.partitioning.cut import METHODS, coarse_metis_cut, metis_cut, rand
 from pyg_dist.partitioning.hetero import is_hetero, partition_hetero
 from pyg_dist.partitioning.io import CLUSTERS_DIR, FORMAT_VERSION, PartitionMeta, write_folder
 from pyg_dist.partitioning.plan import LocalPart, PartPlan
+from pyg_dist.tasks.supervision import SupervisionEdges, is_link_split, link_split
 
 __all__ = ["partition"]
 
@@ -49,9 +50,15 @@ def partition(
     ``pyg_dist.partitioning.hetero.partition_hetero`` into a folder that
     :meth:`pyg_dist.DistHeteroData.load` reads.
 
+    A link split (the ``(train_data, val_data, test_data)`` of PyG's
+    ``RandomLinkSplit``, or OGB's ``(data, split_edge)``; see
+    :mod:`pyg_dist.tasks.supervision`) is cut as its message-passing graph,
+    and each supervision edge is stored on the part that owns its source
+    node (:meth:`pyg_dist.DistData.supervision` reads them back).
+
     Args:
-        data (torch_geometric.data.Data or torch_geometric.data.HeteroData):
-            The graph. Needs ``edge_index``; may be directed and have
+        data (torch_geometric.data.Data or torch_geometric.data.HeteroData or tuple):
+            The graph, or a link split. Needs ``edge_index``; may be directed and have
             self-loops, duplicate edges, isolated nodes, and no ``x`` (then
             parts have no ``x`` either).
         num_parts (int): Number of parts, :math:`1 \le` ``num_parts`` :math:`\le`
@@ -84,6 +91,9 @@ def partition(
             raise ValueError("'partition' cuts a HeteroData into parts without clusters; pass "
                              "clusters_per_part=1 (gradient-only training is homogeneous)")
         return partition_hetero(data, num_parts, out_dir, method, seed, overwrite)
+    splits: dict[str, SupervisionEdges] = {}
+    if is_link_split(data):
+        data, splits = link_split(data)
     edge_index, num_nodes = check_graph(data)
     num_parts = _check_num_parts(num_parts, num_nodes)
     clusters = _check_clusters(clusters_per_part, num_parts, num_nodes)
@@ -119,8 +129,10 @@ def partition(
             node_attrs=sorted(node_attrs),
             edge_attrs=sorted(edge_attrs),
             clusters_per_part=per_part,
+            link_splits=list(splits),
         )
-        return meta, (_part_content(p, plan.build(p), meta, node_attrs, edge_attrs)
+        return meta, (_part_content(p, plan.build(p), meta, node_attrs, edge_attrs,
+                                    _supervision(splits, assignment, p))
                       for p in range(count))
 
     meta, contents = folder(part, num_parts, clusters_per_part)
@@ -135,6 +147,7 @@ def _part_content(
     meta: PartitionMeta,
     node_attrs: dict[str, Tensor],
     edge_attrs: dict[str, Tensor],
+    link: dict[str, Any],
 ) -> dict[str, Any]:
     return {
         "format_version": FORMAT_VERSION,
@@ -145,7 +158,15 @@ def _part_content(
         "graph": {k: v.contiguous() for k, v in vars(lp).items()},
         "node": {k: v[lp.global_id].contiguous() for k, v in node_attrs.items()},
         "edge": {k: v[lp.edge_id].contiguous() for k, v in edge_attrs.items()},
+        "link": link,
     }
+
+
+def _supervision(splits: dict[str, SupervisionEdges], assignment: Tensor,
+                 p: int) -> dict[str, Any]:
+    """Part ``p``'s supervision edges of each split: those whose source it owns."""
+    return {name: edges.select(assignment[edges.index[0]] == p).state()
+            for name, edges in splits.items()}
 
 
 def _train_sizes(balance: Tensor, part: Tensor, num_parts: int) -> list[int]:

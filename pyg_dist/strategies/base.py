@@ -63,7 +63,6 @@ from torch import Tensor, nn
 from pyg_dist.data.dist_data import DistData
 from pyg_dist.grads import GradientSync
 from pyg_dist.halo.layer import registry_of
-from pyg_dist.metrics import global_loss
 from pyg_dist.strategies.cost import Candidate, Probe
 from pyg_dist.strategies.options import Options, as_policy
 from pyg_dist.strategies.settings import Settings
@@ -115,6 +114,9 @@ class Strategy(Options):
     #: Why the strategy cannot train a model that reads labels as input;
     #: empty if it can.
     labels_refusal: ClassVar[str] = "its steps read the graph's features alone"
+    #: Why the strategy cannot train link prediction (supervision edges);
+    #: empty if it can.
+    links_refusal: ClassVar[str] = "its steps train node labels only"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -196,6 +198,11 @@ class Strategy(Options):
                              f"{self.labels_refusal}; train it with "
                              f"strategy=GraphParallel(halo=...) (CLI: --strategy "
                              f"graph-parallel)")
+        if settings.links and self.links_refusal:
+            able = ", ".join(f"--strategy {n}" for n, c in STRATEGIES.items()
+                             if not c.links_refusal)
+            raise ValueError(f"{self} cannot train link prediction: {self.links_refusal}; "
+                             f"train it with strategy=GraphParallel(halo=...) (CLI: {able})")
         if settings.evaluation.from_training:
             raise ValueError(f"Evaluation(from_training=True) reads the training forward of "
                              f"graph-parallel training under one exact policy (got {self}); "
@@ -434,7 +441,7 @@ def take_step(model: nn.Module, task: Task, optimizer: torch.optim.Optimizer,
     optimizer.zero_grad(set_to_none=True)
     start = time.perf_counter()
     out = task.logits(sync(*(inputs or task.inputs)))
-    loss, value = global_loss(out, task.y, task.train_mask)
+    loss, value = task.loss(out, model)
     forward = time.perf_counter() - start
     sync.backward(loss * loss_scale if loss_scale != 1.0 else loss)
     optimizer.step()

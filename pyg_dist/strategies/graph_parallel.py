@@ -111,6 +111,7 @@ class GraphParallel(Strategy):
     name: ClassVar[str] = "graph-parallel"
     hetero_refusal: ClassVar[str] = ""
     labels_refusal: ClassVar[str] = ""
+    links_refusal: ClassVar[str] = ""
     halo: HaloPolicy | str | None = option(
         None, f"{'|'.join(SPECS)}, each [,compress={'|'.join(CODECS)}]", type=str,
         metavar="POLICY")
@@ -154,6 +155,10 @@ class GraphParallel(Strategy):
             raise ValueError(f"Evaluation(from_training=True) reads the training forward of "
                              f"graph-parallel training under one exact policy (got {self}); "
                              f"evaluate with a forward of its own (from_training=False)")
+        if settings.evaluation.from_training and settings.links:
+            raise ValueError("Evaluation(from_training=True) reads node logits; link "
+                             "prediction scores edges: evaluate with a forward of its own "
+                             "(from_training=False)")
         if settings.evaluation.from_training and settings.labels_as_input:
             raise ValueError("Evaluation(from_training=True): a model that reads labels as "
                              "input reads half of them in training and all of them in "

@@ -186,6 +186,8 @@ class Settings:
         labels_as_input (bool, optional): Whether the model reads labels as
             input (:class:`~pyg_dist.strategies.task.LabelTask`).
             (default: :obj:`False`)
+        links (bool, optional): Whether the task is link prediction
+            (:class:`~pyg_dist.strategies.link_task.LinkTask`). (default: :obj:`False`)
     """
 
     epochs: int
@@ -194,6 +196,7 @@ class Settings:
     checkpoint: Checkpoint | None = None
     hetero: bool = False
     labels_as_input: bool = False
+    links: bool = False
 
     def __post_init__(self) -> None:
         check_int(type(self), "epochs", self.epochs, 0, "it counts optimisation steps")

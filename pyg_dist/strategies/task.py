@@ -16,7 +16,7 @@ from torch_geometric.nn import MessagePassing
 
 from pyg_dist.data.hetero_data import DistHeteroData
 from pyg_dist.halo.layer import registry_of
-from pyg_dist.metrics import MASKS, accuracies, data_keys
+from pyg_dist.metrics import MASKS, accuracies, data_keys, global_loss
 from pyg_dist.models.hetero import READS
 from pyg_dist.nn.twin import DistLayer
 from pyg_dist.utils.labels import LabelInput
@@ -113,6 +113,17 @@ class Task:
     def logits(self, out: Tensor) -> Tensor:
         """The logits the loss reads of the model's output ``out``: all of it."""
         return out
+
+    def loss(self, out: Tensor, model: nn.Module) -> tuple[Tensor, float]:
+        """The training loss of the model's output ``out``: cross entropy
+        averaged over the training nodes of all ranks (this rank's share and
+        the global value; :func:`~pyg_dist.train.global_loss`). Collective.
+
+        Args:
+            out (torch.Tensor): The model's output.
+            model (torch.nn.Module): The model.
+        """
+        return global_loss(out, self.y, self.train_mask)
 
     def for_epoch(self, epoch: int) -> Task:
         """What training epoch ``epoch`` (from 1) reads: the model's inputs

@@ -23,9 +23,9 @@ from pyg_dist.strategies import (
     Strategy,
     as_strategy,
     strategy_from_dict,
-    task_of,
     train_step,
 )
+from pyg_dist.strategies.link_task import LinkTask, task_for
 from pyg_dist.train.checkpoint import (
     find_checkpoint,
     load_checkpoint,
@@ -72,6 +72,12 @@ def train(
     global. Training stops after ``epochs`` steps, or earlier under the
     evaluation's stop rules (a target accuracy, patience, a time budget). The
     returned ``test_acc`` is taken at the epoch of best validation accuracy.
+
+    A graph that carries supervision edges (a partitioned link split; in one
+    process ``RandomLinkSplit``'s three graphs), or ``data=LinkTask(...)``,
+    trains link prediction (:class:`~pyg_dist.strategies.link_task.LinkTask`):
+    the loss is the binary cross entropy of the edges and their negatives of
+    all ranks, and the accuracies reported are ROC-AUCs.
     Rank 0 shows a progress bar (``pyg_dist.train.progress``; lines
     printed with ``pyg_dist.train.progress.write`` go above it), whose
     estimate of the time left leaves out the first epoch.
@@ -133,10 +139,11 @@ def train(
     fails naming it (``pyg_dist.runtime.peers.PeerFailed``); what a run
     cleans up after an error is local, so no rank waits for the others.
     """
-    task = task_of(data, model)
+    task = task_for(data, model)
     strategy = as_strategy(strategy)
     settings = Settings(epochs, grad_sync or GradSync(), evaluation or Evaluation(),
-                        checkpoint, task.hetero, task.labels_as_input)
+                        checkpoint, task.hetero, task.labels_as_input,
+                        isinstance(task, LinkTask))
     strategy.check_settings(settings)
     optimizer, scheduler = make_optimizer(model, optimizer, epochs)
     run = _Run(model, optimizer, scheduler, settings)
@@ -373,7 +380,7 @@ def _measured(result: TrainResult) -> dict[str, Any]:
     epochs = result.history[1:] or result.history
     steps = sorted(e.train_seconds for e in epochs)
     trained = sum(e.halo_bytes_fwd + e.halo_bytes_bwd + e.grad_bytes + e.all_to_all_bytes
-                  for e in result.history)
+                  + e.gather_bytes for e in result.history)
     return {"measured_step_s": round(steps[len(steps) // 2], 6) if steps else 0.0,
             "measured_epoch_s": round(sum(e.seconds for e in epochs) / max(len(epochs), 1), 6),
             "measured_bytes_per_epoch": int(trained / max(len(result.history), 1))}
@@ -428,7 +435,8 @@ _BOOKED = {"bytes_fwd": "halo_bytes_fwd", "bytes_bwd": "halo_bytes_bwd",
            "overlapped": "overlapped_seconds", "bytes_grad": "grad_bytes",
            "seconds_grad": "grad_seconds", "seconds_regroup": "regroup_seconds",
            "bytes_stage": "stage_bytes", "seconds_stage": "stage_seconds",
-           "bytes_all_to_all": "all_to_all_bytes", "seconds_all_to_all": "all_to_all_seconds"}
+           "bytes_all_to_all": "all_to_all_bytes", "seconds_all_to_all": "all_to_all_seconds",
+           "bytes_gather": "gather_bytes", "seconds_gather": "gather_seconds"}
 _TIMED = ("train_seconds", "forward_seconds", "eval_seconds")
 
 
@@ -441,8 +449,9 @@ def _epoch_totals(ledger: Any, step: int, times: tuple[float, float, float],
     all-reduce's bytes (all ranks) and wait (average rank); regrouping seconds
     (average rank); stage-boundary bytes (all ranks) and wait (average rank)
     of a layer pipeline; feature-parallel all-to-alls' bytes (all ranks) and
-    wait (average rank); and the average rank's times. The same all-reduce
-    sums the stop ``signals`` (:meth:`StopSignals.flags`), so every rank
+    wait (average rank); rows gathered by global id (a link task's pairs:
+    bytes of all ranks, seconds of the average rank); and the average rank's
+    times. The same all-reduce sums the stop ``signals`` (:meth:`StopSignals.flags`), so every rank
     learns of a signal any rank got after the same epoch; returned second."""
     totals = ledger.totals(step) if ledger is not None else {}
     values = [float(totals.get(k, 0.0)) for k in _BOOKED] + list(times) + list(signals)

@@ -201,16 +201,17 @@ def summary_lines(line: dict[str, Any], json_to: str) -> list[str]:
         json_to (str): Where the JSON line went (:func:`destination`).
     """
     best, epochs = line["best_epoch"], line["epochs"]
+    metric = "AUC" if "val_auc" in line else "accuracy"  # a link task reports ROC-AUC
     training = line.get("training_seconds")
     took = _duration(line["seconds"]) + (
         f", training {_duration(training)}" if training is not None else "")
     lines = [f"done: {epochs} epochs on {line['parts']} ranks in {took} "
              f"({_STOPPED.get(line['stopped'], 'stopped: ' + str(line['stopped']))})",
-             f"best validation accuracy {line['val_acc']:.4f} at epoch {best}"]
+             f"best validation {metric} {line['val_acc']:.4f} at epoch {best}"]
     final = line.get("final_test_acc")
     last = (f" (the last epoch, {epochs}, had {final:.4f})"
             if final is not None and best != epochs else "")
-    lines.append(f"test accuracy at the best validation epoch ({best}): "
+    lines.append(f"test {metric} at the best validation epoch ({best}): "
                  f"{line['test_acc']:.4f}{last}")
     lines.append(f"sent by all ranks: {_bytes(line['halo_bytes'])} of halo rows (training "
                  f"{_bytes(line['halo_bytes_fwd'] + line['halo_bytes_bwd'])}, evaluation "

@@ -56,6 +56,11 @@ class EpochStats:
             all-to-alls of feature-parallel training. (default: :obj:`0`)
         all_to_all_seconds (float, optional): Seconds the average rank
             waited for them. (default: :obj:`0.0`)
+        gather_bytes (int, optional): Bytes all ranks sent gathering rows by
+            global id (a link task's pairs, in training and evaluation;
+            :func:`pyg_dist.gather`). (default: :obj:`0`)
+        gather_seconds (float, optional): Seconds the average rank spent
+            in those exchanges. (default: :obj:`0.0`)
         train_seconds (float, optional): Seconds of the average rank in the
             training step (forward, backward, gradient sum, optimizer).
             (default: :obj:`0.0`)
@@ -88,6 +93,8 @@ class EpochStats:
     stage_seconds: float = 0.0
     all_to_all_bytes: int = 0
     all_to_all_seconds: float = 0.0
+    gather_bytes: int = 0
+    gather_seconds: float = 0.0
     train_seconds: float = 0.0
     forward_seconds: float = 0.0
     eval_seconds: float = 0.0
@@ -177,6 +184,8 @@ class TrainResult:
             "stage_seconds": round(self.total("stage_seconds"), 4),
             "all_to_all_bytes": int(self.total("all_to_all_bytes")),
             "all_to_all_seconds": round(self.total("all_to_all_seconds"), 4),
+            "gather_bytes": int(self.total("gather_bytes")),
+            "gather_seconds": round(self.total("gather_seconds"), 4),
             "overlap_fraction": round(overlapped / (comm + overlapped), 4)
             if comm + overlapped > 0 else 0.0,
             "seconds": round(self.seconds, 3),

@@ -1,0 +1,252 @@
+r"""Link prediction as :func:`~pyg_dist.train.train` trains it.
+
+A :class:`LinkTask` reads a graph that carries supervision edges (a
+:class:`~pyg_dist.DistData` of a partitioned link split, or in one process
+the ``(train_data, val_data, test_data)`` of ``RandomLinkSplit``). Each
+training step:
+
+1. the model (the encoder) gives the node embeddings :math:`h` of this
+   rank's nodes;
+2. this rank's training edges (those whose source it owns) and their
+   negatives of the epoch (:func:`~pyg_dist.tasks.negatives.negatives`, a
+   hash of seed, epoch and edge: the same on every world size) fetch the
+   rows of their ends (:func:`~pyg_dist.halo.gather.gather`);
+3. the decoder (``model.decode``, else the dot product) scores each pair,
+   and the loss is the binary cross entropy with logits averaged over the
+   pairs of all ranks (PyG's ``examples/link_pred.py``).
+
+Evaluation reports the global ROC-AUC of the training, validation and test
+edges (:func:`~pyg_dist.tasks.link_metrics.roc_auc`; or OGB's Hits@K or
+MRR, ``metric=``); the training edges are scored against the negatives of
+epoch 0.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn.models import LightGCN
+
+from pyg_dist.halo.gather import gather, referenced
+from pyg_dist.halo.layer import registry_of
+from pyg_dist.metrics import data_keys, mean_over_ranks
+from pyg_dist.models.link import decode
+from pyg_dist.nn.lightgcn import DistLightGCN
+from pyg_dist.strategies.task import Task, task_of
+from pyg_dist.tasks.link_metrics import hits_at_k, mrr, roc_auc
+from pyg_dist.tasks.negatives import KINDS, negatives
+from pyg_dist.tasks.supervision import SPLITS, SupervisionEdges, is_link_split, link_split
+
+__all__ = ["LinkTask", "task_for", "carries_links", "LOSSES"]
+
+#: The losses of a link task.
+LOSSES = ("bce", "bpr")
+
+
+def carries_links(data: Any) -> bool:
+    """Whether ``data`` carries supervision edges (a partitioned link split,
+    or a link split in one process)."""
+    return is_link_split(data) or bool(getattr(data, "link_splits", None))
+
+
+def task_for(data: Any, model: nn.Module) -> Task:
+    """The task ``train`` trains on ``data``: a :class:`LinkTask` when it
+    carries supervision edges (recommendation with BPR and per-user negatives
+    for a :class:`~pyg_dist.nn.DistLightGCN`), else
+    :func:`~pyg_dist.strategies.task_of`'s.
+
+    Args:
+        data: The graph (or a task).
+        model (torch.nn.Module): The model.
+    """
+    if isinstance(data, Task) or not carries_links(data):
+        return task_of(data, model)
+    if isinstance(model, LightGCN):
+        if not isinstance(model, DistLightGCN):
+            raise ValueError("'train' scores LightGCN's embeddings; convert the model first "
+                             "with pyg_dist.nn.to_distributed(model) (also in one process)")
+        return LinkTask(data, negatives="structured", loss="bpr", features=False)
+    return LinkTask(data)
+
+
+class LinkTask(Task):
+    r"""Link prediction on ``data``'s supervision edges.
+
+    Args:
+        data (DistData or tuple): A :class:`~pyg_dist.DistData` of a
+            partitioned link split, or in one process a link split
+            (``RandomLinkSplit``'s three graphs or OGB's ``(data, split_edge)``).
+        negatives (str, optional): ``"uniform"`` or ``"structured"``
+            negatives of the training positives, drawn anew each epoch.
+            (default: :obj:`"uniform"`)
+        num_negatives (int, optional): Negatives per positive; 0 trains on
+            the supervision edges as given. (default: :obj:`1`)
+        seed (int, optional): The negatives' seed. (default: :obj:`0`)
+        loss (str, optional): :obj:`"bce"`, binary cross entropy with
+            logits over the edges and negatives; or :obj:`"bpr"`, PyG's
+            ``BPRLoss`` (LightGCN's recommendation loss): :math:`-\log
+            \sigma(s_{ui} - s_{uj})` averaged over the pairs of each training
+            edge :math:`(u, i)` and its negatives :math:`(u, j)`, plus
+            ``lambda_reg`` times the squared norm of the layer-0 embeddings
+            (``model.embedding.weight``) of the nodes any pair names, over
+            the number of pairs. (default: :obj:`"bce"`)
+        lambda_reg (float, optional): The BPR regularisation. (default: :obj:`1e-4`)
+        features (bool, optional): Whether the model reads ``data.x``
+            (``model(x, edge_index)``; else ``model(edge_index)``).
+            (default: :obj:`True`)
+        metric (str, optional): What evaluation reports for each split:
+            :obj:`"auc"` (ROC-AUC of its positives against its negatives),
+            :obj:`"hits@K"` (OGB's Hits@K, e.g. :obj:`"hits@50"`) or
+            :obj:`"mrr"` (OGB's MRR, each positive ranked among
+            ``eval_negatives`` per-source negatives of epoch 0).
+            (default: :obj:`"auc"`)
+        eval_negatives (int, optional): Per-source negatives of each positive
+            for :obj:`"mrr"`. (default: :obj:`100`)
+
+    Attributes:
+        splits (dict[str, SupervisionEdges]): This rank's supervision edges.
+        num_nodes (int): Nodes of the whole graph.
+        epoch (int): The epoch whose negatives :meth:`loss` draws.
+    """
+
+    def __init__(self, data: Any, negatives: str = "uniform", num_negatives: int = 1,
+                 seed: int = 0, loss: str = "bce", lambda_reg: float = 1e-4,
+                 features: bool = True, metric: str = "auc", eval_negatives: int = 100) -> None:
+        if metric not in ("auc", "mrr") and not _hits_k(metric):
+            raise ValueError(f"'LinkTask' got metric='{metric}'; use 'auc', 'mrr' or "
+                             f"'hits@K' with K >= 1 (e.g. 'hits@50')")
+        if loss not in LOSSES:
+            raise ValueError(f"'LinkTask' got loss='{loss}'; use one of {', '.join(LOSSES)}")
+        if loss == "bpr" and num_negatives < 1:
+            raise ValueError("'LinkTask' with loss='bpr' pairs each edge with its negatives; "
+                             "draw num_negatives >= 1")
+        if negatives not in KINDS:
+            raise ValueError(f"'LinkTask' got negatives='{negatives}'; use one of "
+                             f"{', '.join(KINDS)}")
+        if is_link_split(data):
+            data, self.splits = link_split(data)
+            self.num_nodes = int(data.num_nodes)
+        else:
+            self.splits = {s: data.supervision(s) for s in data.link_splits}
+            self.num_nodes = int(data.meta.num_nodes)
+        if "train" not in self.splits:
+            raise ValueError("'train' trains link prediction on 'train' supervision edges; "
+                             "partition a link split that has them")
+        if features and "x" not in data_keys(data):
+            raise ValueError("'train' needs node features data.x for link prediction; "
+                             "partition a graph that has them")
+        self.data = data
+        self.inputs = (data.x, data.edge_index) if features else (data.edge_index,)
+        self.loss_kind, self.lambda_reg = loss, lambda_reg
+        self.metric, self.eval_negatives = metric, eval_negatives
+        self.y = None  # type: ignore[assignment]
+        self.train_mask = self.val_mask = self.test_mask = None  # type: ignore[assignment]
+        self._keys = []
+        self.ledger = getattr(data, "ledger", None)
+        self.registry = registry_of(data)
+        self.kind, self.num_negatives, self.seed = negatives, num_negatives, seed
+        self.epoch = 0
+
+    @property
+    def graph(self) -> Any:
+        """The graph the rows of the pairs' ends come from (``data.edge_index``)."""
+        return self.data.edge_index
+
+    def for_epoch(self, epoch: int) -> Task:
+        view = copy.copy(self)
+        view.epoch = epoch
+        return view
+
+    def edges(self, split: str, epoch: int | None = None) -> SupervisionEdges:
+        """This rank's scored edges of ``split``: the supervision edges and,
+        for ``"train"``, the negatives of the epoch (label 0, ids after the
+        positives': :math:`L + i \\cdot K + k`... of the negatives' counter).
+
+        Args:
+            split (str): The split.
+            epoch (int, optional): The negatives' epoch; :obj:`None` for
+                :attr:`epoch`. (default: :obj:`None`)
+        """
+        edges = self.splits[split]
+        if split != "train" or self.num_negatives == 0:
+            return edges
+        pos = edges.label > 0
+        neg = negatives(edges.index[:, pos], edges.id[pos], self.num_nodes, self.seed,
+                        self.epoch if epoch is None else epoch, self.kind, self.num_negatives)
+        return SupervisionEdges(torch.cat([edges.index, neg], 1),
+                                torch.cat([edges.label, edges.label.new_zeros(neg.size(1))]),
+                                torch.cat([edges.id, edges.id.new_full((neg.size(1),), -1)]))
+
+    def scores(self, model: nn.Module, h: Tensor, edges: SupervisionEdges) -> Tensor:
+        """The logit of each edge: its ends' rows gathered from their owners,
+        then decoded. Collective."""
+        num = edges.num_edges
+        rows = gather(h, torch.cat([edges.index[0], edges.index[1]]), self.graph)
+        return decode(model, rows[:num], rows[num:])
+
+    def loss(self, out: Tensor, model: nn.Module) -> tuple[Tensor, float]:
+        """The loss (``loss``) over the training edges and the epoch's
+        negatives of all ranks: this rank's share and the global value.
+        Collective."""
+        edges = self.edges("train")
+        score = self.scores(model, out, edges)
+        if self.loss_kind == "bpr":
+            return self._bpr(model, score, edges)
+        local = F.binary_cross_entropy_with_logits(score, edges.label.to(score.dtype),
+                                                   reduction="sum")
+        return mean_over_ranks(local, edges.num_edges)
+
+    def _bpr(self, model: nn.Module, score: Tensor,
+             edges: SupervisionEdges) -> tuple[Tensor, float]:
+        num = self.splits["train"].num_edges
+        pos, neg = score[:num], score[num:].view(num, self.num_negatives)
+        local = -F.logsigmoid(pos.view(-1, 1) - neg).sum()
+        if self.lambda_reg:
+            embedding = model.get_submodule("embedding")
+            assert isinstance(embedding, nn.Embedding), "BPR regularises an embedding table"
+            weight = embedding.weight
+            gid = getattr(self.graph, "global_id", None)
+            rows = weight if gid is None else weight[gid]
+            named = referenced(edges.index.reshape(-1), self.graph, rows.size(0))
+            local = local + self.lambda_reg * rows[named].pow(2).sum()
+        return mean_over_ranks(local, neg.numel())
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> tuple[float, float, float]:
+        """The global :attr:`metric` of the training, validation and test
+        edges (nan for a split the data lacks). Collective."""
+        model.eval()
+        h = model(*self.inputs)
+        out = []
+        for split in SPLITS:
+            if split not in self.splits:
+                out.append(float("nan"))
+                continue
+            out.append(self._metric(model, h, split))
+        return out[0], out[1], out[2]
+
+    def _metric(self, model: nn.Module, h: Tensor, split: str) -> float:
+        if self.metric == "mrr":
+            edges = self.splits[split].select(self.splits[split].label > 0)
+            neg = negatives(edges.index, edges.id, self.num_nodes, self.seed, 0, "structured",
+                            self.eval_negatives)
+            both = SupervisionEdges(torch.cat([edges.index, neg], 1),
+                                    torch.cat([edges.label, edges.label.new_zeros(neg.size(1))]),
+                                    torch.cat([edges.id, edges.id.new_full((neg.size(1),), -1)]))
+            score = self.scores(model, h, both)
+            num = edges.num_edges
+            return mrr(score[:num], score[num:].view(num, self.eval_negatives))
+        edges = self.edges(split, epoch=0)
+        score = self.scores(model, h, edges)
+        pos, neg = score[edges.label > 0], score[edges.label <= 0]
+        k = _hits_k(self.metric)
+        return roc_auc(pos, neg) if k is None else hits_at_k(pos, neg, k)
+
+
+def _hits_k(metric: str) -> int | None:
+    """K of ``"hits@K"``; :obj:`None` for another metric."""
+    head, _, k = metric.partition("@")
+    return int(k) if head == "hits" and k.isdigit() and int(k) >= 1 else None

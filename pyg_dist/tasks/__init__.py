@@ -1,0 +1,11 @@
+"""What edge-level tasks need below the training loop: supervision edges
+(:mod:`~pyg_dist.tasks.supervision`), negatives that every world size draws
+alike (:mod:`~pyg_dist.tasks.negatives`) and link metrics over all ranks
+(:mod:`~pyg_dist.tasks.link_metrics`). The task the loop trains is
+:class:`~pyg_dist.strategies.link_task.LinkTask`."""
+from pyg_dist.tasks.link_metrics import hits_at_k, mrr, recall_ndcg_at_k, roc_auc
+from pyg_dist.tasks.negatives import KINDS, negatives
+from pyg_dist.tasks.supervision import SPLITS, SupervisionEdges, link_split
+
+__all__ = ["SupervisionEdges", "link_split", "SPLITS", "negatives", "KINDS", "roc_auc",
+           "hits_at_k", "mrr", "recall_ndcg_at_k"]

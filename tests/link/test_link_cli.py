@@ -1,0 +1,77 @@
+"""``pyg-dist train --task link``: a seeded RandomLinkSplit of the graph is
+cut, the job's model encodes, the dot product scores; the JSON line holds the
+AUCs and the config (which reruns the job); ``pyg-dist embed`` writes the
+checkpointed model's embeddings; cutting a link split with --distributed is
+refused naming the fix."""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from tolerances import assert_close
+
+import pyg_dist
+from pyg_dist.datasets import load_dataset
+from pyg_dist.models import GNN
+from pyg_dist.models.link import LinkModel
+from pyg_dist.tasks.supervision import split_links
+
+CLI = [sys.executable, "-m", "pyg_dist.cli"]
+
+
+def run(*args):
+    return subprocess.run(CLI + [*args], capture_output=True, text=True, timeout=300,
+                          env=os.environ)
+
+
+def test_train_task_link(tmp_path):
+    out = run("train", "--task", "link", "--dataset", "synthetic", "--num-nodes", "300",
+              "--parts", "2", "--epochs", "3", "--no-progress")
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert line["config"]["graph"]["task"] == "link"
+    assert line["epochs"] == 3 and 0.0 <= line["val_auc"] <= 1.0
+    assert line["gather_bytes"] > 0  # the pairs' rows crossed the cut
+    assert line["val_auc"] == line["val_acc"] and line["test_auc"] == line["test_acc"]
+    assert f"test AUC at the best validation epoch ({line['best_epoch']})" in out.stderr
+    meta = json.loads(run("partition", "--task", "link", "--dataset", "synthetic",
+                          "--num-nodes", "300", "--parts", "2", "--out",
+                          str(tmp_path / "parts")).stdout)
+    assert meta["num_parts"] == 2
+    assert json.loads((tmp_path / "parts" / "meta.json").read_text())["link_splits"] == [
+        "train", "val", "test"]
+
+
+def test_embed_writes_the_checkpoint_model_embeddings(tmp_path):
+    graph = ["--task", "link", "--dataset", "synthetic", "--num-nodes", "300", "--parts", "2",
+             "--checkpoint", str(tmp_path / "ckpt")]
+    out = run("train", *graph, "--epochs", "3", "--checkpoint-every", "1", "--no-progress",
+              "--save", str(tmp_path / "model.pt"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = run("embed", *graph, "--out", str(tmp_path / "emb"), "--no-progress")
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert line["epoch"] == 3 and line["num_nodes"] == 300
+    # the same model in one process, on the same seeded split's training graph
+    train_data = split_links(load_dataset("synthetic", seed=0, num_nodes=300), seed=0)[0]
+    model = LinkModel(GNN("gcn", train_data.x.size(1), 16, 16, layers=2, dropout=0.5))
+    model.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True))
+    model.eval()
+    with torch.no_grad():
+        ref = model(train_data.x, train_data.edge_index)
+    assert_close(pyg_dist.read_embeddings(tmp_path / "emb").tensor(), ref, what="embeddings")
+    again = run("embed", *graph, "--out", str(tmp_path / "emb"), "--no-progress")
+    assert again.returncode != 0 and "--overwrite" in again.stderr
+    bare = run("embed", "--task", "link", "--dataset", "synthetic", "--out",
+               str(tmp_path / "other"))
+    assert bare.returncode != 0
+    assert "name the trained run's checkpoint folder with --checkpoint DIR" in bare.stderr
+
+
+def test_distributed_cut_of_a_link_split_is_refused(tmp_path):
+    out = run("partition", "--task", "link", "--distributed", "--input", str(tmp_path),
+              "--out", str(tmp_path / "parts"))
+    assert out.returncode != 0
+    assert ("pyg-dist partition --distributed cuts node tasks; cut --task link in one process "
+            "(leave out --distributed and --input)") in out.stderr

@@ -1,0 +1,62 @@
+"""Link metrics against counts made by hand (link_cases.POS/NEG, MRR_*): in
+one process, and with the scores spread over 2 and 3 ranks (every rank holds
+every world-th score; no rank sees them all)."""
+import math
+
+import pytest
+import torch
+from link_cases import brute_recall_ndcg, hand_hits_mrr, metrics
+
+from pyg_dist.tasks import hits_at_k, mrr, roc_auc
+
+# pos 0.9 beats 5 negatives, each 0.5 beats 3 and ties 1 (3.5), 0.1 beats 1:
+# (5 + 3.5 + 3.5 + 1) / (4 * 5)
+AUC = 13 / 20
+# K-th highest negative: 0.8, 0.5, 0.3; positives strictly above it:
+# {0.9}, {0.9} (the 0.5s tie: not above), {0.9, 0.5, 0.5}; K=6 > 5 negatives: 1
+HITS = {"hits@1": 0.25, "hits@2": 0.25, "hits@3": 0.75, "hits@6": 1.0}
+# ranks: 1 + (#neg > pos + #neg >= pos) / 2 = 1 + (1 + 2) / 2, 1 + (1 + 2) / 2, 1
+MRR = (1 / 2.5 + 1 / 2.5 + 1) / 3
+HAND = {"auc": AUC, **HITS, "mrr": MRR}
+
+
+def test_hand_counted_in_one_process():
+    assert metrics() == pytest.approx(HAND, abs=1e-12)
+
+
+def test_hand_counted_across_ranks(world):
+    size, _, _, results = world
+    for rank, r in enumerate(results):
+        assert r[0] == pytest.approx(HAND, abs=1e-12), f"rank {rank} of {size}"
+
+
+def test_degenerate_inputs():
+    assert math.isnan(roc_auc(torch.tensor([0.3]), torch.tensor([])))
+    assert roc_auc(torch.tensor([0.2, 0.2]), torch.tensor([0.2])) == 0.5
+    assert mrr(torch.tensor([1.0]), torch.tensor([[1.0, 1.0]])) == pytest.approx(1 / 2)
+    with pytest.raises(ValueError, match="'hits_at_k' got k=0; use k >= 1"):
+        hits_at_k(torch.tensor([1.0]), torch.tensor([0.0]), 0)
+
+
+def test_recall_and_ndcg_over_every_item_equal_the_definitions(world):
+    size, cases, refs, results = world
+    c = [case["kind"] for case in cases].index("lightgcn")
+    _, split, (_, grads, _, _) = refs[c]
+    recall, ndcg = brute_recall_ndcg(grads["embeddings"], split)
+    assert 0 < recall < 1 and 0 < ndcg < 1, "the case must rank some test items, not all"
+    for rank, r in enumerate(results):
+        got = r[c + 1]["recall_ndcg"]
+        assert got == pytest.approx((recall, ndcg), abs=1e-5), f"rank {rank} of {size}"
+
+
+def test_trained_models_hits_and_mrr_equal_the_definitions(world):
+    size, cases, refs, results = world
+    for c, (case, (_, split, (_, grads, _, _))) in enumerate(zip(cases, refs)):
+        if case["kind"] == "lightgcn":
+            continue
+        hits, mrr_value = hand_hits_mrr(case["kind"], grads["decoder"], grads["embeddings"],
+                                        split)
+        assert 0 < hits < 1 and 0 < mrr_value < 1, "the case must rank, not all or nothing"
+        for rank, r in enumerate(results):
+            assert r[c + 1]["hits@3"][1] == pytest.approx(hits, abs=1e-6), (case["kind"], rank)
+            assert r[c + 1]["mrr"][1] == pytest.approx(mrr_value, abs=1e-6), (case["kind"], rank)
