@@ -189,8 +189,7 @@ def _train_parser(sub: Any, name: str, help: str, shown: str | None = None) -> N
         f"strategy (default: the one whose options are given, else {default.name})")
     strategy.add_argument("--strategy", dest="strategy.name", choices=list(STRATEGIES),
                           default=argparse.SUPPRESS, metavar="NAME",
-                          help=f"{'|'.join(STRATEGIES)} (options: --strategy NAME "
-                               f"--help)")
+                          help=f"{'|'.join(STRATEGIES)} (NAME --help: its options)")
     add_fields(strategy, default, "strategy", seen=seen)
     for cls in others:
         title = f"strategy: {cls.name}" + (f" ({cls.summary})" if cls.summary else "")
