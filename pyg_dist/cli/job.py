@@ -156,6 +156,14 @@ class Graph(Options):
         """Whether the dataset is heterogeneous."""
         return self.dataset in HETERO_DATASETS
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain values; the task only where it is not node
+        classification (a node job writes what it wrote before tasks)."""
+        out = super().to_dict()
+        if out["task"] == "node":
+            del out["task"]
+        return out
+
 
 @dataclass(frozen=True)
 class Model(Options):
