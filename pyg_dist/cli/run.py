@@ -215,7 +215,7 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
         raise SystemExit(f"--model {spec.name} trains a heterogeneous graph, but '{folder}' "
                          f"holds a homogeneous one; use --model {'|'.join(HOMOGENEOUS_MODELS)}")
     data = strategy.load(folder)
-    if data.link_splits:
+    if getattr(data, "link_splits", None):
         return data, _link_model(job, data)
     if data.meta.num_classes is None:
         raise SystemExit(f"'{folder}' has no class labels (integer 'y'); partition a graph "

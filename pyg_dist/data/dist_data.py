@@ -293,7 +293,7 @@ class DistData:
         rank (int): This rank (= the part it holds).
         folder (str or os.PathLike, optional): The partition folder it was
             loaded from; :obj:`None` when built by hand. (default: :obj:`None`)
-        link (dict[str, SupervisionEdges], optional): This rank's supervision
+        link (dict[str, ~pyg_dist.tasks.SupervisionEdges], optional): This rank's supervision
             edges of each split of a link split (those whose source node it
             owns; :meth:`supervision`). (default: :obj:`None`, none)
 

@@ -5,7 +5,7 @@ model through :func:`~pyg_dist.nn.to_distributed`, a :class:`~pyg_dist.models.GN
 with a decoder: the dot product :math:`h_u^\top h_v` (PyG's
 ``examples/link_pred.py``) or :class:`LinkPredictor`, OGB's MLP on
 :math:`h_u \odot h_v`. :func:`~pyg_dist.train.train` calls the model on the
-graph (the node embeddings) and :meth:`LinkModel.decode` on the rows of each
+graph (the node embeddings) and :meth:`~pyg_dist.models.link.LinkModel.decode` on the rows of each
 scored pair.
 """
 from __future__ import annotations
@@ -75,7 +75,8 @@ class LinkPredictor(nn.Module):
 
 class LinkModel(nn.Module):
     r"""A node encoder and a pair decoder: ``model(*inputs)`` is the
-    encoder's node embeddings, :meth:`decode` the logit of each pair.
+    encoder's node embeddings, :meth:`~pyg_dist.models.link.LinkModel.decode` the logit of
+    each pair.
 
     Args:
         encoder (torch.nn.Module): Maps the graph to node embeddings.

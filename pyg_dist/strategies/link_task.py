@@ -8,15 +8,15 @@ training step:
 1. the model (the encoder) gives the node embeddings :math:`h` of this
    rank's nodes;
 2. this rank's training edges (those whose source it owns) and their
-   negatives of the epoch (:func:`~pyg_dist.tasks.negatives.negatives`, a
+   negatives of the epoch (:func:`~pyg_dist.tasks.negatives`, a
    hash of seed, epoch and edge: the same on every world size) fetch the
-   rows of their ends (:func:`~pyg_dist.halo.gather.gather`);
+   rows of their ends (:func:`~pyg_dist.gather`);
 3. the decoder (``model.decode``, else the dot product) scores each pair,
    and the loss is the binary cross entropy with logits averaged over the
    pairs of all ranks (PyG's ``examples/link_pred.py``).
 
 Evaluation reports the global ROC-AUC of the training, validation and test
-edges (:func:`~pyg_dist.tasks.link_metrics.roc_auc`; or OGB's Hits@K or
+edges (:func:`~pyg_dist.tasks.roc_auc`; or OGB's Hits@K or
 MRR, ``metric=``); the training edges are scored against the negatives of
 epoch 0.
 """
@@ -216,7 +216,7 @@ class LinkTask(Task):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> tuple[float, float, float]:
-        """The global :attr:`metric` of the training, validation and test
+        """The global ``metric`` of the training, validation and test
         edges (nan for a split the data lacks). Collective."""
         model.eval()
         h = model(*self.inputs)

@@ -1,7 +1,7 @@
 r"""Supervision edges: the edges a link-prediction task scores, apart from
 the edges messages pass along.
 
-:func:`link_split` reads a link split in either of PyG's or OGB's spellings:
+:func:`~pyg_dist.tasks.link_split` reads a link split in either of PyG's or OGB's spellings:
 
 - the ``(train_data, val_data, test_data)`` triple that
   :class:`torch_geometric.transforms.RandomLinkSplit` returns: messages pass
@@ -71,7 +71,8 @@ class SupervisionEdges:
 
 
 def is_link_split(data: Any) -> bool:
-    """Whether ``data`` is a link split :func:`link_split` reads (a tuple or list)."""
+    """Whether ``data`` is a link split :func:`~pyg_dist.tasks.link_split` reads (a tuple
+    or list)."""
     return isinstance(data, (tuple, list))
 
 
