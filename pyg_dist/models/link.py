@@ -22,6 +22,10 @@ __all__ = ["LinkPredictor", "LinkModel", "dot_product"]
 def dot_product(h_src: Tensor, h_dst: Tensor) -> Tensor:
     r"""The score :math:`h_u^\top h_v` of each pair (a logit).
 
+    Args:
+        h_src (torch.Tensor): The rows of the pairs' sources.
+        h_dst (torch.Tensor): The rows of the pairs' targets.
+
     Shapes:
         - **input:** :math:`(L, F)`, :math:`(L, F)`
         - **output:** :math:`(L)`

@@ -48,7 +48,11 @@ LOSSES = ("bce", "bpr")
 
 def carries_links(data: Any) -> bool:
     """Whether ``data`` carries supervision edges (a partitioned link split,
-    or a link split in one process)."""
+    or a link split in one process).
+
+    Args:
+        data (Any): What ``train`` was given as its data.
+    """
     return is_link_split(data) or bool(getattr(data, "link_splits", None))
 
 

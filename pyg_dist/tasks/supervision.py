@@ -72,7 +72,11 @@ class SupervisionEdges:
 
 def is_link_split(data: Any) -> bool:
     """Whether ``data`` is a link split :func:`~pyg_dist.tasks.link_split` reads (a tuple
-    or list)."""
+    or list).
+
+    Args:
+        data (Any): A graph, or PyG's or OGB's link split.
+    """
     return isinstance(data, (tuple, list))
 
 
