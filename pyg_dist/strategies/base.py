@@ -43,16 +43,18 @@ the end of every run              :meth:`Runner.close` (local: never a
                                   for the others)
 ================================  ===============================================
 
-The strategies that bring their own step, and why: feature parallelism (the
-model runs on a grid of layouts, its loss where the logits end), the layer
-pipeline (stages exchange activations, chunk by chunk); gradient-only
-training takes :func:`take_step` on its group of clusters. Every setting a
+The strategies that bring their own step, and why: feature parallelism and
+the 3D grid (the model runs on a grid of layouts, its loss where the logits
+end) share :func:`grid_step`; the layer pipeline (stages exchange
+activations, chunk by chunk) has its own; gradient-only training takes
+:func:`take_step` on its group of clusters. Every setting a
 runner changes for the run is held in a context of the object that owns it
 (:meth:`Runner.hold`) and given back on :meth:`Runner.close`.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -69,7 +71,7 @@ from pyg_dist.strategies.settings import Settings
 from pyg_dist.strategies.task import Task, task_of
 
 __all__ = ["Strategy", "Runner", "Step", "STRATEGIES", "as_strategy", "strategy_from_dict",
-           "take_step", "train_step", "HETERO_INSTEAD"]
+           "take_step", "grid_step", "train_step", "HETERO_INSTEAD"]
 
 #: Every strategy, by name (``pyg-dist train --strategy NAME``), in the order
 #: their classes were defined.
@@ -446,6 +448,31 @@ def take_step(model: nn.Module, task: Task, optimizer: torch.optim.Optimizer,
     sync.backward(loss * loss_scale if loss_scale != 1.0 else loss)
     optimizer.step()
     return Step(value, forward, out)
+
+
+def grid_step(model: nn.Module, optimizer: torch.optim.Optimizer,
+              loss: Callable[[], tuple[Tensor, float]], sum_gradients: Callable[[], None]) -> Step:
+    """The training step of a strategy whose model runs on a grid of its own
+    (feature parallelism, the 3D grid): ``loss()`` runs the model on the grid
+    and returns the loss to backpropagate and the global loss's value;
+    ``sum_gradients()`` sums the parameters' gradients over the grid before
+    one optimizer step. Collective.
+
+    Args:
+        model (torch.nn.Module): The model.
+        optimizer (torch.optim.Optimizer): The optimizer to step.
+        loss (Callable): The grid's forward and loss.
+        sum_gradients (Callable): The grid's gradient sum.
+    """
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    start = time.perf_counter()
+    value, number = loss()
+    forward = time.perf_counter() - start
+    value.backward()
+    sum_gradients()
+    optimizer.step()
+    return Step(number, forward)
 
 
 def train_step(model: nn.Module, data: Any, optimizer: torch.optim.Optimizer,

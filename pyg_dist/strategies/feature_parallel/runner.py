@@ -1,7 +1,6 @@
 """One feature-parallel run on one rank."""
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -9,7 +8,7 @@ from torch import nn
 
 from pyg_dist.halo import HaloPolicy
 from pyg_dist.metrics import accuracies
-from pyg_dist.strategies.base import Runner, Step, Strategy
+from pyg_dist.strategies.base import Runner, Step, Strategy, grid_step
 from pyg_dist.strategies.feature_parallel.load import FeatureParallelData
 from pyg_dist.strategies.feature_parallel.model import FeatureParallelModel
 from pyg_dist.strategies.options import as_policy
@@ -50,15 +49,10 @@ class FeatureParallelRun(Runner):
         self.net = FeatureParallelModel(model, data)
 
     def step(self, epoch: int, optimizer: torch.optim.Optimizer) -> Step:
-        self.model.train()
-        optimizer.zero_grad(set_to_none=True)
-        start = time.perf_counter()
-        loss, value = self.net.loss(self.net.output(), self.task.y, self.task.train_mask)
-        forward = time.perf_counter() - start
-        loss.backward()
-        self.net.sum_gradients()
-        optimizer.step()
-        return Step(value, forward)
+        return grid_step(self.model, optimizer,
+                         lambda: self.net.loss(self.net.output(), self.task.y,
+                                               self.task.train_mask),
+                         self.net.sum_gradients)
 
     def evaluate(self, step: Step) -> tuple[float, float, float]:
         with torch.no_grad():

@@ -1,14 +1,13 @@
 """One run on the 3D grid on one rank."""
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
 from torch import nn
 
 from pyg_dist.metrics import accuracies
-from pyg_dist.strategies.base import Runner, Step, Strategy
+from pyg_dist.strategies.base import Runner, Step, Strategy, grid_step
 from pyg_dist.strategies.grid_3d.load import Grid3DData
 from pyg_dist.strategies.grid_3d.model import Grid3DModel
 from pyg_dist.strategies.settings import Settings
@@ -48,15 +47,8 @@ class Grid3DRun(Runner):
         self.net = Grid3DModel(model, data, edge_weight)
 
     def step(self, epoch: int, optimizer: torch.optim.Optimizer) -> Step:
-        self.model.train()
-        optimizer.zero_grad(set_to_none=True)
-        start = time.perf_counter()
-        loss, value = self.net.loss(self.net.output())
-        forward = time.perf_counter() - start
-        loss.backward()
-        self.net.sum_gradients()
-        optimizer.step()
-        return Step(value, forward)
+        return grid_step(self.model, optimizer, lambda: self.net.loss(self.net.output()),
+                         self.net.sum_gradients)
 
     def evaluate(self, step: Step) -> tuple[float, float, float]:
         with torch.no_grad():
