@@ -31,19 +31,25 @@ EPOCHS, EVERY, RANKS = 24, 8, 4
 EXIT_WITHIN = 10.0
 
 
-def _ranks(pid):
-    """The rank processes the launcher ``pid`` spawned (not multiprocessing's
-    resource tracker)."""
-    found = []
+def _children(pid):
+    children = []
     for task in os.listdir(f"/proc/{pid}/task"):
         with open(f"/proc/{pid}/task/{task}/children") as f:
-            for child in map(int, f.read().split()):
-                try:
-                    with open(f"/proc/{child}/cmdline") as cmd:
-                        if "resource_tracker" not in cmd.read():
-                            found.append(child)
-                except OSError:
-                    pass
+            children.extend(map(int, f.read().split()))
+    return children
+
+
+def _ranks(pid):
+    """The rank processes of the launcher ``pid``: the children of its
+    multiprocessing fork server (not its resource tracker)."""
+    found = []
+    for child in _children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline") as cmd:
+                if "forkserver" in cmd.read():
+                    found.extend(_children(child))
+        except OSError:
+            pass
     return sorted(found)
 
 
