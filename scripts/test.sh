@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite (multi-rank tests spawn gloo ranks on 127.0.0.1).
+# The whole test suite (multi-rank tests start gloo ranks on 127.0.0.1), on
+# PYG_DIST_TEST_WORKERS pytest-xdist workers (default 2: many tests wait on
+# ranks, timeouts or links; tests/conftest.py keeps each file's tests, and
+# all the namespaced hosts' tests, in one worker).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >&2
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q -n "${PYG_DIST_TEST_WORKERS:-2}" "$@"

@@ -13,12 +13,37 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from pyg_dist.cli import commands, run  # noqa: E402  (after the Triton flag)
 
+#: Test files that build hosts from network namespaces: one worker runs them
+#: all, one after the other (their shaped links and timeouts assume the
+#: machine is not running another testbed).
+HOSTS = ("test_multihost.py", "test_slurm.py", "test_cluster.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (scripts/test.sh runs two workers): each test file
+    runs in one worker, so a module's fixtures (its rank battery) start once,
+    and the namespaced hosts' files run in one worker."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            file = nodeid.split("::", 1)[0]
+            return "hosts" if os.path.basename(file) in HOSTS else file
+
+    return FileScheduling(config, log)
+
 
 def pytest_collection_finish(session):
-    """Rank batteries of the selected tests' modules only share launches (tests/worlds.py)."""
+    """Rank batteries of the selected tests' modules only share launches
+    (tests/worlds.py). An xdist worker runs only some of the tests it
+    collected, and knows which only as they come: each battery launches alone."""
     import worlds
 
-    worlds.select(str(item.path) for item in session.items)
+    if hasattr(session.config, "workerinput"):
+        worlds.select(())
+    else:
+        worlds.select(str(item.path) for item in session.items)
 
 
 def pytest_terminal_summary(terminalreporter):

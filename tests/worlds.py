@@ -22,6 +22,10 @@ other, each from torch's start-up seed. When that launch fails, each of its
 batteries is launched again on its own, so that a broken battery fails its own
 tests with its own rank's error, never another module's; when every one of
 them then passes alone, they interact, and each fails naming them all.
+
+A pytest-xdist worker collects every test but runs only those it is sent,
+so there each battery launches alone (ranks start from a fork server that
+has imported torch and PyG: a launch costs about a second per rank).
 """
 from __future__ import annotations
 
