@@ -35,42 +35,74 @@ from pyg_dist.strategies.grid_3d.permute import node_order
 from pyg_dist.strategies.grid_3d.readers import DataReader, FolderReader, PartsReader, Reader
 from pyg_dist.utils.dropout import DropoutState
 
-__all__ = ["Grid3DData", "Block", "NodeSums", "load_grid_3d"]
+__all__ = ["Grid3DData", "Block", "NodeSums", "load_grid_3d", "index_dtype"]
 
 
 @dataclass
 class Block:
-    """This rank's block of the adjacency in one layout: the edges whose
-    target's position lies in its run ``rows`` of the layout's rows axis and
-    whose source's in its run ``cols`` of the cols axis.
+    """This rank's block of the adjacency in one layout, stored once, as
+    CSR: the edges whose target's position lies in its run ``rows`` of the
+    layout's rows axis and whose source's in its run ``cols`` of the cols
+    axis, by target (a target's edges in the order they were read).
 
     Attributes:
         rows (tuple[int, int]): Its target positions ``[lo, hi)``.
         cols (tuple[int, int]): Its source positions ``[lo, hi)``.
-        row (torch.Tensor): ``[nnz]`` target of each edge, from ``rows[0]``.
-        col (torch.Tensor): ``[nnz]`` source of each edge, from ``cols[0]``.
+        rowptr (torch.Tensor): ``[rows + 1]`` where each target's edges start.
+        col (torch.Tensor): ``[nnz]`` source of each edge, from ``cols[0]``
+            (both int32 where the run and the edges fit: the smallest index
+            dtype ``spmm`` reads).
         weight (torch.Tensor, optional): ``[nnz]`` its edge weights.
     """
 
     rows: tuple[int, int]
     cols: tuple[int, int]
-    row: Tensor
+    rowptr: Tensor
     col: Tensor
     weight: Tensor | None = None
 
-    @property
-    def nnz(self) -> int:
-        return int(self.row.numel())
+    @classmethod
+    def of_edges(cls, rows: tuple[int, int], cols: tuple[int, int], row: Tensor, col: Tensor,
+                 weight: Tensor | None = None) -> Block:
+        """The block of edges ``(row, col)`` (targets from ``rows[0]``,
+        sources from ``cols[0]``, any order)."""
+        order = torch.argsort(row, stable=True)
+        size = rows[1] - rows[0]
+        dtype = index_dtype(max(cols[1] - cols[0], row.numel()))
+        rowptr = torch.zeros(size + 1, dtype=torch.long)
+        torch.cumsum(torch.bincount(row, minlength=size), 0, out=rowptr[1:])
+        return cls(rows, cols, rowptr.to(dtype), col[order].to(dtype),
+                   None if weight is None else weight[order])
 
     @property
-    def loop(self) -> Tensor:
-        """``[nnz]`` whether each edge is a self-loop."""
-        return self.row + self.rows[0] == self.col + self.cols[0]
+    def nnz(self) -> int:
+        return int(self.col.numel())
+
+    @property
+    def row(self) -> Tensor:
+        """``[nnz]`` target of each edge, from ``rows[0]`` (made at each call)."""
+        counts = (self.rowptr[1:] - self.rowptr[:-1]).long()
+        return torch.repeat_interleave(torch.arange(counts.numel()), counts)
+
+    def loop(self, row: Tensor | None = None) -> Tensor:
+        """``[nnz]`` whether each edge is a self-loop (``row``: :attr:`row`, if made)."""
+        row = self.row if row is None else row
+        return row + self.rows[0] == self.col.long() + self.cols[0]
 
     def diagonal(self) -> tuple[int, int]:
         """The positions ``[lo, hi)`` that are both a row and a column of the block."""
         lo, hi = max(self.rows[0], self.cols[0]), min(self.rows[1], self.cols[1])
         return lo, max(lo, hi)
+
+    def nbytes(self) -> int:
+        """Bytes its tensors hold."""
+        return sum(t.numel() * t.element_size() for t in (self.rowptr, self.col, self.weight)
+                   if t is not None)
+
+
+def index_dtype(size: int) -> torch.dtype:
+    """The smallest index dtype ``spmm`` reads for positions below ``size``."""
+    return torch.int32 if size < 2**31 else torch.long
 
 
 @dataclass
@@ -190,17 +222,21 @@ class Grid3DData:
 
     def _read_block(self, r: int, c: int) -> Block:
         rows, cols = self.run(r), self.run(c)
+        small = index_dtype(self.num_nodes)  # the chunks kept, in the smallest dtype
         kept: list[tuple[Tensor, Tensor, Tensor | None]] = []
         for edges, weight in self._reader.edges(0, 1):
             dst, src = self.position[edges[1]], self.position[edges[0]]
             mine = (dst >= rows[0]) & (dst < rows[1]) & (src >= cols[0]) & (src < cols[1])
-            kept.append((dst[mine] - rows[0], src[mine] - cols[0],
+            kept.append(((dst[mine] - rows[0]).to(small), (src[mine] - cols[0]).to(small),
                          None if weight is None else weight[mine]))
-        row = torch.cat([k[0] for k in kept]) if kept else torch.zeros(0, dtype=torch.long)
-        col = torch.cat([k[1] for k in kept]) if kept else torch.zeros(0, dtype=torch.long)
+            del edges, dst, src, mine
+        row = torch.cat([k[0] for k in kept]) if kept else torch.zeros(0, dtype=small)
+        col = torch.cat([k[1] for k in kept]) if kept else torch.zeros(0, dtype=small)
         weight = (torch.cat([k[2] for k in kept]) if kept and self.weighted  # type: ignore[misc]
                   else None)
-        block = Block(rows, cols, row, col, weight)
+        del kept
+        block = Block.of_edges(rows, cols, row, col, weight)
+        del row, col, weight
         if not self._sums:
             self._sum_nodes(block, r, c)
         return block
@@ -209,8 +245,9 @@ class Grid3DData:
         """Sums, over the ranks of ``block``'s layout (every edge once), each
         node's in-edges, self-loop and weights; keeps the runs of each axis."""
         n = self.num_nodes
-        target = block.row + block.rows[0]
-        loop = block.loop
+        row = block.row
+        target = row + block.rows[0]
+        loop = block.loop(row)
         weight = (block.weight.double() if block.weight is not None
                   else torch.ones(block.nnz, dtype=torch.float64))
         sums = torch.zeros(5, n, dtype=torch.float64)
