@@ -13,6 +13,7 @@ fall in the rank's runs; the per-node sums the aggregations normalise by
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from torch import Tensor
 from pyg_dist.datasets.folder_files import GRAPH_FILE
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.metrics import MASKS
-from pyg_dist.partitioning.io import META_FILE
+from pyg_dist.partitioning.io import META_FILE, PartitionMeta
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import (
     INPUT,
@@ -142,7 +143,9 @@ class Grid3DData:
         place (Grid3DPlace): Its place on the grid.
         num_nodes (int): :math:`N`.
         num_features (int): The input features' width.
-        order (torch.Tensor): ``[N]`` global id of the node at each position.
+        order (torch.Tensor): ``[N]`` global id of the node at each position
+            (:obj:`None` when read from a grid folder, which keeps each run's
+            ids alone: :meth:`global_id`).
         x (torch.Tensor): Its block of the input features in layout
             :data:`~pyg_dist.strategies.grid_3d.INPUT` (rows over y,
             columns over z).
@@ -167,6 +170,7 @@ class Grid3DData:
         self.position = torch.empty_like(self.order)
         self.position[self.order] = torch.arange(self.num_nodes)
         self._blocks: dict[tuple[int, int], Block] = {}
+        self._ids: dict[int, Tensor] = {}
         self._sums: dict[int, NodeSums] = {}
         self._labels: dict[int, dict[str, Tensor]] = {}
         self.block(INPUT)  # layer 0's, and the node sums
@@ -186,8 +190,53 @@ class Grid3DData:
 
     def global_id(self, axis: int) -> Tensor:
         """``[run]`` global id of each position of this rank's run on ``axis``."""
+        if self.order is None:  # read from a grid folder: the runs' ids alone
+            return self._ids[axis]
         lo, hi = self.run(axis)
         return self.order[lo:hi]
+
+    def share(self) -> dict[str, Any]:
+        """This rank's whole share as plain values (what a grid folder keeps
+        of it): its runs' global ids, node sums and labels on every axis, its
+        blocks read so far and its block of the input features."""
+        meta = dataclasses.asdict(self.meta)
+        return {"shape": list(self.place.shape), "coords": list(self.place.coords),
+                "num_nodes": self.num_nodes, "num_features": self.num_features,
+                "weighted": self.weighted, "meta": meta, "x": self.x,
+                "ids": {str(a): self.global_id(a).clone() for a in range(3)},
+                "sums": {str(a): dataclasses.asdict(self.sums(a)) for a in range(3)},
+                "labels": {str(a): self.labels(a) for a in range(3)},
+                "blocks": {f"{r}{c}": dataclasses.asdict(b) for (r, c), b in self._blocks.items()}}
+
+    @classmethod
+    def of_share(cls, place: Grid3DPlace, share: dict[str, Any],
+                 folder: Any = None) -> Grid3DData:
+        """The data of a share :meth:`share` gave (read from a grid folder);
+        every block it uses must be in it.
+
+        Args:
+            place (Grid3DPlace): This rank's place (the share's).
+            share (dict): The share.
+            folder (str or os.PathLike, optional): Where it was read from.
+                (default: :obj:`None`)
+        """
+        data = cls.__new__(cls)
+        data.place, data._reader, data.folder = place, None, folder
+        data.num_nodes, data.num_features = int(share["num_nodes"]), int(share["num_features"])
+        data.weighted, data.meta = bool(share["weighted"]), PartitionMeta(**share["meta"])
+        data.ledger, data.dropout, data.registry = Ledger(), DropoutState(), None
+        data.order = data.position = None
+        data._ids = {int(a): ids for a, ids in share["ids"].items()}
+        data._sums = {int(a): NodeSums(**sums) for a, sums in share["sums"].items()}
+        data._labels = {int(a): labels for a, labels in share["labels"].items()}
+        data._blocks = {(int(key[0]), int(key[1])): Block(
+            tuple(b["rows"]), tuple(b["cols"]), b["rowptr"], b["col"], b["weight"])
+            for key, b in share["blocks"].items()}
+        data.x = share["x"]
+        for key, value in data.labels(0).items():
+            setattr(data, key, value)
+        data.edge_index = data
+        return data
 
     def labels(self, axis: int) -> dict[str, Tensor]:
         """``y`` and the masks of this rank's run on ``axis``."""
@@ -213,6 +262,10 @@ class Grid3DData:
         sums over the ranks of its layout)."""
         key = (layout.spare, layout.rows)
         if key not in self._blocks:
+            if self._reader is None:
+                raise ValueError(f"'{self.folder}' holds this rank's blocks "
+                                 f"{sorted(self._blocks)} (targets' axis, sources' axis), "
+                                 f"not {key}; write the grid folder again with every block")
             self._blocks[key] = self._read_block(*key)
         return self._blocks[key]
 
