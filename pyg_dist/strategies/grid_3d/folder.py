@@ -122,7 +122,11 @@ def _write(out: Path, share: dict[str, Any], grid: dict[str, Any],
 
 
 def is_grid_folder(folder: Any) -> bool:
-    """Whether ``folder`` is a grid folder (holds ``grid.json``)."""
+    """Whether ``folder`` is a grid folder (holds ``grid.json``).
+
+    Args:
+        folder: A path (anything else is no grid folder).
+    """
     return isinstance(folder, (str, os.PathLike)) and (Path(folder) / GRID_FILE).is_file()
 
 
