@@ -158,15 +158,26 @@ def cli(args, cwd):
                           capture_output=True, text=True, timeout=600)
 
 
-def test_the_cli_writes_a_grid_folder_on_the_grids_ranks(tmp_path):
-    data = awkward_graph(num_features=F_IN)
-    write_graph_folder(data, tmp_path / "graph")
+def test_the_cli_writes_a_grid_folder_on_the_grids_ranks_and_trains_from_it(tmp_path):
+    graph = ["--dataset", "synthetic", "--num-nodes", "300"]
+    assert cli(["convert", *graph, "--out", "graph"], tmp_path).returncode == 0
     done = cli(["partition", "--distributed", "--input", "graph", "--grid", "2x1x1",
                 "--out", "grid"], tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     grid = json.loads((tmp_path / "grid" / GRID_FILE).read_text())
     assert grid["shape"] == [2, 1, 1] and len(grid["rank_sha256"]) == 2
     assert json.loads(done.stdout.splitlines()[-1])["shape"] == [2, 1, 1]
+    # the same training as from a partition folder of the same graph, read as blocks
+    assert cli(["partition", *graph, "--parts", "2", "--out", "parts"], tmp_path).returncode == 0
+    runs = {}
+    for folder in ("grid", "parts"):
+        done = cli(["train", "--parts-dir", folder, "--strategy", "grid-3d", "--grid", "2x1x1",
+                    "--epochs", "3", "--save", f"{folder}.pt"], tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[folder] = torch.load(tmp_path / f"{folder}.pt", weights_only=True)
+    assert runs["grid"].keys() == runs["parts"].keys()
+    for key, value in runs["parts"].items():
+        assert torch.equal(runs["grid"][key], value), key
     bad = cli(["partition", "--distributed", "--input", "graph", "--grid", "2x1x1",
                "--parts", "3", "--out", "grid2"], tmp_path)
     assert bad.returncode != 0 and "pass --parts 2 (or leave it out)" in bad.stderr

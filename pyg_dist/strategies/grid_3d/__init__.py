@@ -51,6 +51,7 @@ the planner's predictions (``cost.py``) and the options (``strategy.py``).
 from pyg_dist.strategies.grid_3d.cost import collectives, measure, predict, program_of, step_bytes
 from pyg_dist.strategies.grid_3d.folder import (
     GRID_FILE,
+    grid_ranks,
     is_grid_folder,
     read_grid_folder,
     write_grid_folder,
@@ -73,4 +74,5 @@ __all__ = ["Grid3D", "Grid3DData", "Grid3DModel", "Grid3DPlace", "Layout", "Bloc
            "Output", "Step", "INPUT", "NAME", "MODELS", "RUNS", "load_grid_3d", "grid_place",
            "parse_grid", "grids", "compile_model", "layouts", "node_order", "balance",
            "block_nonzeros", "program_of", "collectives", "step_bytes", "measure", "predict",
-           "GRID_FILE", "write_grid_folder", "read_grid_folder", "is_grid_folder"]
+           "GRID_FILE", "write_grid_folder", "read_grid_folder", "is_grid_folder",
+           "grid_ranks"]

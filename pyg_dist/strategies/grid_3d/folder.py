@@ -27,7 +27,7 @@ from pyg_dist.strategies.grid_3d.grid import Grid3DPlace, Layout, grid_place
 from pyg_dist.strategies.grid_3d.load import Grid3DData, load_grid_3d
 
 __all__ = ["GRID_FILE", "FORMAT", "rank_file", "write_grid_folder", "read_grid_folder",
-           "is_grid_folder"]
+           "is_grid_folder", "grid_ranks"]
 
 #: The file naming the grid of a grid folder.
 GRID_FILE = "grid.json"
@@ -128,6 +128,15 @@ def is_grid_folder(folder: Any) -> bool:
         folder: A path (anything else is no grid folder).
     """
     return isinstance(folder, (str, os.PathLike)) and (Path(folder) / GRID_FILE).is_file()
+
+
+def grid_ranks(folder: str | os.PathLike) -> int:
+    """The ranks of the grid a grid folder was written for.
+
+    Args:
+        folder (str or os.PathLike): A grid folder.
+    """
+    return len(json.loads((Path(folder) / GRID_FILE).read_text())["rank_sha256"])
 
 
 def read_grid_folder(folder: str | os.PathLike,
