@@ -24,7 +24,7 @@ one row per rank, and per grid the largest rank's peak above its imports.
 from the ``--parts`` folder a chunk at a time: one row per rank with the
 edges of each adjacency block it holds, and per grid the largest rank's peak
 above its imports and how far a block strays from the grid's share of the
-edges; ``--json FILE`` keeps those rows (of other ``--parts`` too).
+edges; ``--json FILE`` keeps those rows (of other ``--parts`` and ``--method`` too).
 ``--skip-single`` leaves out PyG and our one rank.
 
 ``--probe`` runs one rank of an existing partition folder alone, its halo
@@ -218,7 +218,8 @@ def main() -> None:
                         help="leave out PyG and our one rank (the grids are compared with "
                              "the --parts ranks alone)")
     parser.add_argument("--json", default=None, metavar="FILE",
-                        help="write the 3D grids' rows to FILE (rows of other --parts kept)")
+                        help="write the 3D grids' rows to FILE (rows of other --parts and "
+                             "--method kept)")
     parser.add_argument("--probe", default=None, metavar="PARTS_DIR",
                         help="run one rank of this partition folder alone (see above)")
     parser.add_argument("--rank", type=int, default=0, help="the rank --probe runs")
@@ -272,7 +273,7 @@ def main() -> None:
     report_grids(feature, ours, args.parts)
     rows = report_grid_3d(cubes, ours, args.parts, args.method)
     if args.json and rows:
-        write_rows(args.json, rows, args.parts)
+        write_rows(args.json, rows)
 
 
 def report(pyg: dict, ours: dict, parts: int) -> None:
@@ -308,15 +309,16 @@ def report_parts(ranks: list, parts: int) -> None:
     print(f"largest of {parts} graph-parallel ranks: {largest / mib:.0f} MiB above its imports")
 
 
-def write_rows(path: str, rows: list, parts: int) -> None:
+def write_rows(path: str, rows: list) -> None:
     """Writes ``rows`` to the JSON file ``path``, keeping its rows of other
-    part counts (one command per rank count fills one table)."""
+    part counts and cuts (one command per rank count and cut fills one table)."""
     import json
 
     file = Path(path)
     kept = json.loads(file.read_text()) if file.is_file() else []
-    kept = [r for r in kept if r["ranks"] != parts] + rows
-    kept.sort(key=lambda r: (r["ranks"], r["grid"]))
+    done = {(r["ranks"], r["cut"]) for r in rows}
+    kept = [r for r in kept if (r["ranks"], r["cut"]) not in done] + rows
+    kept.sort(key=lambda r: (r["ranks"], r["cut"], r["grid"]))
     file.write_text(json.dumps(kept, indent=1) + "\n")
     print(f"wrote {path}")
 

@@ -161,13 +161,14 @@ class Grid3DData:
 
     def __init__(self, place: Grid3DPlace, reader: Reader, seed: int = 0,
                  permute: str = "double", folder: Any = None) -> None:
-        self.place, self._reader, self.folder = place, reader, folder
+        self.place, self.folder = place, folder
+        self._reader: Reader | None = reader  # None: read from a grid folder, nothing to read
         self.num_nodes, self.num_features = reader.num_nodes, reader.num_features
         self.weighted, self.meta = reader.weighted, reader.meta
         self.ledger, self.dropout = Ledger(), DropoutState()
         self.registry = None
-        self.order = node_order(self._degrees(), place.shape, seed, permute)
-        self.position = torch.empty_like(self.order)
+        self.order: Tensor | None = node_order(self._degrees(), place.shape, seed, permute)
+        self.position: Tensor | None = torch.empty_like(self.order)
         self.position[self.order] = torch.arange(self.num_nodes)
         self._blocks: dict[tuple[int, int], Block] = {}
         self._ids: dict[int, Tensor] = {}
@@ -241,17 +242,22 @@ class Grid3DData:
     def labels(self, axis: int) -> dict[str, Tensor]:
         """``y`` and the masks of this rank's run on ``axis``."""
         if axis not in self._labels:
-            ids = self.global_id(axis)
-            self._labels[axis] = {key: self._reader.nodes(key, ids)
-                                  for key in ("y", *MASKS) if key in self._reader.node_attrs}
+            ids, reader = self.global_id(axis), self._source()
+            self._labels[axis] = {key: reader.nodes(key, ids)
+                                  for key in ("y", *MASKS) if key in reader.node_attrs}
         return self._labels[axis]
+
+    def _source(self) -> Reader:
+        """What this share is read from (a share of a grid folder holds all of it)."""
+        assert self._reader is not None, "a grid folder's share holds every run and block"
+        return self._reader
 
     def _degrees(self) -> Tensor:
         """``[N]`` every node's in + out degree: each rank counts its share
         of the edges, summed over the ranks (collective)."""
         n = self.num_nodes
         degree = torch.zeros(n, dtype=torch.long)
-        for edges, _ in self._reader.edges(distributed.rank(), distributed.world_size()):
+        for edges, _ in self._source().edges(distributed.rank(), distributed.world_size()):
             degree += torch.bincount(edges.reshape(-1), minlength=n)
         return distributed.all_reduce(degree)
 
@@ -277,8 +283,10 @@ class Grid3DData:
         rows, cols = self.run(r), self.run(c)
         small = index_dtype(self.num_nodes)  # the chunks kept, in the smallest dtype
         kept: list[tuple[Tensor, Tensor, Tensor | None]] = []
-        for edges, weight in self._reader.edges(0, 1):
-            dst, src = self.position[edges[1]], self.position[edges[0]]
+        position = self.position
+        assert position is not None, "a share read from a graph knows every node's position"
+        for edges, weight in self._source().edges(0, 1):
+            dst, src = position[edges[1]], position[edges[0]]
             mine = (dst >= rows[0]) & (dst < rows[1]) & (src >= cols[0]) & (src < cols[1])
             kept.append(((dst[mine] - rows[0]).to(small), (src[mine] - cols[0]).to(small),
                          None if weight is None else weight[mine]))
