@@ -24,6 +24,7 @@ from torch import Tensor
 from pyg_dist.datasets.folder_files import GRAPH_FILE
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.metrics import MASKS
+from pyg_dist.partitioning.arrays import map_large_allocations
 from pyg_dist.partitioning.io import META_FILE, PartitionMeta
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import (
@@ -361,6 +362,7 @@ def load_grid_3d(source: Any, shape: tuple[int, int, int], seed: int = 0,
             ``"double"``, ``"random"`` or ``"none"`` (the graph's own).
             (default: :obj:`"double"`)
     """
+    map_large_allocations()  # each pass's chunks go back to the system once freed
     place = grid_place(shape)
     reader: Reader | None = None
     error: Exception | None = None
