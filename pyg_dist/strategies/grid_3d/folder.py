@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from pyg_dist.partitioning.arrays import map_large_allocations
 from pyg_dist.partitioning.io import DISK_FIX, disk_error, file_sha256, replace_folder, save_part
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import Grid3DPlace, Layout, grid_place
@@ -154,6 +155,7 @@ def read_grid_folder(folder: str | os.PathLike,
         seed (int, optional): The node order's seed asked for (:obj:`None`:
             the folder's). (default: :obj:`None`)
     """
+    map_large_allocations()  # freed activations go back to the system (as load_grid_3d)
     grid = json.loads((Path(folder) / GRID_FILE).read_text())
     if seed is not None and seed != grid["seed"]:
         raise ValueError(f"'{folder}' orders the nodes with seed {grid['seed']}, not {seed}; "
