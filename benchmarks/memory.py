@@ -4,6 +4,7 @@ against single-process PyG on the whole graph and our own code on one rank.
     python benchmarks/memory.py [--dataset synthetic-arxiv] [--num-nodes N]
                                 [--parts 4] [--hidden 128] [--epochs 3]
                                 [--slices T [T ...]] [--grids XxYxZ [XxYxZ ...]]
+                                [--skip-single] [--json FILE]
     python benchmarks/memory.py --probe PARTS_DIR [--rank 0] [--hidden 128]
 
 Every run is a fresh process (so each peak includes importing torch, PyG and
@@ -22,7 +23,9 @@ one row per rank, and per grid the largest rank's peak above its imports.
 ``--grids`` adds 3D grids (``Grid3D``) on the same ``--parts`` ranks, read
 from the ``--parts`` folder a chunk at a time: one row per rank with the
 edges of each adjacency block it holds, and per grid the largest rank's peak
-above its imports.
+above its imports and how far a block strays from the grid's share of the
+edges; ``--json FILE`` keeps those rows (of other ``--parts`` and ``--method`` too).
+``--skip-single`` leaves out PyG and our one rank.
 
 ``--probe`` runs one rank of an existing partition folder alone, its halo
 exchanges answered with zeros (no peers, no network): what that rank would
@@ -183,12 +186,17 @@ def grid_3d_process(parts_dir: str, shape: tuple, hidden: int, epochs: int) -> d
 
     strategy = Grid3D(*shape)
     data = strategy.load(parts_dir)
+    after_load = rank_rss.current()
     torch.manual_seed(0)
     model = GNN("gcn", data.num_features, hidden, data.meta.num_classes)
     result = train(model, data, epochs, strategy=strategy, progress=False)
-    return {"after_import": after_import, "peak": rank_rss.peak(),
+    edges = data.meta.num_edges
+    return {"after_import": after_import, "after_load": after_load, "peak": rank_rss.peak(),
             "seconds": sum(e.train_seconds for e in result.history),
             "blocks": {f"{a}{b}": block.nnz for (a, b), block in data.blocks().items()},
+            "shares": {f"{a}{b}": edges / (shape[a] * shape[b])
+                       for (a, b) in data.blocks()},
+            "block_bytes": sum(b.nbytes() for b in data.blocks().values()),
             "x": tuple(data.x.shape)}
 
 
@@ -206,6 +214,12 @@ def main() -> None:
                         help="feature-parallel grids of --parts/T parts x T slices to add")
     parser.add_argument("--grids", nargs="*", default=[], metavar="XxYxZ",
                         help="3D grids of --parts ranks to add")
+    parser.add_argument("--skip-single", action="store_true",
+                        help="leave out PyG and our one rank (the grids are compared with "
+                             "the --parts ranks alone)")
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="write the 3D grids' rows to FILE (rows of other --parts and "
+                             "--method kept)")
     parser.add_argument("--probe", default=None, metavar="PARTS_DIR",
                         help="run one rank of this partition folder alone (see above)")
     parser.add_argument("--rank", type=int, default=0, help="the rank --probe runs")
@@ -229,16 +243,19 @@ def main() -> None:
         graph_file = str(Path(tmp) / "graph.pt")
         torch.save(data.to_dict(), graph_file)
         grids = [(args.parts // t, t) for t in args.slices]
-        for parts in sorted({1, args.parts} | {d for d, _ in grids}):
+        singles = () if args.skip_single else (1,)
+        for parts in sorted({*singles, args.parts} | {d for d, _ in grids}):
             pyg_dist.partition(data, parts, Path(tmp) / f"p{parts}", method=args.method,
                                seed=args.seed)
         del data
-        with mp.get_context("spawn").Pool(1) as pool:
-            pyg = pool.apply(pyg_process, (graph_file, args.hidden, args.epochs, threads))
+        pyg = None
+        if not args.skip_single:
+            with mp.get_context("spawn").Pool(1) as pool:
+                pyg = pool.apply(pyg_process, (graph_file, args.hidden, args.epochs, threads))
         ours = {parts: pyg_dist.launch(rank_process, parts,
                                        args=(str(Path(tmp) / f"p{parts}"), args.hidden,
                                              args.epochs))
-                for parts in (1, args.parts)}
+                for parts in (*singles, args.parts)}
         feature = {(d, t): pyg_dist.launch(grid_process, args.parts,
                                            args=(str(Path(tmp) / f"p{d}"), t, args.hidden,
                                                  args.epochs))
@@ -249,9 +266,14 @@ def main() -> None:
                                        args=(str(Path(tmp) / f"p{args.parts}"),
                                              parse_grid(text), args.hidden, args.epochs))
                  for text in args.grids}
-    report(pyg, ours, args.parts)
+    if pyg is not None:
+        report(pyg, ours, args.parts)
+    else:
+        report_parts(ours[args.parts], args.parts)
     report_grids(feature, ours, args.parts)
-    report_grid_3d(cubes, ours, args.parts)
+    rows = report_grid_3d(cubes, ours, args.parts, args.method)
+    if args.json and rows:
+        write_rows(args.json, rows)
 
 
 def report(pyg: dict, ours: dict, parts: int) -> None:
@@ -274,6 +296,31 @@ def report(pyg: dict, ours: dict, parts: int) -> None:
     for k, r in enumerate(ours[parts]):
         print(f"  rank {k}: {r['owned']} owned, {r['halo']} halo, {r['edges']} edges, "
               f"{r['seconds']:.1f} s")
+
+
+def report_parts(ranks: list, parts: int) -> None:
+    """A row per graph-parallel rank (without PyG and our one rank)."""
+    mib = 2**20
+    for k, r in enumerate(ranks):
+        print(f"  rank {k}/{parts}: {r['owned']} owned, {r['halo']} halo, {r['edges']} edges, "
+              f"peak {r['peak'] / mib:.0f} MiB, {(r['peak'] - r['after_import']) / mib:.0f} "
+              f"MiB above its imports, {r['seconds']:.1f} s")
+    largest = max(r["peak"] - r["after_import"] for r in ranks)
+    print(f"largest of {parts} graph-parallel ranks: {largest / mib:.0f} MiB above its imports")
+
+
+def write_rows(path: str, rows: list) -> None:
+    """Writes ``rows`` to the JSON file ``path``, keeping its rows of other
+    part counts and cuts (one command per rank count and cut fills one table)."""
+    import json
+
+    file = Path(path)
+    kept = json.loads(file.read_text()) if file.is_file() else []
+    done = {(r["ranks"], r["cut"]) for r in rows}
+    kept = [r for r in kept if (r["ranks"], r["cut"]) not in done] + rows
+    kept.sort(key=lambda r: (r["ranks"], r["cut"], r["grid"]))
+    file.write_text(json.dumps(kept, indent=1) + "\n")
+    print(f"wrote {path}")
 
 
 def report_grids(feature: dict, ours: dict, parts: int) -> None:
@@ -299,12 +346,14 @@ def report_grids(feature: dict, ours: dict, parts: int) -> None:
               f"({above / mib:.0f} MiB)")
 
 
-def report_grid_3d(cubes: dict, ours: dict, parts: int) -> None:
+def report_grid_3d(cubes: dict, ours: dict, parts: int, method: str) -> list:
     """A row per rank of each 3D grid (its blocks' edges and its x block);
     per grid its largest rank's peak above the imports, against our
-    graph-parallel ranks'."""
+    graph-parallel ranks', and the farthest a rank's block strays from the
+    grid's share of the edges (:math:`E / (s_r s_c)` per layout). Returns a
+    row per grid."""
     if not cubes:
-        return
+        return []
     mib = 2**20
     above = max(r["peak"] - r["after_import"] for r in ours[parts])
     print(f"{'3D grid, rank':>22} {'peak MiB':>9} {'peak-import':>11} {'x block':>12} "
@@ -318,11 +367,21 @@ def report_grid_3d(cubes: dict, ours: dict, parts: int) -> None:
             print(f"{f'{text} rank {k}/{parts}':>22} {r['peak'] / mib:>9.0f} "
                   f"{(r['peak'] - r['after_import']) / mib:>11.0f} {shape:>12} "
                   f"{r['seconds']:>7.1f}  {blocks}")
+    rows = []
     for text, ranks in cubes.items():
         largest = max(r["peak"] - r["after_import"] for r in ranks)
+        stray = max(abs(n / r["shares"][key] - 1) for r in ranks
+                    for key, n in r["blocks"].items())
+        block_mib = max(r["block_bytes"] for r in ranks) / mib
         print(f"grid {text}: largest rank {largest / mib:.0f} MiB above its imports, "
               f"{largest / above:.2f}x of our graph-parallel {parts} ranks' largest "
-              f"({above / mib:.0f} MiB)")
+              f"({above / mib:.0f} MiB); a block at most {100 * stray:.1f}% from the "
+              f"grid's share; blocks at most {block_mib:.0f} MiB a rank")
+        rows.append({"ranks": parts, "grid": text, "cut": method,
+                     "grid MiB": round(largest / mib), "graph-parallel MiB": round(above / mib),
+                     "ratio": round(largest / above, 2), "stray %": round(100 * stray, 1),
+                     "blocks MiB": round(block_mib)})
+    return rows
 
 
 if __name__ == "__main__":

@@ -226,6 +226,10 @@ KEPT_TABLES = {
                                                             _training_rows),
     (GRID, "stored in"): ("grid_3d_balance.json", lambda r: [
         [r["grid"], r["stored in"], *(f"{r[k]:.3f}x" for k in ("none", "random", "double"))]]),
+    (GRID, "farthest block from its share"): ("grid_3d_memory.json", lambda r: [
+        [str(r["ranks"]), r["grid"], r["cut"], f"{r['grid MiB']:,}",
+         f"{r['graph-parallel MiB']:,}", f"{r['ratio']:.2f}x", f"{r['stray %']:.1f}%",
+         f"{r['blocks MiB']:,}"]]),
 }
 
 

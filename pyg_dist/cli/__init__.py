@@ -94,6 +94,9 @@ def build_parser(strategy: str | None = None) -> argparse.ArgumentParser:
                       help="cut --input on --parts ranks (spawned, or torchrun's), none of "
                            "which holds the whole graph (default method: metis-coarse)")
     part.add_argument("--input", metavar="DIR", help="graph folder read by --distributed")
+    part.add_argument("--grid", metavar="XxYxZ", default=None,
+                      help="with --distributed: write each rank's blocks of this 3D grid "
+                           "(--strategy grid-3d) instead of parts")
     _add_debug(part)
 
     convert = sub.add_parser("convert", help="write a dataset as a graph folder: .npy files "

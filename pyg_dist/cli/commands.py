@@ -20,6 +20,7 @@ from pyg_dist.datasets.ogb import OGB, convert_ogbn
 from pyg_dist.datasets.ogb_mag import MAG_NAME
 from pyg_dist.partitioning import PartitionMeta, partition_distributed
 from pyg_dist.runtime import distributed, env
+from pyg_dist.strategies.grid_3d import parse_grid, write_grid_folder
 from pyg_dist.strategies.layer_pipeline import best_layout, halo_rows, layout_costs
 from pyg_dist.tasks.supervision import split_links
 
@@ -98,6 +99,8 @@ def distributed_partition_command(args: argparse.Namespace) -> int:
                          f"drop {' '.join(flags)}")
     check_graph_folder("partition", args.input)
     check_out("partition", args.out, args.overwrite)
+    if getattr(args, "grid", None) is not None:
+        return _grid_folder_command(args, options)
     job = (args.input, args.out, options.get("method", "metis-coarse"),
            options.get("seed", 0), args.overwrite)
     if env.under_torchrun():
@@ -111,6 +114,44 @@ def distributed_partition_command(args: argparse.Namespace) -> int:
                                args=job)[0]
     print(json.dumps(meta_summary(meta)))
     return 0
+
+
+def _grid_folder_command(args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """``pyg-dist partition --distributed --grid XxYxZ``: the grid folder of
+    ``--input`` (:func:`~pyg_dist.strategies.grid_3d.write_grid_folder`), on
+    the grid's ranks (spawned, or torchrun's)."""
+    try:
+        shape = parse_grid(args.grid)
+    except ValueError as exc:
+        raise SystemExit(f"pyg-dist partition: {exc}") from None
+    world = shape[0] * shape[1] * shape[2]
+    if "method" in options:
+        raise SystemExit("pyg-dist partition --grid orders the nodes by the grid's own "
+                         "permutation (seeded by --seed); drop --method")
+    parts = options.get("parts")
+    if parts is not None and parts != world:
+        raise SystemExit(f"pyg-dist partition: --grid {args.grid} holds {world} ranks but "
+                         f"--parts is {parts}; pass --parts {world} (or leave it out)")
+    job = (args.input, args.out, shape, options.get("seed", 0), "double", args.overwrite)
+    if env.under_torchrun():
+        check_world("partition", env.world_size(), world, None)
+        grid = record(_grid_joined)(*job)
+        if grid is None:  # not rank 0
+            return 0
+    else:
+        grid = pyg_dist.launch(write_grid_folder, world, args=job)[0]
+    print(json.dumps({k: v for k, v in grid.items() if k != "rank_sha256"}))
+    return 0
+
+
+def _grid_joined(*job: Any) -> dict[str, Any] | None:
+    """Under torchrun: every rank writes its share; rank 0 returns ``grid.json``'s contents."""
+    pyg_dist.init()
+    try:
+        grid = write_grid_folder(*job)
+        return grid if distributed.rank() == 0 else None
+    finally:
+        pyg_dist.shutdown()
 
 
 def _partition_joined(parts: int | None, *job: Any) -> PartitionMeta | None:

@@ -22,6 +22,7 @@ from pyg_dist.datasets.ogb_mag import MAG_FOLDER, MAG_NAME
 from pyg_dist.datasets.planetoid import PLANETOID, missing_raw_files
 from pyg_dist.partitioning.io import META_FILE, read_meta
 from pyg_dist.runtime import env
+from pyg_dist.strategies.grid_3d.folder import grid_ranks, is_grid_folder
 
 __all__ = ["one_line", "UsageError", "SharedUsageError", "EXIT_USAGE", "EXIT_FAILED",
            "EXIT_INTERRUPTED", "reporting", "check_out", "check_parts_dir", "check_dataset",
@@ -157,7 +158,13 @@ def check_world(command: str, world: int, parts: int | None, parts_dir: str | No
             f"pyg-dist {command}: --parts {parts} but torchrun started {world} ranks "
             f"(--nnodes times --nproc-per-node); pass --parts {world} (or leave it out), or "
             f"start {parts} ranks")
-    if parts_dir is not None and (Path(parts_dir) / META_FILE).is_file():
+    if parts_dir is not None and is_grid_folder(parts_dir):
+        if grid_ranks(parts_dir) != world:
+            raise SharedUsageError(
+                f"pyg-dist {command}: --parts-dir {parts_dir} is a grid folder of "
+                f"{grid_ranks(parts_dir)} ranks but torchrun started {world}; start "
+                f"{grid_ranks(parts_dir)} (--nnodes times --nproc-per-node)")
+    elif parts_dir is not None and (Path(parts_dir) / META_FILE).is_file():
         cut = read_meta(parts_dir).num_parts
         if cut * ranks_per_part != world:
             raise SharedUsageError(
@@ -235,6 +242,12 @@ def check_parts_dir(command: str, parts_dir: str, ranks: int | None = None,
                          f"partition folder (the --out of pyg-dist partition)")
     if not path.is_dir():
         raise UsageError(f"pyg-dist {command}: --parts-dir {parts_dir}: no such folder; {cut}")
+    if is_grid_folder(path):  # written for one 3D grid (partition --distributed --grid)
+        grid = grid_ranks(path)
+        if ranks is not None and ranks != grid:
+            raise UsageError(f"pyg-dist {command}: --parts {ranks} does not fit --parts-dir "
+                             f"{parts_dir}, a grid folder of {grid} ranks; leave --parts out")
+        return grid
     if not (path / META_FILE).is_file():
         raise UsageError(f"pyg-dist {command}: --parts-dir {parts_dir} is not a partition "
                          f"folder (no {META_FILE}); {cut}")

@@ -30,6 +30,7 @@ from pyg_dist.partitioning.io import read_meta
 from pyg_dist.runtime import distributed, env
 from pyg_dist.runtime.peers import PeerLost
 from pyg_dist.strategies import planner
+from pyg_dist.strategies.grid_3d.folder import grid_ranks, is_grid_folder
 from pyg_dist.strategies.task import labelled_type
 from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint
 from pyg_dist.train.loop import EpochStats, train
@@ -53,8 +54,7 @@ def train_command(job: Job, body: Callable[[Job, str], Any] | None = None,
         result = record(_run_joined)(job, body)
     else:
         graph = job.graph
-        parts = graph.parts or (read_meta(graph.parts_dir).num_parts
-                                * job.strategy.ranks_per_part()
+        parts = graph.parts or (_folder_ranks(graph.parts_dir, job.strategy.ranks_per_part())
                                 if graph.parts_dir else DEFAULT_PARTS)
         job = dataclasses.replace(job, graph=dataclasses.replace(graph, parts=parts))
         _check_ranks(job)
@@ -103,6 +103,12 @@ def report_plan(as_json: bool) -> Callable[[dict[str, Any]], None]:
             print("\n".join(plan_table(rows, result)), flush=True)
 
     return report
+
+
+def _folder_ranks(folder: str, ranks_per_part: int) -> int:
+    """The ranks a partition folder (``ranks_per_part`` a part) or a grid folder is for."""
+    return (grid_ranks(folder) if is_grid_folder(folder)
+            else read_meta(folder).num_parts * ranks_per_part)
 
 
 def cut_in_words(dataset: str, meta: dict[str, Any]) -> str:
@@ -209,7 +215,7 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
     """This rank's part of ``folder`` and the job's model for it (seeded as
     the job says; dropout differs per rank)."""
     strategy, spec = job.strategy, job.model
-    if read_meta(folder).types is not None:
+    if not is_grid_folder(folder) and read_meta(folder).types is not None:
         return _load_hetero_part(job, folder)
     if spec.name in HETERO_MODELS:
         raise SystemExit(f"--model {spec.name} trains a heterogeneous graph, but '{folder}' "

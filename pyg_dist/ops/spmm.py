@@ -119,7 +119,15 @@ def _(grad_out: Tensor, rowptr: Tensor, col: Tensor, value: Tensor | None, x: Te
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
     rowptr, col, value, x, x_halo, reduce, backend = inputs
     ctx.reduce, ctx.backend = reduce, backend
+    if not ctx.needs_input_grad[2] and reduce != "max":
+        # the sources' gradient reads their shapes only: their rows are not kept alive
+        x, x_halo = _shape_of(x), None if x_halo is None else _shape_of(x_halo)
     ctx.save_for_backward(rowptr, col, value, x, x_halo, output[1])
+
+
+def _shape_of(x: Tensor) -> Tensor:
+    """A tensor of ``x``'s shape, dtype and device holding one element."""
+    return x.new_zeros(()).expand(x.shape)
 
 
 def _backward(ctx: Any, grad_out: Tensor, _grad_arg: Tensor | None) -> tuple[Tensor | None, ...]:

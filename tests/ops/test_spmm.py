@@ -120,3 +120,26 @@ def test_bad_arguments_name_the_fix():
 
 def test_tolerance_table_covers_feature_dtypes():
     assert set(TOL) == {torch.float32, torch.float16, torch.bfloat16}
+
+
+@pytest.mark.parametrize("backend,device", CASES)
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_sources_are_freed_when_the_entries_take_no_gradient(backend, device, reduce):
+    import weakref
+
+    rowptr, col, _ = make_graph(30, 40, 150, seed=6)
+    rowptr, col = rowptr.to(device), col.to(device)
+    g = torch.Generator().manual_seed(6)
+    h = torch.randn(40, 5, generator=g).to(device).requires_grad_()
+    fixed = torch.rand(col.numel(), generator=g).to(device)
+    learnt = fixed.clone().requires_grad_()
+    grad = torch.randn(30, 5, generator=g).to(device)
+    for value, kept in ((fixed, False), (learnt, True)):
+        source = h * 2  # an intermediate only spmm refers to
+        alive = weakref.ref(source)
+        out = spmm(rowptr, col, source, value, reduce, backend=backend)
+        del source
+        assert (alive() is not None) == kept, f"{backend}/{reduce}: sources kept={kept}"
+        (got,) = torch.autograd.grad(out, [h], grad)
+        (want,) = torch.autograd.grad(spmm_ref(rowptr, col, h * 2, value, reduce), [h], grad)
+        assert_close(got, want, torch.float32, f"{backend}/{reduce} grad of the sources")

@@ -45,9 +45,17 @@ order (``permute.py``), a rank's share of the graph (``load.py``) and what
 reads it in chunks (``readers.py``), the model
 as steps (``program.py``), the autograd sums and the adjacency's entries
 (``ops.py``), the model on the grid (``model.py``), one run (``runner.py``),
+a grid folder written by the grid's ranks (``folder.py``),
 the planner's predictions (``cost.py``) and the options (``strategy.py``).
 """
 from pyg_dist.strategies.grid_3d.cost import collectives, measure, predict, program_of, step_bytes
+from pyg_dist.strategies.grid_3d.folder import (
+    GRID_FILE,
+    grid_ranks,
+    is_grid_folder,
+    read_grid_folder,
+    write_grid_folder,
+)
 from pyg_dist.strategies.grid_3d.grid import (
     INPUT,
     NAME,
@@ -65,4 +73,6 @@ from pyg_dist.strategies.grid_3d.strategy import Grid3D, grids
 __all__ = ["Grid3D", "Grid3DData", "Grid3DModel", "Grid3DPlace", "Layout", "Block", "NodeSums",
            "Output", "Step", "INPUT", "NAME", "MODELS", "RUNS", "load_grid_3d", "grid_place",
            "parse_grid", "grids", "compile_model", "layouts", "node_order", "balance",
-           "block_nonzeros", "program_of", "collectives", "step_bytes", "measure", "predict"]
+           "block_nonzeros", "program_of", "collectives", "step_bytes", "measure", "predict",
+           "GRID_FILE", "write_grid_folder", "read_grid_folder", "is_grid_folder",
+           "grid_ranks"]

@@ -13,6 +13,7 @@ fall in the rank's runs; the per-node sums the aggregations normalise by
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ from torch import Tensor
 from pyg_dist.datasets.folder_files import GRAPH_FILE
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.metrics import MASKS
-from pyg_dist.partitioning.io import META_FILE
+from pyg_dist.partitioning.arrays import map_large_allocations
+from pyg_dist.partitioning.io import META_FILE, PartitionMeta
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import (
     INPUT,
@@ -35,42 +37,74 @@ from pyg_dist.strategies.grid_3d.permute import node_order
 from pyg_dist.strategies.grid_3d.readers import DataReader, FolderReader, PartsReader, Reader
 from pyg_dist.utils.dropout import DropoutState
 
-__all__ = ["Grid3DData", "Block", "NodeSums", "load_grid_3d"]
+__all__ = ["Grid3DData", "Block", "NodeSums", "load_grid_3d", "index_dtype"]
 
 
 @dataclass
 class Block:
-    """This rank's block of the adjacency in one layout: the edges whose
-    target's position lies in its run ``rows`` of the layout's rows axis and
-    whose source's in its run ``cols`` of the cols axis.
+    """This rank's block of the adjacency in one layout, stored once, as
+    CSR: the edges whose target's position lies in its run ``rows`` of the
+    layout's rows axis and whose source's in its run ``cols`` of the cols
+    axis, by target (a target's edges in the order they were read).
 
     Attributes:
         rows (tuple[int, int]): Its target positions ``[lo, hi)``.
         cols (tuple[int, int]): Its source positions ``[lo, hi)``.
-        row (torch.Tensor): ``[nnz]`` target of each edge, from ``rows[0]``.
-        col (torch.Tensor): ``[nnz]`` source of each edge, from ``cols[0]``.
+        rowptr (torch.Tensor): ``[rows + 1]`` where each target's edges start.
+        col (torch.Tensor): ``[nnz]`` source of each edge, from ``cols[0]``
+            (both int32 where the run and the edges fit: the smallest index
+            dtype ``spmm`` reads).
         weight (torch.Tensor, optional): ``[nnz]`` its edge weights.
     """
 
     rows: tuple[int, int]
     cols: tuple[int, int]
-    row: Tensor
+    rowptr: Tensor
     col: Tensor
     weight: Tensor | None = None
 
-    @property
-    def nnz(self) -> int:
-        return int(self.row.numel())
+    @classmethod
+    def of_edges(cls, rows: tuple[int, int], cols: tuple[int, int], row: Tensor, col: Tensor,
+                 weight: Tensor | None = None) -> Block:
+        """The block of edges ``(row, col)`` (targets from ``rows[0]``,
+        sources from ``cols[0]``, any order)."""
+        order = torch.argsort(row, stable=True)
+        size = rows[1] - rows[0]
+        dtype = index_dtype(max(cols[1] - cols[0], row.numel()))
+        rowptr = torch.zeros(size + 1, dtype=torch.long)
+        torch.cumsum(torch.bincount(row, minlength=size), 0, out=rowptr[1:])
+        return cls(rows, cols, rowptr.to(dtype), col[order].to(dtype),
+                   None if weight is None else weight[order])
 
     @property
-    def loop(self) -> Tensor:
-        """``[nnz]`` whether each edge is a self-loop."""
-        return self.row + self.rows[0] == self.col + self.cols[0]
+    def nnz(self) -> int:
+        return int(self.col.numel())
+
+    @property
+    def row(self) -> Tensor:
+        """``[nnz]`` target of each edge, from ``rows[0]`` (made at each call)."""
+        counts = (self.rowptr[1:] - self.rowptr[:-1]).long()
+        return torch.repeat_interleave(torch.arange(counts.numel()), counts)
+
+    def loop(self, row: Tensor | None = None) -> Tensor:
+        """``[nnz]`` whether each edge is a self-loop (``row``: :attr:`row`, if made)."""
+        row = self.row if row is None else row
+        return row + self.rows[0] == self.col.long() + self.cols[0]
 
     def diagonal(self) -> tuple[int, int]:
         """The positions ``[lo, hi)`` that are both a row and a column of the block."""
         lo, hi = max(self.rows[0], self.cols[0]), min(self.rows[1], self.cols[1])
         return lo, max(lo, hi)
+
+    def nbytes(self) -> int:
+        """Bytes its tensors hold."""
+        return sum(t.numel() * t.element_size() for t in (self.rowptr, self.col, self.weight)
+                   if t is not None)
+
+
+def index_dtype(size: int) -> torch.dtype:
+    """The smallest index dtype ``spmm`` reads for positions below ``size``."""
+    return torch.int32 if size < 2**31 else torch.long
 
 
 @dataclass
@@ -110,7 +144,9 @@ class Grid3DData:
         place (Grid3DPlace): Its place on the grid.
         num_nodes (int): :math:`N`.
         num_features (int): The input features' width.
-        order (torch.Tensor): ``[N]`` global id of the node at each position.
+        order (torch.Tensor): ``[N]`` global id of the node at each position
+            (:obj:`None` when read from a grid folder, which keeps each run's
+            ids alone: :meth:`global_id`).
         x (torch.Tensor): Its block of the input features in layout
             :data:`~pyg_dist.strategies.grid_3d.INPUT` (rows over y,
             columns over z).
@@ -126,15 +162,17 @@ class Grid3DData:
 
     def __init__(self, place: Grid3DPlace, reader: Reader, seed: int = 0,
                  permute: str = "double", folder: Any = None) -> None:
-        self.place, self._reader, self.folder = place, reader, folder
+        self.place, self.folder = place, folder
+        self._reader: Reader | None = reader  # None: read from a grid folder, nothing to read
         self.num_nodes, self.num_features = reader.num_nodes, reader.num_features
         self.weighted, self.meta = reader.weighted, reader.meta
         self.ledger, self.dropout = Ledger(), DropoutState()
         self.registry = None
-        self.order = node_order(self._degrees(), place.shape, seed, permute)
-        self.position = torch.empty_like(self.order)
+        self.order: Tensor | None = node_order(self._degrees(), place.shape, seed, permute)
+        self.position: Tensor | None = torch.empty_like(self.order)
         self.position[self.order] = torch.arange(self.num_nodes)
         self._blocks: dict[tuple[int, int], Block] = {}
+        self._ids: dict[int, Tensor] = {}
         self._sums: dict[int, NodeSums] = {}
         self._labels: dict[int, dict[str, Tensor]] = {}
         self.block(INPUT)  # layer 0's, and the node sums
@@ -154,23 +192,73 @@ class Grid3DData:
 
     def global_id(self, axis: int) -> Tensor:
         """``[run]`` global id of each position of this rank's run on ``axis``."""
+        if self.order is None:  # read from a grid folder: the runs' ids alone
+            return self._ids[axis]
         lo, hi = self.run(axis)
         return self.order[lo:hi]
+
+    def share(self) -> dict[str, Any]:
+        """This rank's whole share as plain values (what a grid folder keeps
+        of it): its runs' global ids, node sums and labels on every axis, its
+        blocks read so far and its block of the input features."""
+        meta = dataclasses.asdict(self.meta)
+        return {"shape": list(self.place.shape), "coords": list(self.place.coords),
+                "num_nodes": self.num_nodes, "num_features": self.num_features,
+                "weighted": self.weighted, "meta": meta, "x": self.x,
+                "ids": {str(a): self.global_id(a).clone() for a in range(3)},
+                "sums": {str(a): dataclasses.asdict(self.sums(a)) for a in range(3)},
+                "labels": {str(a): self.labels(a) for a in range(3)},
+                "blocks": {f"{r}{c}": dataclasses.asdict(b) for (r, c), b in self._blocks.items()}}
+
+    @classmethod
+    def of_share(cls, place: Grid3DPlace, share: dict[str, Any],
+                 folder: Any = None) -> Grid3DData:
+        """The data of a share :meth:`share` gave (read from a grid folder);
+        every block it uses must be in it.
+
+        Args:
+            place (Grid3DPlace): This rank's place (the share's).
+            share (dict): The share.
+            folder (str or os.PathLike, optional): Where it was read from.
+                (default: :obj:`None`)
+        """
+        data = cls.__new__(cls)
+        data.place, data._reader, data.folder = place, None, folder
+        data.num_nodes, data.num_features = int(share["num_nodes"]), int(share["num_features"])
+        data.weighted, data.meta = bool(share["weighted"]), PartitionMeta(**share["meta"])
+        data.ledger, data.dropout, data.registry = Ledger(), DropoutState(), None
+        data.order = data.position = None
+        data._ids = {int(a): ids for a, ids in share["ids"].items()}
+        data._sums = {int(a): NodeSums(**sums) for a, sums in share["sums"].items()}
+        data._labels = {int(a): labels for a, labels in share["labels"].items()}
+        data._blocks = {(int(key[0]), int(key[1])): Block(
+            tuple(b["rows"]), tuple(b["cols"]), b["rowptr"], b["col"], b["weight"])
+            for key, b in share["blocks"].items()}
+        data.x = share["x"]
+        for key, value in data.labels(0).items():
+            setattr(data, key, value)
+        data.edge_index = data
+        return data
 
     def labels(self, axis: int) -> dict[str, Tensor]:
         """``y`` and the masks of this rank's run on ``axis``."""
         if axis not in self._labels:
-            ids = self.global_id(axis)
-            self._labels[axis] = {key: self._reader.nodes(key, ids)
-                                  for key in ("y", *MASKS) if key in self._reader.node_attrs}
+            ids, reader = self.global_id(axis), self._source()
+            self._labels[axis] = {key: reader.nodes(key, ids)
+                                  for key in ("y", *MASKS) if key in reader.node_attrs}
         return self._labels[axis]
+
+    def _source(self) -> Reader:
+        """What this share is read from (a share of a grid folder holds all of it)."""
+        assert self._reader is not None, "a grid folder's share holds every run and block"
+        return self._reader
 
     def _degrees(self) -> Tensor:
         """``[N]`` every node's in + out degree: each rank counts its share
         of the edges, summed over the ranks (collective)."""
         n = self.num_nodes
         degree = torch.zeros(n, dtype=torch.long)
-        for edges, _ in self._reader.edges(distributed.rank(), distributed.world_size()):
+        for edges, _ in self._source().edges(distributed.rank(), distributed.world_size()):
             degree += torch.bincount(edges.reshape(-1), minlength=n)
         return distributed.all_reduce(degree)
 
@@ -181,6 +269,10 @@ class Grid3DData:
         sums over the ranks of its layout)."""
         key = (layout.spare, layout.rows)
         if key not in self._blocks:
+            if self._reader is None:
+                raise ValueError(f"'{self.folder}' holds this rank's blocks "
+                                 f"{sorted(self._blocks)} (targets' axis, sources' axis), "
+                                 f"not {key}; write the grid folder again with every block")
             self._blocks[key] = self._read_block(*key)
         return self._blocks[key]
 
@@ -190,17 +282,23 @@ class Grid3DData:
 
     def _read_block(self, r: int, c: int) -> Block:
         rows, cols = self.run(r), self.run(c)
+        small = index_dtype(self.num_nodes)  # the chunks kept, in the smallest dtype
         kept: list[tuple[Tensor, Tensor, Tensor | None]] = []
-        for edges, weight in self._reader.edges(0, 1):
-            dst, src = self.position[edges[1]], self.position[edges[0]]
+        position = self.position
+        assert position is not None, "a share read from a graph knows every node's position"
+        for edges, weight in self._source().edges(0, 1):
+            dst, src = position[edges[1]], position[edges[0]]
             mine = (dst >= rows[0]) & (dst < rows[1]) & (src >= cols[0]) & (src < cols[1])
-            kept.append((dst[mine] - rows[0], src[mine] - cols[0],
+            kept.append(((dst[mine] - rows[0]).to(small), (src[mine] - cols[0]).to(small),
                          None if weight is None else weight[mine]))
-        row = torch.cat([k[0] for k in kept]) if kept else torch.zeros(0, dtype=torch.long)
-        col = torch.cat([k[1] for k in kept]) if kept else torch.zeros(0, dtype=torch.long)
+            del edges, dst, src, mine
+        row = torch.cat([k[0] for k in kept]) if kept else torch.zeros(0, dtype=small)
+        col = torch.cat([k[1] for k in kept]) if kept else torch.zeros(0, dtype=small)
         weight = (torch.cat([k[2] for k in kept]) if kept and self.weighted  # type: ignore[misc]
                   else None)
-        block = Block(rows, cols, row, col, weight)
+        del kept
+        block = Block.of_edges(rows, cols, row, col, weight)
+        del row, col, weight
         if not self._sums:
             self._sum_nodes(block, r, c)
         return block
@@ -209,8 +307,9 @@ class Grid3DData:
         """Sums, over the ranks of ``block``'s layout (every edge once), each
         node's in-edges, self-loop and weights; keeps the runs of each axis."""
         n = self.num_nodes
-        target = block.row + block.rows[0]
-        loop = block.loop
+        row = block.row
+        target = row + block.rows[0]
+        loop = block.loop(row)
         weight = (block.weight.double() if block.weight is not None
                   else torch.ones(block.nnz, dtype=torch.float64))
         sums = torch.zeros(5, n, dtype=torch.float64)
@@ -263,6 +362,7 @@ def load_grid_3d(source: Any, shape: tuple[int, int, int], seed: int = 0,
             ``"double"``, ``"random"`` or ``"none"`` (the graph's own).
             (default: :obj:`"double"`)
     """
+    map_large_allocations()  # each pass's chunks go back to the system once freed
     place = grid_place(shape)
     reader: Reader | None = None
     error: Exception | None = None

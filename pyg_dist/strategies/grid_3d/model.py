@@ -15,7 +15,7 @@ from pyg_dist.ops import spmm
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import INPUT, Layout
 from pyg_dist.strategies.grid_3d.load import Grid3DData
-from pyg_dist.strategies.grid_3d.ops import Coefficients, csr_of, sum_over
+from pyg_dist.strategies.grid_3d.ops import Coefficients, sum_over
 from pyg_dist.strategies.grid_3d.program import Step, compile_model, layouts
 from pyg_dist.utils.dropout import DroppedInput, next_call
 
@@ -66,7 +66,7 @@ class Grid3DModel:
         for step, layout in zip(self.steps, self.layouts):
             if step.kind == "conv":
                 data.block(layout)  # read every block now, on every rank alike
-        self._csr: dict[tuple[Any, ...], tuple[Tensor, Tensor, Tensor]] = {}
+        self._entry: dict[tuple[Any, ...], Tensor] = {}
 
     @property
     def end(self) -> Layout:
@@ -131,9 +131,9 @@ class Grid3DModel:
         lo, hi = block.diagonal()
         index = torch.arange(lo - block.rows[0], hi - block.rows[0])
         own = h[lo - block.cols[0] : hi - block.cols[0]]
-        if coefficients.kind == "gcn":
+        if coefficients.kind == "gcn":  # into spmm's own output: nothing else reads it
             diagonal = coefficients.diagonal(self.data, r, lo, hi).to(h.dtype)
-            out = out.index_add(0, index, own * diagonal.unsqueeze(1))
+            out.index_add_(0, index, own * diagonal.unsqueeze(1))
         if root_apart:
             eye = h.new_zeros(out.shape).index_add(0, index, own)
             out = torch.cat([out, eye], dim=1)
@@ -144,12 +144,13 @@ class Grid3DModel:
 
     def _entries(self, coefficients: Coefficients,
                  layout: Layout) -> tuple[Tensor, Tensor, Tensor]:
+        """``(rowptr, col, entry)`` of the aggregation: the block's own CSR
+        and its entries (made once per kind and layout)."""
+        block = self.data.block(layout)
         key = (coefficients, layout)
-        if key not in self._csr:
-            block = self.data.block(layout)
-            value = coefficients.edges(self.data, block, layout.spare, layout.rows)
-            self._csr[key] = csr_of(block, value.float())
-        return self._csr[key]
+        if key not in self._entry:
+            self._entry[key] = coefficients.edges(self.data, block, layout.spare, layout.rows)
+        return block.rowptr, block.col, self._entry[key]
 
     def _linear(self, value: Output, weight: Tensor, bias: Tensor | None, name: str,
                 extra: tuple[Output, Tensor] | None = None) -> Output:
@@ -183,7 +184,9 @@ class Grid3DModel:
         columns = torch.arange(lo, hi)
         rows = self.data.global_id(value.layout.rows)
         made = DroppedInput(value.tensor, p, seed, call, None, columns)
-        return Output(value.tensor * made.scale(rows, hi - lo), value.layout, value.width)
+        dropped = made.scale(rows, hi - lo) == 0  # kept for the backward: a byte an entry
+        out = (value.tensor * (1.0 / (1.0 - p))).masked_fill_(dropped, 0.0)
+        return Output(out, value.layout, value.width)
 
     def counts(self) -> bool:
         """Whether this rank counts its run's rows in the loss and the

@@ -24,7 +24,7 @@ from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import Grid3DPlace, bounds
 from pyg_dist.strategies.grid_3d.load import Block, Grid3DData
 
-__all__ = ["SumOver", "sum_over", "ring_bytes", "Coefficients", "csr_of"]
+__all__ = ["SumOver", "sum_over", "ring_bytes", "Coefficients"]
 
 
 def ring_bytes(numel: int, size: int, index: int, element: int = 4) -> int:
@@ -49,7 +49,11 @@ class SumOver(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, place: Grid3DPlace, axis: int,  # type: ignore[override]
                 booking: _Booking) -> Tensor:
         ctx.place, ctx.axis, ctx.booking = place, axis, booking
-        return _all_reduce(x.contiguous().clone(), place, axis, booking, booking.direction)
+        if not x.is_contiguous():
+            x = x.contiguous()
+        else:  # a partial sum nothing else reads: summed where it lies
+            ctx.mark_dirty(x)
+        return _all_reduce(x, place, axis, booking, booking.direction)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
@@ -74,6 +78,8 @@ def sum_over(x: Tensor, place: Grid3DPlace, axis: int, ledger: Ledger, name: str
              training: bool) -> Tensor:
     """``x`` summed over the ranks of ``axis`` (differentiably), booked in
     ``ledger`` under ``name`` (``fwd`` and ``bwd``; ``eval`` outside training).
+    ``x`` itself holds the sum afterwards: it must be a partial sum nothing
+    else reads (autograd refuses one saved for a backward).
 
     Args:
         x (torch.Tensor): This rank's partial sum.
@@ -83,6 +89,8 @@ def sum_over(x: Tensor, place: Grid3DPlace, axis: int, ledger: Ledger, name: str
         name (str): The entry's name (the layer's).
         training (bool): Whether the model trains.
     """
+    if place.shape[axis] == 1:
+        return x
     booking = _Booking(ledger, name, "fwd" if training else "eval")
     return SumOver.apply(x, place, axis, booking)
 
@@ -107,17 +115,20 @@ class Coefficients:
     improved: bool = False
 
     def edges(self, data: Grid3DData, block: Block, r: int, c: int) -> Tensor:
-        """``[nnz]`` the entry of each edge of ``block`` (float64)."""
+        """``[nnz]`` the entry of each edge of ``block``, in its CSR order
+        (float32, worked out in float64)."""
         if self.kind == "sum":
-            return torch.ones(block.nnz, dtype=torch.float64)
+            return torch.ones(block.nnz, dtype=torch.float32)
+        row = block.row
         if self.kind == "mean":
             count = data.sums(r).in_edges.clamp(min=1).double()
-            return 1.0 / count[block.row]
+            return (1.0 / count[row]).float()
         target, source = self._inverse_sqrt(data, r), self._inverse_sqrt(data, c)
-        weight = (block.weight.double() if self.weighted and block.weight is not None
-                  else torch.ones(block.nnz, dtype=torch.float64))
-        value = target[block.row] * weight * source[block.col]
-        return torch.where(block.loop, torch.zeros_like(value), value)
+        value = target[row] * source[block.col.long()]
+        if self.weighted and block.weight is not None:
+            value *= block.weight.double()
+        value.masked_fill_(block.loop(row), 0.0)
+        return value.float()
 
     def diagonal(self, data: Grid3DData, axis: int, lo: int, hi: int) -> Tensor:
         """``[hi - lo]`` the diagonal entries of positions ``[lo, hi)`` (in
@@ -138,13 +149,3 @@ class Coefficients:
         degree = self._loops(data, axis)[1]
         out = degree.pow(-0.5)
         return torch.where(torch.isinf(out), torch.zeros_like(out), out)
-
-
-def csr_of(block: Block, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(rowptr, col, value)`` of ``block`` with entries ``value``, rows
-    sorted (edges of one row in their order)."""
-    rows = block.rows[1] - block.rows[0]
-    order = torch.argsort(block.row, stable=True)
-    rowptr = torch.zeros(rows + 1, dtype=torch.long)
-    torch.cumsum(torch.bincount(block.row, minlength=rows), 0, out=rowptr[1:])
-    return rowptr, block.col[order].contiguous(), value[order].contiguous()

@@ -68,8 +68,10 @@ class FolderReader(Reader):
         rows = max(1, EDGE_CHUNK // max(width, 1))
         order = torch.argsort(ids)
         wanted = ids[order]
-        pieces = []
-        for start in range(0, self.num_nodes, rows):
+        shape = (ids.numel(),) if first.ndim == 1 else (
+            ids.numel(), width if columns is None else columns[1] - columns[0])
+        out = torch.empty(shape, dtype=torch.from_numpy(first[:0]).dtype)
+        for start in range(0, self.num_nodes, rows):  # each row written once, where it goes
             lo = int(torch.searchsorted(wanted, start))
             hi = int(torch.searchsorted(wanted, start + rows))
             if lo == hi:
@@ -77,12 +79,9 @@ class FolderReader(Reader):
             chunk = self.graph.node(name, start, min(self.num_nodes, start + rows))
             if columns is not None:
                 chunk = chunk[:, columns[0] : columns[1]]
-            pieces.append(torch.from_numpy(np.ascontiguousarray(
-                chunk[(wanted[lo:hi] - start).numpy()])))
-        out = torch.cat(pieces) if pieces else torch.from_numpy(first[:0])
-        back = torch.empty_like(order)
-        back[order] = torch.arange(order.numel())
-        return out[back]
+            out[order[lo:hi]] = torch.from_numpy(np.ascontiguousarray(
+                chunk[(wanted[lo:hi] - start).numpy()]))
+        return out
 
 
 class PartsReader(Reader):
@@ -119,22 +118,25 @@ class PartsReader(Reader):
                 yield edges, None if weight is None else weight[start:stop]
 
     def nodes(self, name: str, ids: Tensor, columns: tuple[int, int] | None = None) -> Tensor:
-        pieces, found = [], []
+        where = torch.full((self.num_nodes,), -1, dtype=torch.long)
+        where[ids] = torch.arange(ids.numel())
+        out: Tensor | None = None
         for p in range(self.meta.num_parts):
             owned = self._part(p)["graph"]["global_id"]
-            hit = torch.isin(owned, ids)
+            at = where[owned]
+            hit = at >= 0
             if not bool(hit.any()):
                 continue
             if columns is not None:
                 rows = read_part_columns(self.folder, p, name, *columns)
             else:
                 rows = self._part(p)["node"][name]
-            pieces.append(rows[hit].clone())
-            found.append(owned[hit])
-        got = torch.cat(found)
-        where = torch.empty(self.num_nodes, dtype=torch.long)
-        where[got] = torch.arange(got.numel())
-        return torch.cat(pieces)[where[ids]]
+            if out is None:  # each row written once, where it goes
+                out = rows.new_empty((ids.numel(), *rows.shape[1:]))
+            out[at[hit]] = rows[hit]
+            del rows
+        assert out is not None, "every id is owned by a part"
+        return out
 
 
 class DataReader(Reader):

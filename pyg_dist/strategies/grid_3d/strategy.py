@@ -11,6 +11,7 @@ from pyg_dist.runtime import distributed
 from pyg_dist.strategies.base import Runner, Strategy
 from pyg_dist.strategies.cost import Candidate, Probe
 from pyg_dist.strategies.grid_3d.cost import measure, predict
+from pyg_dist.strategies.grid_3d.folder import is_grid_folder, read_grid_folder
 from pyg_dist.strategies.grid_3d.grid import NAME, parse_grid
 from pyg_dist.strategies.grid_3d.load import Grid3DData, load_grid_3d
 from pyg_dist.strategies.grid_3d.program import MODELS, RUNS
@@ -104,7 +105,10 @@ class Grid3D(Strategy):
         return world_size
 
     def load(self, folder: Any) -> Grid3DData:
-        return load_grid_3d(folder, self.shape(distributed.world_size()), self.seed)
+        shape = self.shape(distributed.world_size())
+        if is_grid_folder(folder):  # written for one grid: this rank's file alone
+            return read_grid_folder(folder, shape, self.seed)
+        return load_grid_3d(folder, shape, self.seed)
 
     def check_model(self, kind: str, layers: int | None = None,
                     options: dict[str, Any] | None = None) -> None:
@@ -135,7 +139,7 @@ class Grid3D(Strategy):
                                  f"strategy.load(folder) (a graph or partition folder), a "
                                  f"DistData loaded from a partition folder, or the whole "
                                  f"graph (a torch_geometric Data) on every rank")
-            data = load_grid_3d(source, self.shape(distributed.world_size()), self.seed)
+            data = self.load(source)
             task = Task(data)
         return Grid3DRun(self, model, task, settings, self.edge_weight)
 
