@@ -25,7 +25,7 @@ from pyg_dist.strategies import (
     strategy_from_dict,
     train_step,
 )
-from pyg_dist.strategies.link_task import LinkTask, task_for
+from pyg_dist.strategies.link_task import task_for
 from pyg_dist.train.checkpoint import (
     find_checkpoint,
     load_checkpoint,
@@ -142,8 +142,7 @@ def train(
     task = task_for(data, model)
     strategy = as_strategy(strategy)
     settings = Settings(epochs, grad_sync or GradSync(), evaluation or Evaluation(),
-                        checkpoint, task.hetero, task.labels_as_input,
-                        isinstance(task, LinkTask))
+                        checkpoint, task.hetero, task.labels_as_input, task.links)
     strategy.check_settings(settings)
     optimizer, scheduler = make_optimizer(model, optimizer, epochs)
     run = _Run(model, optimizer, scheduler, settings)
