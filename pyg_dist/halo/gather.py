@@ -47,6 +47,9 @@ from pyg_dist.halo.exchange import HaloChannel, as_rows
 from pyg_dist.halo.ledger import GATHER
 from pyg_dist.runtime import distributed
 
+#: The key of the graph's directory in its cache (:meth:`~pyg_dist.DistEdgeIndex.cached`).
+DIRECTORY = "gather/directory"
+
 __all__ = ["gather", "referenced", "Directory", "GatherPlan", "GatherCount", "count",
            "gather_bytes", "directory_bytes"]
 
@@ -326,7 +329,7 @@ def count(graph: Any, indices: list[Tensor]) -> list[GatherCount]:
     """What a gather of each of ``indices`` (global ids) asks of other
     ranks, found without moving a row: the owners of every id named by any
     of them are located once (in direction ``"eval"``: no training
-    traffic). Collective on a :class:`~pyg_dist.DistEdgeIndex`; one process
+    traffic; a directory built for it is not kept). Collective on a :class:`~pyg_dist.DistEdgeIndex`; one process
     asks nothing.
 
     Args:
@@ -337,7 +340,10 @@ def count(graph: Any, indices: list[Tensor]) -> list[GatherCount]:
     if channel is None:
         return [GatherCount(0, 0) for _ in indices]
     rank = channel.plan.rank
-    directory = _directory(graph, "eval")
+    # the graph's directory if built; else one of its own, left behind so
+    # that the first gather still builds (and books) the graph's
+    directory = (_directory(graph, "eval") if graph.has_cached(DIRECTORY) else
+                 Directory.build(channel, graph.global_id, _num_nodes(graph), "eval"))
     named = torch.cat([i.cpu().to(torch.int64) for i in indices]) if indices else \
         torch.empty(0, dtype=torch.int64)
     every = torch.unique(named)
@@ -370,14 +376,15 @@ def gather_bytes(counted: GatherCount, world_size: int, row_bytes: int = 0,
 
 def directory_bytes(graph: Any) -> int:
     """Bytes this rank sends building the directory (once per graph, on its
-    first gather): :math:`8(P - 1) + 24D`. Collective on a
-    :class:`~pyg_dist.DistEdgeIndex` (the number of nodes); 0 in one process.
+    first gather): :math:`8(P - 1) + 24D`; 0 once it is built, and in one
+    process. Collective on a :class:`~pyg_dist.DistEdgeIndex` (every rank
+    has built it or none has).
 
     Args:
         graph (DistEdgeIndex): The graph.
     """
     channel = getattr(graph, "channel", None)
-    if channel is None:
+    if channel is None or graph.has_cached(DIRECTORY):
         return 0
     rank, world = channel.plan.rank, channel.plan.world_size
     block = max(1, -(-_num_nodes(graph) // world))
@@ -387,7 +394,7 @@ def directory_bytes(graph: Any) -> int:
 
 def _directory(graph: Any, direction: str) -> Directory:
     """The graph's directory, built on first use (booked in ``direction``)."""
-    return graph.cached("gather/directory", lambda: Directory.build(
+    return graph.cached(DIRECTORY, lambda: Directory.build(
         graph.channel, graph.global_id, _num_nodes(graph), direction))
 
 

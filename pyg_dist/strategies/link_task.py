@@ -202,8 +202,8 @@ class LinkTask(Task):
         """Bytes the training steps of ``epochs`` book gathering rows (ledger
         direction ``"gather"``), all ranks, one entry per epoch, worked out
         from the epochs' pairs without moving a row
-        (:func:`~pyg_dist.halo.gather.gather_bytes`); the first trained
-        epoch also builds the graph's directory. Collective.
+        (:func:`~pyg_dist.halo.gather.gather_bytes`); the first of them
+        also builds the graph's directory unless it is built. Collective.
 
         Args:
             epochs (range): The epochs (their negatives), in training order.
@@ -212,12 +212,13 @@ class LinkTask(Task):
         if getattr(self.graph, "channel", None) is None:
             return [0 for _ in epochs]
         world = self.graph.channel.plan.world_size
+        directory = directory_bytes(self.graph)  # before count() builds it
         counted = count(self.graph, [_ends(self.edges("train", e)) for e in epochs])
         mine = [gather_bytes(c, world, row_bytes)
                 + (gather_bytes(c, world, rows=False) if self._regularised() else 0)
                 for c in counted]
         if mine:
-            mine[0] += directory_bytes(self.graph)
+            mine[0] += directory
         return [int(v) for v in distributed.all_reduce_values(mine, "sum")] if mine else []
 
     def _regularised(self) -> bool:

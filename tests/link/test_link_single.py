@@ -68,7 +68,7 @@ def test_strategies_that_cannot_train_edges_refuse(strategy):
     net = model("gcn-dot", split[0].x.size(1))
     with pytest.raises(ValueError, match=r"cannot train link prediction: .*; train it with "
                                          r"strategy=GraphParallel\(halo=\.\.\.\) \(CLI: "
-                                         r"--strategy graph-parallel\)"):
+                                         r"--strategy graph-parallel, --strategy auto\)"):
         train(net, split, 1, strategy=strategy, progress=False)
 
 
