@@ -13,8 +13,9 @@ as wide) encodes, the dot product decodes, one negative per training edge;
 ``--epochs`` epochs of graph-parallel training under the exact halo policy
 on ``--parts`` local gloo ranks, once with uniform negatives and once with
 per-source negatives (``structured``: the negative shares the positive's
-source). Per epoch from the second on (the first also builds the gather's
-directory and fetches layer 0's static input), summed over the ranks:
+source). Per epoch from the third on (the first also builds the gather's
+directory, the first two exchange layer 0's input: its transformed rows at the
+first step, then the static features once), summed over the ranks:
 ``gather MB`` the bytes the pairs' rows, their gradients and their ids
 moved, ``halo MB`` the halo rows forward and their gradients backward,
 ``ratio`` gather / halo (both measured in the same run). ``predicted``
@@ -70,8 +71,8 @@ def main():
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    if args.epochs < 2:
-        raise SystemExit("--epochs must be at least 2 (the first epoch is left out)")
+    if args.epochs < 3:
+        raise SystemExit("--epochs must be at least 3 (the first two epochs are left out)")
     split = split_graph(args)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,7 +81,7 @@ def main():
         for kind in KINDS:
             out = pyg_dist.launch(rank_body, args.parts,
                                   args=(str(parts), kind, args.epochs, args.hidden))[0]
-            steady = range(1, args.epochs)
+            steady = range(2, args.epochs)
             gather = sum(out["gather"][e] for e in steady) / len(steady)
             halo = sum(out["halo"][e] for e in steady) / len(steady)
             rows.append({"negatives": kind, "nodes": args.nodes, "parts": args.parts,

@@ -60,6 +60,7 @@ NOT_MEASURED = {
         "8 bytes": "an int64 degree per row", "4 bytes": "a float32 scale per row",
     },
     "install.md": {},
+    "link_prediction.md": {"8 bytes": "an int64 id's width"},
     "multihost.md": {"2 s": "the ping timeout of pyg_dist.runtime.peers"},
     "troubleshooting.md": {"2 s": "the ping timeout of pyg_dist.runtime.peers"},
     "partitioning.md": {
@@ -216,6 +217,13 @@ def _training_rows(r: dict) -> list[list[str]]:
                 ("pre-agg", r["pre_agg"], f"{r['ratio_bytes']:.3f}", r["test_acc"][1]))]
 
 
+def _link_bytes_rows(r: dict) -> list[list[str]]:
+    """A row of the gather-against-halo table, from ``benchmarks/link_bytes.py``."""
+    return [[r["negatives"], f"{r['nodes']:,}", str(r["parts"]), f"{r['gather_mb']:.2f} MB",
+             f"{r['halo_mb']:.2f} MB", f"{r['ratio']:.2f}x",
+             "= ledger" if r["predicted"] else "differs"]]
+
+
 #: The results.md tables kept with the JSON their command wrote (in
 #: ``benchmarks/results/``): ``(section, a header cell naming the table) ->
 #: (JSON file, the table's rows of one JSON row)``.
@@ -224,6 +232,8 @@ KEPT_TABLES = {
                                                                 _cover_rows),
     ("Pre-aggregation in training", "partial sums/epoch"): ("preaggregate_train.json",
                                                             _training_rows),
+    ("Link prediction: the gather's bytes against the halo's", "gather / halo"): (
+        "link_bytes.json", _link_bytes_rows),
     (GRID, "stored in"): ("grid_3d_balance.json", lambda r: [
         [r["grid"], r["stored in"], *(f"{r[k]:.3f}x" for k in ("none", "random", "double"))]]),
 }
