@@ -329,8 +329,8 @@ def count(graph: Any, indices: list[Tensor]) -> list[GatherCount]:
     """What a gather of each of ``indices`` (global ids) asks of other
     ranks, found without moving a row: the owners of every id named by any
     of them are located once (in direction ``"eval"``: no training
-    traffic; a directory built for it is not kept). Collective on a :class:`~pyg_dist.DistEdgeIndex`; one process
-    asks nothing.
+    traffic; a directory built for it is not kept). Collective on a
+    :class:`~pyg_dist.DistEdgeIndex`; one process asks nothing.
 
     Args:
         graph (DistEdgeIndex): The graph whose ranks own the rows.
