@@ -224,6 +224,13 @@ def _link_bytes_rows(r: dict) -> list[list[str]]:
              "= ledger" if r["predicted"] else "differs"]]
 
 
+def _embedding_rows(r: dict) -> list[list[str]]:
+    """A rank's row of the embeddings table, from ``benchmarks/embeddings.py``."""
+    return [[str(r["rank"]), f"{r['rows_mib']:.1f} MiB", f"{r['write_peak_kib']:,} KiB",
+             f"{r['python_peak_kib']:,} KiB", f"{r['beyond_chunk_kib']:,} KiB",
+             f"{r['write_s']:.2f} s"]]
+
+
 #: The results.md tables kept with the JSON their command wrote (in
 #: ``benchmarks/results/``): ``(section, a header cell naming the table) ->
 #: (JSON file, the table's rows of one JSON row)``.
@@ -234,6 +241,8 @@ KEPT_TABLES = {
                                                             _training_rows),
     ("Link prediction: the gather's bytes against the halo's", "gather / halo"): (
         "link_bytes.json", _link_bytes_rows),
+    ("Embeddings out: memory while the ranks write", "beyond the chunk"): (
+        "embeddings.json", _embedding_rows),
     (GRID, "stored in"): ("grid_3d_balance.json", lambda r: [
         [r["grid"], r["stored in"], *(f"{r[k]:.3f}x" for k in ("none", "random", "double"))]]),
 }
