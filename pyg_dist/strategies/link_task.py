@@ -247,7 +247,8 @@ class LinkTask(Task):
             assert isinstance(embedding, nn.Embedding), "BPR regularises an embedding table"
             weight = embedding.weight
             gid = getattr(self.graph, "global_id", None)
-            rows = weight if gid is None else weight[gid]
+            cut = getattr(model, "owned", None) is not None  # the table holds this rank's rows
+            rows = weight if gid is None or cut else weight[gid]
             named = referenced(_ends(edges), self.graph, rows.size(0))
             local = local + self.lambda_reg * rows[named].pow(2).sum()
         return mean_over_ranks(local, neg.numel())
