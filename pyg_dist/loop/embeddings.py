@@ -75,8 +75,9 @@ def save_embeddings(model: nn.Module, data: Any, out_dir: str | os.PathLike,
 def write_embeddings(rows: Tensor, global_id: Tensor, out_dir: str | os.PathLike,
                      overwrite: bool = False) -> Path:
     r"""Writes this rank's ``rows`` (the embeddings of the nodes
-    ``global_id``) into the folder ``out_dir`` beside every other rank's, as
-    :func:`save_embeddings` does after its forward. The rows are written as
+    ``global_id``) into the folder ``out_dir`` beside every other rank's.
+    It is the write step of :func:`~pyg_dist.save_embeddings`, for rows
+    computed another way. The rows are written as
     they are (no copy on the CPU; numpy streams them to the file), and each
     rank reads its files back for their checksums in blocks of 4 MiB. Collective.
 

@@ -202,7 +202,7 @@ class LinkTask(Task):
         """Bytes the training steps of ``epochs`` book gathering rows (ledger
         direction ``"gather"``), all ranks, one entry per epoch, worked out
         from the epochs' pairs without moving a row
-        (:func:`~pyg_dist.halo.gather.gather_bytes`); the first of them
+        (``pyg_dist.halo.gather.gather_bytes``); the first of them
         also builds the graph's directory unless it is built. Collective.
 
         Args:

@@ -23,7 +23,7 @@ parameters untouched) and measures, reduced over the ranks:
   predictions need);
 * **the gather** of a link task (:class:`~pyg_dist.strategies.link_task.LinkTask`):
   its seconds per step, and its bytes in each planned epoch worked out
-  exactly from the epochs' pairs (:meth:`~pyg_dist.strategies.task.Task.gather_bytes`:
+  exactly from the epochs' pairs (:meth:`~pyg_dist.strategies.link_task.LinkTask.gather_bytes`:
   the ids each rank asks and the rows other ranks own, counted before any
   row moves), the same for every strategy.
 
