@@ -60,6 +60,7 @@ NOT_MEASURED = {
         "8 bytes": "an int64 degree per row", "4 bytes": "a float32 scale per row",
     },
     "install.md": {},
+    "link_prediction.md": {"8 bytes": "an int64 id's width"},
     "multihost.md": {"2 s": "the ping timeout of pyg_dist.runtime.peers"},
     "troubleshooting.md": {"2 s": "the ping timeout of pyg_dist.runtime.peers"},
     "partitioning.md": {
@@ -216,6 +217,20 @@ def _training_rows(r: dict) -> list[list[str]]:
                 ("pre-agg", r["pre_agg"], f"{r['ratio_bytes']:.3f}", r["test_acc"][1]))]
 
 
+def _link_bytes_rows(r: dict) -> list[list[str]]:
+    """A row of the gather-against-halo table, from ``benchmarks/link_bytes.py``."""
+    return [[r["negatives"], f"{r['nodes']:,}", str(r["parts"]), f"{r['gather_mb']:.2f} MB",
+             f"{r['halo_mb']:.2f} MB", f"{r['ratio']:.2f}x",
+             "= ledger" if r["predicted"] else "differs"]]
+
+
+def _embedding_rows(r: dict) -> list[list[str]]:
+    """A rank's row of the embeddings table, from ``benchmarks/embeddings.py``."""
+    return [[str(r["rank"]), f"{r['rows_mib']:.1f} MiB", f"{r['write_peak_kib']:,} KiB",
+             f"{r['python_peak_kib']:,} KiB", f"{r['beyond_chunk_kib']:,} KiB",
+             f"{r['write_s']:.2f} s"]]
+
+
 #: The results.md tables kept with the JSON their command wrote (in
 #: ``benchmarks/results/``): ``(section, a header cell naming the table) ->
 #: (JSON file, the table's rows of one JSON row)``.
@@ -224,6 +239,10 @@ KEPT_TABLES = {
                                                                 _cover_rows),
     ("Pre-aggregation in training", "partial sums/epoch"): ("preaggregate_train.json",
                                                             _training_rows),
+    ("Link prediction: the gather's bytes against the halo's", "gather / halo"): (
+        "link_bytes.json", _link_bytes_rows),
+    ("Embeddings out: memory while the ranks write", "beyond the chunk"): (
+        "embeddings.json", _embedding_rows),
     (GRID, "stored in"): ("grid_3d_balance.json", lambda r: [
         [r["grid"], r["stored in"], *(f"{r[k]:.3f}x" for k in ("none", "random", "double"))]]),
     (GRID, "farthest block from its share"): ("grid_3d_memory.json", lambda r: [

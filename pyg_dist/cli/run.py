@@ -31,6 +31,7 @@ from pyg_dist.runtime import distributed, env
 from pyg_dist.runtime.peers import PeerLost
 from pyg_dist.strategies import planner
 from pyg_dist.strategies.grid_3d.folder import grid_ranks, is_grid_folder
+from pyg_dist.strategies.link_task import task_for
 from pyg_dist.strategies.task import labelled_type
 from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint
 from pyg_dist.train.loop import EpochStats, train
@@ -366,8 +367,8 @@ def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
                          f"--parts-dir {folder} --halo exact|auto|...")
     strategy = cast(Planned, job.strategy)
     data, model = load_part(job, folder)
-    chosen = planner.plan(model, data, job.epochs, strategy.accept, strategy.probe_steps,
-                          job.evaluation.every)
+    chosen = planner.plan(model, task_for(data, model), job.epochs, strategy.accept,
+                          strategy.probe_steps, job.evaluation.every)
     if distributed.rank() != 0:
         return None
     choice = chosen.choice

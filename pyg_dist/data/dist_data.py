@@ -125,6 +125,14 @@ class DistEdgeIndex:
             self._cache[key] = build()
         return self._cache[key]
 
+    def has_cached(self, key: Any) -> bool:
+        """Whether :meth:`cached` remembers something under ``key``.
+
+        Args:
+            key (Any): The key.
+        """
+        return key in self._cache
+
     def restrict(self, halo_mask: Tensor) -> tuple[DistEdgeIndex, Tensor]:
         """The local graph without the edges from halo rows absent in
         ``halo_mask`` (``[num_halo]`` bool), and the ``[num_edges]`` mask of kept edges.

@@ -38,6 +38,7 @@ from pyg_dist.grads.covap import CovapState, covap_hook
 from pyg_dist.grads.spec import GradCompress, parse_grad_compress
 from pyg_dist.halo.ledger import GRADIENTS
 from pyg_dist.nn.drift import mark_summed
+from pyg_dist.nn.owned import owned_parameters
 from pyg_dist.runtime import distributed
 
 __all__ = ["GradientSync", "LAYER", "MAX_SHARDS"]
@@ -82,16 +83,21 @@ class GradientSync:
         #: laid it out; PowerSGD's saved state waiting for its buckets.
         self._buckets: dict[int, list[tuple[str, Tensor]]] = {}
         self._saved_buckets: dict[str, Any] | None = None
-        if self.compress is not None and distributed.is_distributed():
+        #: Parameters that hold this rank's rows alone: never summed.
+        self.owned = owned_parameters(model)
+        summed = [p for p in model.parameters() if p.requires_grad and id(p) not in self.owned]
+        if self.compress is not None and distributed.is_distributed() and summed:
             from torch.nn.parallel import DistributedDataParallel
 
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+                model, [n for n, p in model.named_parameters() if id(p) in self.owned])
             group = distributed.new_group()
             self.module = DistributedDataParallel(model, process_group=group,
                                                   forward_sync_buffers=False)
             self.scale = float(distributed.world_size())
             self.state, hook = _hook(self.compress, group, planned_steps)
             if isinstance(self.state, CovapState):
-                self.state.register(model.parameters())
+                self.state.register(p for p in model.parameters() if id(p) not in self.owned)
             self.module.register_comm_hook(self.state, self._timed(hook))
 
     @property
@@ -109,7 +115,8 @@ class GradientSync:
         if not self.hooked:
             loss.backward()
             begin = time.perf_counter()
-            params = [p for p in self.model.parameters() if p.requires_grad]
+            params = [p for p in self.model.parameters()
+                      if p.requires_grad and id(p) not in self.owned]
             distributed.all_reduce_gradients(params)
             end = time.perf_counter()
             if distributed.is_distributed():

@@ -9,10 +9,10 @@ writes a folder, :func:`read_embeddings` reads it back in global order.
       rows_0.npy      rank 0's embeddings, same order ([n_0, F])
       ...
 
-Each rank writes its own two files into a hidden folder beside ``emb/``;
-once every rank has, rank 0 writes the manifest with the files' checksums and
-renames the folder: a reader never sees a partial one, and a folder that
-exists is whole.
+Each rank writes its own two files into a hidden folder beside ``emb/`` and
+reads them back for their checksums; once every rank has, rank 0 writes the
+manifest with every file's checksum and renames the folder: a reader never
+sees a partial one, and a folder that exists is whole.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from pyg_dist.runtime import distributed
 from pyg_dist.utils.files import file_sha256
 
-__all__ = ["save_embeddings", "read_embeddings", "Embeddings", "MANIFEST"]
+__all__ = ["save_embeddings", "write_embeddings", "read_embeddings", "Embeddings", "MANIFEST"]
 
 #: The manifest's file name.
 MANIFEST = "manifest.json"
@@ -66,9 +66,42 @@ def save_embeddings(model: nn.Module, data: Any, out_dir: str | os.PathLike,
     model.eval()
     inputs = (data.edge_index,) if getattr(data, "x", None) is None else (data.x,
                                                                            data.edge_index)
-    rows = model(*inputs).detach().cpu().numpy()
+    rows = model(*inputs).detach()
     gid = getattr(data, "global_id", None)
-    ids = (np.arange(rows.shape[0]) if gid is None else gid.cpu().numpy()).astype(np.int64)
+    return write_embeddings(rows, torch.arange(rows.size(0)) if gid is None else gid, out,
+                            overwrite)
+
+
+def write_embeddings(rows: Tensor, global_id: Tensor, out_dir: str | os.PathLike,
+                     overwrite: bool = False) -> Path:
+    r"""Writes this rank's ``rows`` (the embeddings of the nodes
+    ``global_id``) into the folder ``out_dir`` beside every other rank's.
+    It is the write step of :func:`~pyg_dist.save_embeddings`, for rows
+    computed another way. The rows are written as
+    they are (no copy on the CPU; numpy streams them to the file), and each
+    rank reads its files back for their checksums in blocks of 4 MiB. Collective.
+
+    Args:
+        rows (torch.Tensor): This rank's rows, ``[n, *]``.
+        global_id (torch.Tensor): ``[n]`` the global id of each row.
+        out_dir (str or os.PathLike): The folder to write.
+        overwrite (bool, optional): Replace an existing folder. (default: :obj:`False`)
+
+    Returns:
+        The folder written.
+
+    Shapes:
+        - **input:** ``rows`` :math:`(n, *)`, ``global_id`` :math:`(n)` int64
+    """
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"'write_embeddings' found '{out}'; pass overwrite=True (CLI: "
+                              f"--overwrite) or choose another folder")
+    if global_id.numel() != rows.size(0):
+        raise ValueError(f"'write_embeddings' got {rows.size(0)} rows and {global_id.numel()} "
+                         f"global ids; pass the global id of each row (data.global_id)")
+    rows_np = rows.detach().cpu().numpy()
+    ids = global_id.detach().cpu().to(torch.int64).numpy()
     rank, world = distributed.rank(), max(distributed.world_size(), 1)
     token = distributed.all_gather_objects(uuid.uuid4().hex)[0] \
         if distributed.is_distributed() else uuid.uuid4().hex
@@ -77,9 +110,11 @@ def save_embeddings(model: nn.Module, data: Any, out_dir: str | os.PathLike,
                                       f"rank must see the folder)"):
         tmp.mkdir(parents=True, exist_ok=True)
         np.save(tmp / f"ids_{rank}.npy", ids)
-        np.save(tmp / f"rows_{rank}.npy", rows)
-    layouts = (distributed.all_gather_objects((rows.shape, rows.dtype.str))
-               if distributed.is_distributed() else [(rows.shape, rows.dtype.str)])
+        np.save(tmp / f"rows_{rank}.npy", rows_np)
+        digests = {f.name: file_sha256(f) for f in (tmp / f"ids_{rank}.npy",
+                                                   tmp / f"rows_{rank}.npy")}
+    mine = (rows_np.shape, rows_np.dtype.str, digests)
+    layouts = distributed.all_gather_objects(mine) if distributed.is_distributed() else [mine]
     with distributed.failing_together(f"renaming '{tmp}' to '{out}'"):
         if rank == 0:
             _finish(tmp, out, layouts, world, overwrite)
@@ -87,16 +122,16 @@ def save_embeddings(model: nn.Module, data: Any, out_dir: str | os.PathLike,
 
 
 def _finish(tmp: Path, out: Path, layouts: list[Any], world: int, overwrite: bool) -> None:
-    widths = {(tuple(shape[1:]), dtype) for shape, dtype in layouts}
+    widths = {(tuple(shape[1:]), dtype) for shape, dtype, _ in layouts}
     if len(widths) != 1:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ValueError(f"'save_embeddings' got rows of different widths or dtypes on the "
                          f"ranks ({sorted(widths)}); pass the same model on every rank")
     (width, dtype), = widths
     manifest = {
-        "num_nodes": sum(shape[0] for shape, _ in layouts), "shape_per_row": list(width),
-        "dtype": dtype, "ranks": world, "rows_per_rank": [shape[0] for shape, _ in layouts],
-        "sha256": {f.name: file_sha256(f) for f in sorted(tmp.glob("*.npy"))},
+        "num_nodes": sum(shape[0] for shape, _, _ in layouts), "shape_per_row": list(width),
+        "dtype": dtype, "ranks": world, "rows_per_rank": [shape[0] for shape, _, _ in layouts],
+        "sha256": dict(sorted(d for _, _, digests in layouts for d in digests.items())),
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     if out.exists() and overwrite:

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from pyg_dist.nn.owned import owned_parameters
 from pyg_dist.runtime import distributed
 
 __all__ = ["save_model"]
@@ -31,6 +32,10 @@ def save_model(model: nn.Module, path: str | os.PathLike) -> Path:
     """
     while hasattr(model, "module") and isinstance(model.module, nn.Module):
         model = model.module
+    if owned_parameters(model):
+        raise ValueError(f"'save_model' writes rank 0's weights, but {type(model).__name__} "
+                         f"holds each rank's own rows of its embedding table; write every "
+                         f"node's embedding with pyg_dist.save_embeddings(model, data, folder)")
     path = Path(path)
     with distributed.failing_together(f"saving the model to '{path}'"):
         if distributed.rank() == 0:

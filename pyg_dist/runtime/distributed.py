@@ -663,6 +663,8 @@ def all_reduce_gradients(params: Iterable[torch.nn.Parameter], group: Group = No
     if not is_distributed(group):
         return
     params = [p for p in params if p.requires_grad]
+    if not params:  # nothing to sum (the same on every rank: the models are alike)
+        return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = all_reduce(torch.cat([g.reshape(-1) for g in grads]), group=group)
     offset = 0

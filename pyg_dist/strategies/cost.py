@@ -86,6 +86,12 @@ class Probe:
             (every halo edge aggregated).
         measured: What strategies measured for their own predictions
             (``Strategy.measure``), by name.
+        links: Whether the task scores edges (only strategies that train
+            them are ranked).
+        gather_seconds: The slowest rank's median wait of a step's gathers
+            (a link task's pairs' rows).
+        gather_bytes: Bytes the gathers book in each planned epoch, from
+            the first (all ranks, worked out exactly from the epochs' pairs).
     """
 
     world_size: int
@@ -102,6 +108,9 @@ class Probe:
     cover_compute: float = 0.0
     exact_compute: float = 0.0
     measured: dict[str, Any] = field(default_factory=dict)
+    links: bool = False
+    gather_seconds: float = 0.0
+    gather_bytes: list[int] = field(default_factory=list)
 
     @property
     def cover_saving(self) -> float:

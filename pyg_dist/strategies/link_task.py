@@ -18,7 +18,9 @@ training step:
 Evaluation reports the global ROC-AUC of the training, validation and test
 edges (:func:`~pyg_dist.tasks.roc_auc`; or OGB's Hits@K or
 MRR, ``metric=``); the training edges are scored against the negatives of
-epoch 0.
+epoch 0. Its gathers are booked as evaluation traffic (ledger direction
+``"eval"``), those of the training steps in direction ``"gather"``, whose
+bytes per epoch :meth:`LinkTask.gather_bytes` predicts before training.
 """
 from __future__ import annotations
 
@@ -30,11 +32,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.models import LightGCN
 
-from pyg_dist.halo.gather import gather, referenced
+from pyg_dist.halo.gather import count, directory_bytes, gather, gather_bytes, referenced
 from pyg_dist.halo.layer import registry_of
+from pyg_dist.halo.ledger import GATHER
 from pyg_dist.metrics import data_keys, mean_over_ranks
 from pyg_dist.models.link import decode
 from pyg_dist.nn.lightgcn import DistLightGCN
+from pyg_dist.runtime import distributed
 from pyg_dist.strategies.task import Task, task_of
 from pyg_dist.tasks.link_metrics import hits_at_k, mrr, roc_auc
 from pyg_dist.tasks.negatives import KINDS, negatives
@@ -116,6 +120,8 @@ class LinkTask(Task):
         epoch (int): The epoch whose negatives :meth:`loss` draws.
     """
 
+    links = True
+
     def __init__(self, data: Any, negatives: str = "uniform", num_negatives: int = 1,
                  seed: int = 0, loss: str = "bce", lambda_reg: float = 1e-4,
                  features: bool = True, metric: str = "auc", eval_negatives: int = 100) -> None:
@@ -184,12 +190,40 @@ class LinkTask(Task):
                                 torch.cat([edges.label, edges.label.new_zeros(neg.size(1))]),
                                 torch.cat([edges.id, edges.id.new_full((neg.size(1),), -1)]))
 
-    def scores(self, model: nn.Module, h: Tensor, edges: SupervisionEdges) -> Tensor:
-        """The logit of each edge: its ends' rows gathered from their owners,
-        then decoded. Collective."""
+    def scores(self, model: nn.Module, h: Tensor, edges: SupervisionEdges,
+               direction: str = GATHER) -> Tensor:
+        """The logit of each edge: its ends' rows gathered from their owners
+        (booked in ``direction``), then decoded. Collective."""
         num = edges.num_edges
-        rows = gather(h, torch.cat([edges.index[0], edges.index[1]]), self.graph)
+        rows = gather(h, _ends(edges), self.graph, direction)
         return decode(model, rows[:num], rows[num:])
+
+    def gather_bytes(self, epochs: range, row_bytes: int) -> list[int]:
+        """Bytes the training steps of ``epochs`` book gathering rows (ledger
+        direction ``"gather"``), all ranks, one entry per epoch, worked out
+        from the epochs' pairs without moving a row
+        (``pyg_dist.halo.gather.gather_bytes``); the first of them
+        also builds the graph's directory unless it is built. Collective.
+
+        Args:
+            epochs (range): The epochs (their negatives), in training order.
+            row_bytes (int): Bytes of one row of the model's output.
+        """
+        if getattr(self.graph, "channel", None) is None:
+            return [0 for _ in epochs]
+        world = self.graph.channel.plan.world_size
+        directory = directory_bytes(self.graph)  # before count() builds it
+        counted = count(self.graph, [_ends(self.edges("train", e)) for e in epochs])
+        mine = [gather_bytes(c, world, row_bytes)
+                + (gather_bytes(c, world, rows=False) if self._regularised() else 0)
+                for c in counted]
+        if mine:
+            mine[0] += directory
+        return [int(v) for v in distributed.all_reduce_values(mine, "sum")] if mine else []
+
+    def _regularised(self) -> bool:
+        """Whether the loss names the pairs' nodes again (BPR's regularisation)."""
+        return self.loss_kind == "bpr" and bool(self.lambda_reg)
 
     def loss(self, out: Tensor, model: nn.Module) -> tuple[Tensor, float]:
         """The loss (``loss``) over the training edges and the epoch's
@@ -213,8 +247,9 @@ class LinkTask(Task):
             assert isinstance(embedding, nn.Embedding), "BPR regularises an embedding table"
             weight = embedding.weight
             gid = getattr(self.graph, "global_id", None)
-            rows = weight if gid is None else weight[gid]
-            named = referenced(edges.index.reshape(-1), self.graph, rows.size(0))
+            cut = getattr(model, "owned", None) is not None  # the table holds this rank's rows
+            rows = weight if gid is None or cut else weight[gid]
+            named = referenced(_ends(edges), self.graph, rows.size(0))
             local = local + self.lambda_reg * rows[named].pow(2).sum()
         return mean_over_ranks(local, neg.numel())
 
@@ -240,14 +275,19 @@ class LinkTask(Task):
             both = SupervisionEdges(torch.cat([edges.index, neg], 1),
                                     torch.cat([edges.label, edges.label.new_zeros(neg.size(1))]),
                                     torch.cat([edges.id, edges.id.new_full((neg.size(1),), -1)]))
-            score = self.scores(model, h, both)
+            score = self.scores(model, h, both, "eval")
             num = edges.num_edges
             return mrr(score[:num], score[num:].view(num, self.eval_negatives))
         edges = self.edges(split, epoch=0)
-        score = self.scores(model, h, edges)
+        score = self.scores(model, h, edges, "eval")
         pos, neg = score[edges.label > 0], score[edges.label <= 0]
         k = _hits_k(self.metric)
         return roc_auc(pos, neg) if k is None else hits_at_k(pos, neg, k)
+
+
+def _ends(edges: SupervisionEdges) -> Tensor:
+    """The global ids of the edges' sources, then their targets."""
+    return torch.cat([edges.index[0], edges.index[1]])
 
 
 def _hits_k(metric: str) -> int | None:

@@ -26,7 +26,9 @@ class Planned(Strategy):
     a short probe measures compute, the link and the traffic, every
     strategy's epoch time and bytes are predicted, and the fastest whose
     accuracy risk is ``accept`` or below trains (see
-    :mod:`pyg_dist.strategies.planner`). The gradient sum given wins over the
+    :mod:`pyg_dist.strategies.planner`). For link prediction it ranks the
+    strategies that train edges, with the gather's bytes of every planned
+    epoch worked out exactly. The gradient sum given wins over the
     plan's unless it is the default. The run's result carries the prediction
     beside what was measured. In one process there is nothing to choose: it
     trains graph parallel.
@@ -45,6 +47,7 @@ class Planned(Strategy):
     name: ClassVar[str] = "auto"
     summary: ClassVar[str] = "chosen by a probe and predictions"
     labels_refusal: ClassVar[str] = "its probe runs the model on the graph's features alone"
+    links_refusal: ClassVar[str] = ""
     accept: str = option("exact", "|".join(RISKS), choices=RISKS, metavar="RISK")
     probe_steps: int = option(3, "training steps the probe measures", metavar="N")
 
@@ -69,7 +72,7 @@ class Planned(Strategy):
     def runner(self, model: nn.Module, task: Task, settings: Settings) -> Runner:
         if task.registry is None:  # one process: nothing to choose
             return STRATEGIES["graph-parallel"]().runner(model, task, settings)
-        plan = planner.plan(model, task.data, settings.epochs, self.accept, self.probe_steps,
+        plan = planner.plan(model, task, settings.epochs, self.accept, self.probe_steps,
                             settings.evaluation.every)
         choice = plan.choice
         if settings.grad_sync == GradSync():

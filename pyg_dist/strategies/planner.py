@@ -20,15 +20,21 @@ parameters untouched) and measures, reduced over the ranks:
   where a layer can: its rows, its compute and its one setup exchange;
 * **what strategies ask for**: each registered strategy's
   ``Strategy.measure`` (sizes its own
-  predictions need).
+  predictions need);
+* **the gather** of a link task (:class:`~pyg_dist.strategies.link_task.LinkTask`):
+  its seconds per step, and its bytes in each planned epoch worked out
+  exactly from the epochs' pairs (:meth:`~pyg_dist.strategies.link_task.LinkTask.gather_bytes`:
+  the ids each rank asks and the rows other ranks own, counted before any
+  row moves), the same for every strategy.
 
 :func:`predict` asks every strategy of
 :data:`~pyg_dist.strategies.STRATEGIES` for its candidates
 (:meth:`~pyg_dist.strategies.Strategy.candidates`: pure arithmetic on the
 :class:`~pyg_dist.strategies.Probe`, each strategy's formulas in its own
-module) and ranks them. Bytes (all ranks, training traffic) count what the
-ledger will book. :func:`choose` takes the fastest prediction at the
-accepted risk or below (:data:`~pyg_dist.strategies.RISKS`), the one
+module) and ranks them; for a link task only the strategies that train
+edges, each with the gather's seconds and bytes added. Bytes (all ranks,
+training traffic) count what the ledger will book. :func:`choose` takes the
+fastest prediction at the accepted risk or below (:data:`~pyg_dist.strategies.RISKS`), the one
 with fewer bytes when two are within :data:`TIE` of each other.
 :class:`~pyg_dist.config.Planned` (``strategy="auto"``, CLI ``--strategy
 auto``) runs all of this at the start of :func:`~pyg_dist.train.train`, and
@@ -36,6 +42,8 @@ auto``) runs all of this at the start of :func:`~pyg_dist.train.train`, and
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -109,13 +117,23 @@ class Plan:
 
 def predict(probe: Probe, epochs: int) -> list[Candidate]:
     """Every registered strategy's candidates with their predicted step and
-    bytes over ``epochs`` (pure arithmetic), fastest first.
+    bytes over ``epochs`` (pure arithmetic), fastest first; for a link task
+    those of the strategies that train edges, each with the gather's step
+    seconds and bytes of the epochs added.
 
     Args:
         probe (Probe): The measurements.
         epochs (int): The planned epochs :math:`E`.
     """
-    out = [c for cls in STRATEGIES.values() for c in cls.candidates(probe, epochs)]
+    if probe.links and len(probe.gather_bytes) < epochs:
+        raise ValueError(f"'predict' got a probe of a link task with the gather's bytes of "
+                         f"{len(probe.gather_bytes)} epochs for {epochs} planned epochs; "
+                         f"probe with epochs={epochs}")
+    gathered = sum(probe.gather_bytes[:epochs])
+    out = [dataclasses.replace(c, seconds=c.seconds + probe.gather_seconds,
+                               bytes=c.bytes + gathered)
+           for cls in STRATEGIES.values() if not (probe.links and cls.links_refusal)
+           for c in cls.candidates(probe, epochs)]
     out.sort(key=lambda c: (c.seconds, c.bytes))
     return out
 
@@ -138,7 +156,7 @@ def choose(candidates: list[Candidate], accept: str = "exact") -> Candidate:
     return min(close, key=lambda c: (c.bytes, c.seconds))
 
 
-def probe(model: nn.Module, data: Any, steps: int = 3) -> Probe:
+def probe(model: nn.Module, data: Any, steps: int = 3, epochs: int = 0) -> Probe:
     """Measures what :func:`predict` needs by ``steps`` exact training steps
     (after the steps that fill the caches) and timed exchanges, and the same
     pre-aggregated where a layer can; collective. Every measurement runs in a
@@ -147,16 +165,21 @@ def probe(model: nn.Module, data: Any, steps: int = 3) -> Probe:
     as they were before.
 
     Args:
-        model (torch.nn.Module): The model, called as ``model(data.x, data.edge_index)``.
-        data (DistData): This rank's part.
+        model (torch.nn.Module): The model, called on the task's inputs.
+        data (DistData or Task): This rank's part (trained on its node
+            labels), or the task that trains on it (a
+            :class:`~pyg_dist.strategies.link_task.LinkTask`).
         steps (int, optional): Steps measured. (default: :obj:`3`)
+        epochs (int, optional): The planned epochs, whose gather's bytes a
+            link task predicts (epochs 1 to ``epochs``). (default: :obj:`0`)
     """
     if steps < 1:
         raise ValueError(f"'probe' needs steps >= 1 (got {steps})")
-    graph, task = data.edge_index, Task(data)
+    task = data if isinstance(data, Task) else Task(data)
+    data, graph = task.data, task.data.edge_index
     ranks = distributed.world_size()
     with graph.trial(default=Exact(), fixed=False) as ledger:
-        waited, step_seconds = _probe_steps(model, task, steps, ledger)
+        waited, step_seconds, gathered = _probe_steps(model, task, steps, ledger)
         layers = _traffic(ledger)
         ctx = FetchContext(graph.channel, "plan", None, HaloCache(), 0, graph=graph)
         widest = max([max(t.width, t.static_width) for t in layers], default=1)
@@ -164,10 +187,11 @@ def probe(model: nn.Module, data: Any, steps: int = 3) -> Probe:
         grad = distributed.all_reduce_values([ledger.totals(STEADY)["bytes_grad"]], "max")[0]
     # compute: steps that exchange no halo rows, less the gradients' all-reduce
     with graph.trial(default=Isolated(), fixed=True) as ledger:
-        alone = _probe_steps(model, task, steps, ledger)[1]
-    compute = alone - (2 * (ranks - 1) * (latency + grad / (ranks * bandwidth))
-                       if ranks > 1 else 0.0)
+        _, alone, gathered_alone = _probe_steps(model, task, steps, ledger)
+    compute = alone - gathered_alone - (2 * (ranks - 1) * (latency + grad / (ranks * bandwidth))
+                                        if ranks > 1 else 0.0)
     with graph.trial(default=Exact(), fixed=False), torch.no_grad():
+        gather_bytes = _gather_bytes(model, task, epochs)
         evals = []
         for _ in range(2):  # the first fills the static inputs' halos
             start = time.perf_counter()
@@ -187,17 +211,30 @@ def probe(model: nn.Module, data: Any, steps: int = 3) -> Probe:
         # since on small graphs the difference is noise
         cover_compute = compute + max(0.0, cover_waited - waited)
     measured = {name: m for name, cls in STRATEGIES.items()
-                if (m := cls.measure(model, data)) is not None}
+                if not (task.links and cls.links_refusal)
+                and (m := cls.measure(model, data)) is not None}
     return Probe(ranks, latency, bandwidth, max(compute, 1e-6), layers, grad,
                  data.meta.clusters_per_part > 1, step_seconds, eval_seconds, cover, setup,
-                 max(cover_compute, 1e-6), max(waited, 1e-6), measured)
+                 max(cover_compute, 1e-6), max(waited, 1e-6), measured, task.links,
+                 gathered, gather_bytes)
+
+
+def _gather_bytes(model: nn.Module, task: Task, epochs: int) -> list[int]:
+    """A link task's gather bytes of epochs 1 to ``epochs`` (all ranks), the
+    rows as wide as the model's output (:obj:`[]` for a node task)."""
+    if not task.links:
+        return []
+    model.eval()
+    out = model(*task.inputs)
+    return task.gather_bytes(range(1, epochs + 1), math.prod(out.shape[1:]) * out.element_size())
 
 
 def _probe_steps(model: nn.Module, task: Task, steps: int,
-                 ledger: Ledger) -> tuple[float, float]:
+                 ledger: Ledger) -> tuple[float, float, float]:
     """``steps`` measured training steps after :data:`STEADY` warm ones,
-    booked in ``ledger`` (the trial's): the compute (a step less its waits)
-    and the step, each the slowest rank's median."""
+    booked in ``ledger`` (the trial's): the compute (a step less its waits,
+    the gather's included), the step and the gather's wait (a link task's),
+    each the slowest rank's median."""
     sync = GradientSync(model, None, ledger)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # steps change nothing
     walls = []
@@ -207,13 +244,15 @@ def _probe_steps(model: nn.Module, task: Task, steps: int,
         walls.append(time.perf_counter() - start)
         ledger.next_step()
     optimizer.zero_grad(set_to_none=True)
-    computes = []
+    computes, gathers = [], []
     for step, wall in enumerate(walls[STEADY:], start=STEADY):
         totals = ledger.totals(step)
-        computes.append(wall - totals["seconds"] - totals["seconds_grad"])
-    compute, step_seconds = distributed.all_reduce_values(
-        [statistics.median(computes), statistics.median(walls[STEADY:])], "max")
-    return compute, step_seconds
+        gathers.append(totals["seconds_gather"])
+        computes.append(wall - totals["seconds"] - totals["seconds_grad"] - gathers[-1])
+    compute, step_seconds, gathered = distributed.all_reduce_values(
+        [statistics.median(computes), statistics.median(walls[STEADY:]),
+         statistics.median(gathers)], "max")
+    return compute, step_seconds, gathered
 
 
 def _traffic(ledger: Ledger) -> list[Traffic]:
@@ -263,7 +302,8 @@ def plan(model: nn.Module, data: Any, epochs: int, accept: str = "exact",
 
     Args:
         model (torch.nn.Module): The model.
-        data (DistData): This rank's part.
+        data (DistData or Task): This rank's part, or the task that trains
+            on it (:func:`probe`).
         epochs (int): The planned epochs.
         accept (str, optional): The accuracy risk accepted, one of
             :data:`RISKS`. (default: :obj:`"exact"`)
@@ -273,7 +313,7 @@ def plan(model: nn.Module, data: Any, epochs: int, accept: str = "exact",
     """
     risk_level(accept)
     start = time.perf_counter()
-    measured = probe(model, data, steps)
+    measured = probe(model, data, steps, epochs)
     candidates = predict(measured, epochs)
     return Plan(measured, candidates, choose(candidates, accept), accept,
                 time.perf_counter() - start, eval_every)

@@ -80,6 +80,8 @@ class Task:
     hetero = False
     #: Whether the model reads labels as input (:class:`~pyg_dist.strategies.task.LabelTask`).
     labels_as_input = False
+    #: Whether the task scores edges (:class:`~pyg_dist.strategies.link_task.LinkTask`).
+    links = False
     train_mask: Tensor
     val_mask: Tensor | None
     test_mask: Tensor | None
@@ -134,6 +136,17 @@ class Task:
             epoch (int): The epoch.
         """
         return self
+
+    def gather_bytes(self, epochs: range, row_bytes: int) -> list[int]:
+        """Bytes the training steps of ``epochs`` book gathering rows by
+        global id (all ranks, one entry per epoch): none for node labels.
+        Collective where a task gathers.
+
+        Args:
+            epochs (range): The epochs.
+            row_bytes (int): Bytes of one row of the model's output.
+        """
+        return [0 for _ in epochs]
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> tuple[float, float, float]:

@@ -17,6 +17,7 @@ from torch.optim import lr_scheduler
 from pyg_dist.config import Adam, Checkpoint, Evaluation, GradSync
 from pyg_dist.metrics import accuracies, evaluate, global_loss
 from pyg_dist.nn.drift import mark_summed
+from pyg_dist.nn.owned import own_rows, owned_parameters
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies import (
     Settings,
@@ -25,7 +26,7 @@ from pyg_dist.strategies import (
     strategy_from_dict,
     train_step,
 )
-from pyg_dist.strategies.link_task import LinkTask, task_for
+from pyg_dist.strategies.link_task import task_for
 from pyg_dist.train.checkpoint import (
     find_checkpoint,
     load_checkpoint,
@@ -140,10 +141,12 @@ def train(
     cleans up after an error is local, so no rank waits for the others.
     """
     task = task_for(data, model)
+    graph: Any = getattr(task.data, "edge_index", None) if task.links else None
+    if getattr(graph, "channel", None) is not None:  # each rank keeps its nodes' rows alone
+        own_rows(model, graph.global_id)
     strategy = as_strategy(strategy)
     settings = Settings(epochs, grad_sync or GradSync(), evaluation or Evaluation(),
-                        checkpoint, task.hetero, task.labels_as_input,
-                        isinstance(task, LinkTask))
+                        checkpoint, task.hetero, task.labels_as_input, task.links)
     strategy.check_settings(settings)
     optimizer, scheduler = make_optimizer(model, optimizer, epochs)
     run = _Run(model, optimizer, scheduler, settings)
@@ -413,12 +416,15 @@ def halo_choices(ledger: Any, history: list[EpochStats]) -> dict[str, dict[str, 
 
 
 def sync_parameters(model: nn.Module) -> None:
-    """Copies rank 0's parameters and buffers to every rank.
+    """Copies rank 0's parameters and buffers to every rank, but for the
+    rows each rank holds of its own nodes (:mod:`pyg_dist.nn.owned`).
 
     Args:
         model (torch.nn.Module): The model, built alike on every rank.
     """
-    distributed.sync_tensors([*model.parameters(), *model.buffers()])
+    owned = owned_parameters(model)
+    distributed.sync_tensors([*(p for p in model.parameters() if id(p) not in owned),
+                              *model.buffers()])
 
 
 def all_reduce_gradients(model: nn.Module) -> None:

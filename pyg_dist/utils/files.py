@@ -104,11 +104,14 @@ def payload_bytes(obj: Any) -> int:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    """The sha256 of the file at ``path``, read in blocks."""
+    """The sha256 of the file at ``path``, read in blocks of 4 MiB into one
+    buffer (a reader of a large file holds one block at a time)."""
     digest = hashlib.sha256()
+    block = bytearray(1 << 22)
+    view = memoryview(block)
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
+        while size := f.readinto(block):
+            digest.update(view[:size])
     return digest.hexdigest()
 
 

@@ -75,3 +75,18 @@ def test_distributed_cut_of_a_link_split_is_refused(tmp_path):
     assert out.returncode != 0
     assert ("pyg-dist partition --distributed cuts node tasks; cut --task link in one process "
             "(leave out --distributed and --input)") in out.stderr
+
+
+def test_plan_and_auto_train_the_link_task():
+    graph = ["--task", "link", "--dataset", "synthetic", "--num-nodes", "300", "--parts", "2",
+             "--epochs", "3", "--no-progress"]
+    out = run("plan", *graph, "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    *rows, plan = [json.loads(line) for line in out.stdout.strip().splitlines()]
+    assert rows and all(r["strategy"].startswith("graph-parallel") for r in rows)
+    assert len(plan["probe"]["gather_bytes"]) == 3 and min(plan["probe"]["gather_bytes"]) > 0
+    out = run("train", *graph, "--strategy", "auto")
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert line["plan"]["choice"] == plan["choice"]
+    assert line["plan"]["measured_bytes_per_epoch"] == line["plan"]["predicted_bytes_per_epoch"]

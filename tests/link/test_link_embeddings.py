@@ -45,3 +45,18 @@ def test_one_process_and_damage(tmp_path):
         pyg_dist.read_embeddings(out)
     with pytest.raises(FileNotFoundError, match="write them with pyg_dist.save_embeddings"):
         pyg_dist.read_embeddings(tmp_path / "nothing")
+
+
+def test_write_embeddings_orders_rows_by_their_global_ids(tmp_path):
+    from pyg_dist.loop import write_embeddings
+
+    gid = torch.tensor([4, 0, 3, 1, 2])
+    rows = torch.arange(10, dtype=torch.float32).view(5, 2)
+    out = write_embeddings(rows, gid, tmp_path / "emb")
+    got = pyg_dist.read_embeddings(out).numpy()
+    assert got.tolist() == [[2, 3], [6, 7], [8, 9], [4, 5], [0, 1]]
+    with pytest.raises(ValueError, match=r"got 5 rows and 4 global ids; pass the global id of "
+                                         r"each row \(data.global_id\)"):
+        write_embeddings(rows, gid[:4], tmp_path / "other")
+    assert not (tmp_path / "other").exists()
+    assert not list(tmp_path.glob(".other*"))

@@ -68,7 +68,7 @@ def test_strategies_that_cannot_train_edges_refuse(strategy):
     net = model("gcn-dot", split[0].x.size(1))
     with pytest.raises(ValueError, match=r"cannot train link prediction: .*; train it with "
                                          r"strategy=GraphParallel\(halo=\.\.\.\) \(CLI: "
-                                         r"--strategy graph-parallel\)"):
+                                         r"--strategy graph-parallel, --strategy auto\)"):
         train(net, split, 1, strategy=strategy, progress=False)
 
 
@@ -89,3 +89,24 @@ def test_lightgcn_twin_keeps_pyg_state_and_output():
     with pytest.raises(ValueError, match="convert the model first with "
                                          "pyg_dist.nn.to_distributed"):
         train(LightGCN(split[0].num_nodes, 4, 2), split, 1, progress=False)
+
+
+def test_a_cut_lightgcn_loads_pyg_state_as_its_rows(tmp_path):
+    from pyg_dist.loop import save_model
+    from pyg_dist.nn.owned import owned_parameters
+
+    torch.manual_seed(0)
+    ref = LightGCN(12, 4, 2)
+    net = DistLightGCN(12, 4, 2)
+    weight = net.embedding.weight
+    gid = torch.tensor([7, 2, 9])
+    net.own(gid)
+    assert net.embedding.weight is weight and weight.shape == (3, 4)
+    assert owned_parameters(net) == {id(weight)}
+    net.load_state_dict(ref.state_dict())
+    assert torch.equal(net.embedding.weight, ref.embedding.weight[gid])
+    with pytest.raises(ValueError, match="holds each rank's own rows of its embedding table; "
+                                         r"write every node's embedding with "
+                                         r"pyg_dist.save_embeddings\(model, data, folder\)"):
+        save_model(net, tmp_path / "model.pt")
+    assert not list(tmp_path.iterdir())

@@ -77,6 +77,15 @@ def test_negatives_equal_one_process(world):
             assert torch.equal(neg, ref[:, own_ids]), "negatives differ from one process"
 
 
+def _rows(case, name, ref, found):
+    """LightGCN's embedding table holds the rank's own rows: the reference's of them."""
+    return ref[found["global_id"]] if case["kind"] == "lightgcn" and name == TABLE else ref
+
+
+#: LightGCN's embedding table.
+TABLE = "embedding.weight"
+
+
 def test_five_steps_equal_single_process(world):
     for case, (_, _, (losses, grads, state, aucs)), found in _each(world):
         what = case["kind"]
@@ -85,12 +94,23 @@ def test_five_steps_equal_single_process(world):
             for name, g in grads.items():
                 if name in ("embeddings", "decoder"):
                     continue
-                assert_close(f["grads"][name], g, what=f"{what} grad {name}")
+                assert_close(f["grads"][name], _rows(case, name, g, f),
+                             what=f"{what} grad {name}")
             for name, w in state.items():
-                assert_close(f["state"][name], w, what=f"{what} weight {name}")
+                assert_close(f["state"][name], _rows(case, name, w, f),
+                             what=f"{what} weight {name}")
             for split in ("val", "test"):
                 assert f["aucs"][split] == pytest.approx(aucs[split], abs=1e-6, nan_ok=True), \
                     f"{what} {split} AUC"
+
+
+def test_lightgcn_ranks_hold_their_own_rows_alone(world):
+    for case, (data, _, _), found in _each(world):
+        if case["kind"] != "lightgcn":
+            continue
+        held = [f["state"][TABLE].size(0) for f in found]
+        assert held == [f["global_id"].numel() for f in found], held
+        assert sum(held) == data.num_nodes
 
 
 def test_every_halo_policy_trains_edges(world):
