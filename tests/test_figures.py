@@ -229,6 +229,29 @@ def _embedding_rows(r: dict) -> list[list[str]]:
     return [[str(r["rank"]), f"{r['rows_mib']:.1f} MiB", f"{r['write_peak_kib']:,} KiB",
              f"{r['python_peak_kib']:,} KiB", f"{r['beyond_chunk_kib']:,} KiB",
              f"{r['write_s']:.2f} s"]]
+LINK_PEER = "Link prediction against the sampling recipe"
+
+
+def _link_peer_rows(r: dict) -> list[list[str]]:
+    """Both sides on one graph, from ``benchmarks/peer_link.py``: best
+    validation metric, seconds to the recipe's best and the ratio, the
+    largest rank's peak above its import floor and the ratio (dashes where
+    the recipe did not run: no neighbour sampler)."""
+    out = []
+    for side in r["rows"]:
+        peer = side is r["rows"][0]
+        who = [r["graph"], "recipe" if peer else "pyg_dist", r["setup"]["metric"]]
+        if "skipped" in side:
+            out.append([*who, "not run", "–", "–", "–", "–"])
+            continue
+        seconds = side.get("to_peer_best_s")
+        time_ratio = ("–" if "target" not in r else "1.00x" if peer
+                      else f"{r['time_ratio']:.2f}x" if "time_ratio" in r else "not reached")
+        rss_ratio = "–" if "rss_ratio" not in r else "1.00x" if peer else f"{r['rss_ratio']:.2f}x"
+        out.append([*who, f"{100 * side['best_val']:.2f}%",
+                    "–" if seconds is None else f"{seconds:.1f}", time_ratio,
+                    f"{max(side['above_floor']) / 2**20:,.0f}", rss_ratio])
+    return out
 
 
 #: The results.md tables kept with the JSON their command wrote (in
@@ -249,6 +272,7 @@ KEPT_TABLES = {
         [str(r["ranks"]), r["grid"], r["cut"], f"{r['grid MiB']:,}",
          f"{r['graph-parallel MiB']:,}", f"{r['ratio']:.2f}x", f"{r['stray %']:.1f}%",
          f"{r['blocks MiB']:,}"]]),
+    (LINK_PEER, "s to the recipe's best"): ("peer_link.json", _link_peer_rows),
 }
 
 

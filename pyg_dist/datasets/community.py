@@ -87,8 +87,10 @@ class CommunityGraphConfig:
     split: tuple[float, float] = (0.5, 0.2)
 
 
-#: Graphs shaped like two OGB node-property benchmarks (sizes, degree, feature
-#: width, classes and split fractions of the real ones; structure synthetic).
+#: Graphs shaped like OGB benchmarks (sizes, degree, feature width, classes and
+#: split fractions of the real ones; structure synthetic): two node-property
+#: ones, and ogbl-collab for link prediction (its classes only shape the
+#: features; cut it with ``RandomLinkSplit``).
 PRESETS: dict[str, CommunityGraphConfig] = {
     # ogbn-arxiv: 169,343 nodes, 1,166,243 citations (2,315,598 directed once
     # symmetrised), 128 features, 40 classes, 54% / 18% / 28% split.
@@ -101,6 +103,12 @@ PRESETS: dict[str, CommunityGraphConfig] = {
     "synthetic-products": CommunityGraphConfig(
         num_nodes=2_449_029, avg_degree=50.5, num_features=100, num_classes=47, mixing=0.1,
         max_degree=17_000, label_purity=0.8, signal=0.3, split=(0.08, 0.016),
+    ),
+    # ogbl-collab: 235,868 authors, 1,285,465 collaborations, average degree
+    # 8.2 (OGB's table), 128 features, largest degree 671.
+    "synthetic-collab": CommunityGraphConfig(
+        num_nodes=235_868, avg_degree=8.2, num_features=128, num_classes=40, mixing=0.1,
+        max_degree=671, label_purity=0.7, signal=0.3,
     ),
 }
 

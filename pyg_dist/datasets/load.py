@@ -41,9 +41,10 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
 
     Args:
         name (str): :obj:`"synthetic"` (the small embedded stochastic block
-            model, :func:`synthetic`), :obj:`"synthetic-arxiv"` or
-            :obj:`"synthetic-products"` (:func:`community_graph` presets shaped
-            like ogbn-arxiv and ogbn-products), or a Planetoid name
+            model, :func:`synthetic`), :obj:`"synthetic-arxiv"`,
+            :obj:`"synthetic-products"` or :obj:`"synthetic-collab"`
+            (:func:`community_graph` presets shaped like ogbn-arxiv,
+            ogbn-products and ogbl-collab), or a Planetoid name
             (:obj:`"cora"`, :obj:`"citeseer"`, :obj:`"pubmed"`) loaded from ``root``,
             or an OGB node-property dataset (:obj:`"ogbn-arxiv"`,
             :obj:`"ogbn-products"`, :obj:`"ogbn-papers100M"`) read from the

@@ -90,6 +90,10 @@ def test_presets_have_the_shapes_of_their_namesakes():
     assert data.num_nodes == 2000 and data.num_features == 128
     assert data.num_edges == round(2000 * 13.7 / 2) * 2
     assert abs(float(data.train_mask.float().mean()) - 0.54) < 0.01
+    collab = PRESETS["synthetic-collab"]
+    assert (collab.num_nodes, collab.num_features, collab.max_degree) == (235_868, 128, 671)
+    data = load_dataset("synthetic-collab", num_nodes=3000)
+    assert data.num_edges == round(3000 * 8.2 / 2) * 2
 
 
 def test_bad_parameters_name_the_fix():

@@ -49,6 +49,23 @@ def test_recall_and_ndcg_over_every_item_equal_the_definitions(world):
         assert got == pytest.approx((recall, ndcg), abs=1e-5), f"rank {rank} of {size}"
 
 
+def test_recall_and_ndcg_score_users_a_block_at_a_time(monkeypatch):
+    """Blocks of 7 users (the last one short) rank as all users at once."""
+    from link_cases import USERS
+
+    from pyg_dist.datasets import synthetic_recommendation
+    from pyg_dist.tasks import link_metrics
+
+    split = synthetic_recommendation(USERS, 200, avg_degree=3, seed=0)
+    z = torch.randn(split[0].num_nodes, 4, generator=torch.Generator().manual_seed(0))
+    train = split[0].edge_label_index
+    expected = brute_recall_ndcg(z, split)
+    monkeypatch.setattr(link_metrics, "USER_CHUNK", 7)
+    got = link_metrics.recall_ndcg_at_k(z, torch.arange(z.size(0)), (train[0], train[1]),
+                                        split[2].edge_label_index, USERS, 5)
+    assert got == pytest.approx(expected, abs=1e-6)
+
+
 def test_trained_models_hits_and_mrr_equal_the_definitions(world):
     size, cases, refs, results = world
     for c, (case, (_, split, (_, grads, _, _))) in enumerate(zip(cases, refs)):
