@@ -108,8 +108,12 @@ def environment() -> str:
     """The Python environment a compile on first use builds for: the folder of
     the torch installation whose headers and libraries the build uses (two
     virtual environments with their own torch differ; environments that share
-    one torch, e.g. through ``--system-site-packages``, share the build)."""
-    return os.path.realpath(os.path.dirname(torch.__file__))
+    one torch, e.g. through ``--system-site-packages``, share the build). The
+    path as torch sees it, symbolic links unresolved: torch's build names its
+    headers by that path, so one environment reached through a link and
+    directly would otherwise share a name and rebuild each other's kernels
+    at every switch."""
+    return os.path.abspath(os.path.dirname(torch.__file__))
 
 
 def is_available() -> bool:

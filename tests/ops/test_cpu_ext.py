@@ -358,6 +358,26 @@ def test_the_build_key_names_the_environment(monkeypatch, tmp_path):
     assert cpu_ext.environment() == os.path.dirname(venv)
 
 
+def test_an_environment_reached_through_a_link_builds_apart(monkeypatch, tmp_path):
+    """torch's build names its headers by the path torch was imported from:
+    one environment reached through a symbolic link (a clone's ``.venv``
+    linking to another) and directly must not share a build's name, or each
+    rebuilds the other's kernels."""
+    source = tmp_path / "spmm.cpp"
+    source.write_text("// a kernel")
+    real = tmp_path / "real" / "lib" / "site-packages" / "torch"
+    real.mkdir(parents=True)
+    (tmp_path / "linked").symlink_to(tmp_path / "real", target_is_directory=True)
+
+    def key(root):
+        monkeypatch.setattr(torch, "__file__", str(tmp_path / root / "lib" / "site-packages"
+                                                   / "torch" / "__init__.py"))
+        return cpu_ext._build_key([source], ["-O3"])
+
+    assert key("linked") != key("real")
+    assert key("linked") == key("linked")
+
+
 def test_a_cached_build_that_ninja_rebuilds_is_said_once(fake_compile, tmp_path, monkeypatch,
                                                          capsys):
     """A cached library that the build rewrites (torch's headers changed in
