@@ -19,19 +19,40 @@ from pyg_dist.cli import commands, run  # noqa: E402  (after the Triton flag)
 HOSTS = ("test_multihost.py", "test_slurm.py", "test_cluster.py")
 
 
+#: Files of minutes whose tests share nothing at module level: under xdist
+#: each of their tests may run in either worker.
+SPREAD = ("test_docs.py",)
+#: The files that take longest, started first under xdist so that no worker
+#: is left alone with one of them at the end.
+FIRST = ("test_docs.py", *HOSTS, "test_cli.py", "test_preemption.py", "test_faults.py",
+         "test_wheel.py", "test_compress.py", "test_resume.py", "test_imports.py")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (scripts/test.sh runs two workers): each test file
     runs in one worker, so a module's fixtures (its rank battery) start once,
-    and the namespaced hosts' files run in one worker."""
+    the namespaced hosts' files run in one worker, and a :data:`SPREAD`
+    file's tests go wherever a worker is free."""
     from xdist.scheduler import LoadFileScheduling
 
     class FileScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid):
             file = nodeid.split("::", 1)[0]
-            return "hosts" if os.path.basename(file) in HOSTS else file
+            name = os.path.basename(file)
+            if name in SPREAD:
+                return nodeid
+            return "hosts" if name in HOSTS else file
 
     return FileScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """An xdist worker's tests in the order the workers take them: the
+    :data:`FIRST` files first (every worker sorts alike, as xdist requires)."""
+    if hasattr(config, "workerinput"):
+        rank = {name: i for i, name in enumerate(FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
 
 
 def pytest_collection_finish(session):
