@@ -30,6 +30,7 @@ import hashlib
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,8 @@ from pyg_dist.partitioning.shuffle import Blocks
 from pyg_dist.runtime import distributed
 from pyg_dist.runtime.distributed import Group
 
-__all__ = ["partition_distributed", "DIST_METHODS", "distributed_fingerprint"]
+__all__ = ["partition_distributed", "write_folder_together", "DIST_METHODS",
+           "distributed_fingerprint"]
 
 #: The cutters of the distributed path.
 DIST_METHODS = ("metis-coarse", "random")
@@ -128,7 +130,13 @@ def partition_distributed(
         content, meta = build_hetero_part(graph, method, seed, rank, num_parts, group)
     else:
         content, meta = _homogeneous_part(graph, method, seed, rank, num_parts, group)
-    _write(out_dir, content, meta, overwrite, group)
+
+    def manifest(digests: list[str]) -> tuple[str, str]:
+        meta.part_sha256 = digests
+        return META_FILE, meta.to_json()
+
+    meta.part_sha256 = write_folder_together(out_dir, part_file(rank), content, manifest,
+                                             overwrite, _NAME, "part", group)
     return meta
 
 
@@ -283,33 +291,37 @@ def _meta(graph: GraphFolder, stats: dict[str, Any], method: str, seed: int,
     )
 
 
-def _write(out_dir: Path, content: dict[str, Any], meta: PartitionMeta, overwrite: bool,
-           group: Group) -> None:
-    """Every rank writes its part into one temporary sibling of ``out_dir``
-    (named by rank 0); rank 0 writes ``meta.json`` with every part's sha256
-    and renames the folder into place. On any failure rank 0 removes the
-    temporary folder and every rank raises."""
+def write_folder_together(out: Path, file_name: str, content: dict[str, Any],
+                          manifest: Callable[[list[str]], tuple[str, str]], overwrite: bool,
+                          what: str, noun: str, group: Group = None) -> list[str]:
+    """Every rank of ``group`` saves ``content`` as ``file_name`` into one
+    temporary sibling of ``out`` (named by rank 0); rank 0 then writes the
+    manifest, ``(name, text) = manifest(every rank's sha256)``, last and
+    renames the folder into place. On any failure rank 0 removes the
+    temporary folder and every rank raises, naming ``what`` (the call that
+    writes) and ``noun`` (what a rank's file holds). Returns every rank's sha256, in rank order."""
     rank = distributed.rank(group)
-    name = f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp = out_dir.parent / distributed.all_gather_objects(name, group)[0]
+    name = f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = out.parent / distributed.all_gather_objects(name, group)[0]
     try:
-        with distributed.failing_together(f"{_NAME} creating '{tmp}'", group):
+        with distributed.failing_together(f"{what} creating '{tmp}'", group):
             if rank == 0:
-                out_dir.parent.mkdir(parents=True, exist_ok=True)
+                out.parent.mkdir(parents=True, exist_ok=True)
                 tmp.mkdir()
         digest = None
-        with distributed.failing_together(f"{_NAME} writing the parts", group):
-            path = tmp / part_file(rank)
-            save_part(content, path, f"rank {rank} wrote its part")
+        with distributed.failing_together(f"{what} writing the {noun}s", group):
+            path = tmp / file_name
+            save_part(content, path, f"rank {rank} wrote its {noun}")
             digest = file_sha256(path)
-        meta.part_sha256 = distributed.all_gather_objects(digest, group)
-        with distributed.failing_together(f"{_NAME} finishing '{out_dir}'", group):
+        digests: list[str] = distributed.all_gather_objects(digest, group)
+        with distributed.failing_together(f"{what} finishing '{out}'", group):
             if rank == 0:
                 try:
-                    (tmp / META_FILE).write_text(meta.to_json())
-                    replace_folder(tmp, out_dir, overwrite)
+                    manifest_name, text = manifest(digests)
+                    (tmp / manifest_name).write_text(text)
+                    replace_folder(tmp, out, overwrite)
                 except OSError as exc:
-                    full = disk_error(exc, out_dir.parent, f"rank {rank} finished the folder",
+                    full = disk_error(exc, out.parent, f"rank {rank} finished the folder",
                                       fix=DISK_FIX)
                     if full is exc:
                         raise
@@ -318,3 +330,4 @@ def _write(out_dir: Path, content: dict[str, Any], meta: PartitionMeta, overwrit
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return digests

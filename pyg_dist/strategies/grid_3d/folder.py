@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from pyg_dist.partitioning.arrays import map_large_allocations
-from pyg_dist.partitioning.io import DISK_FIX, disk_error, file_sha256, replace_folder, save_part
+from pyg_dist.partitioning.dist_partitioner import write_folder_together
+from pyg_dist.partitioning.io import file_sha256
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import Grid3DPlace, Layout, grid_place
 from pyg_dist.strategies.grid_3d.load import Grid3DData, load_grid_3d
@@ -80,46 +79,13 @@ def write_grid_folder(source: Any, out_dir: str | os.PathLike, shape: tuple[int,
     grid = {"format": FORMAT, "shape": list(shape), "seed": seed, "permute": permute,
             "num_nodes": data.num_nodes, "num_edges": data.meta.num_edges,
             "source": str(Path(source).resolve())}
-    grid["rank_sha256"] = _write(out, share, grid, overwrite)
+
+    def manifest(digests: list[str]) -> tuple[str, str]:
+        return GRID_FILE, json.dumps({**grid, "rank_sha256": digests}, indent=1)
+
+    grid["rank_sha256"] = write_folder_together(out, rank_file(distributed.rank()), share,
+                                                manifest, overwrite, _NAME, "share")
     return grid
-
-
-def _write(out: Path, share: dict[str, Any], grid: dict[str, Any],
-           overwrite: bool) -> list[str]:
-    """Every rank writes its share into one temporary sibling of ``out``;
-    rank 0 writes ``grid.json`` last and renames the folder into place. On
-    any failure rank 0 removes the temporary folder and every rank raises."""
-    rank = distributed.rank()
-    name = distributed.all_gather_objects(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")[0]
-    tmp = out.parent / name
-    try:
-        with distributed.failing_together(f"{_NAME} creating '{tmp}'"):
-            if rank == 0:
-                out.parent.mkdir(parents=True, exist_ok=True)
-                tmp.mkdir()
-        digest = None
-        with distributed.failing_together(f"{_NAME} writing the shares"):
-            path = tmp / rank_file(rank)
-            save_part(share, path, f"rank {rank} wrote its share")
-            digest = file_sha256(path)
-        digests = distributed.all_gather_objects(digest)
-        with distributed.failing_together(f"{_NAME} finishing '{out}'"):
-            if rank == 0:
-                try:
-                    (tmp / GRID_FILE).write_text(json.dumps({**grid, "rank_sha256": digests},
-                                                            indent=1))
-                    replace_folder(tmp, out, overwrite)
-                except OSError as exc:
-                    full = disk_error(exc, out.parent, f"rank {rank} finished the folder",
-                                      fix=DISK_FIX)
-                    if full is exc:
-                        raise
-                    raise full from exc
-    except BaseException:
-        if rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return digests  # type: ignore[no-any-return]
 
 
 def is_grid_folder(folder: Any) -> bool:
