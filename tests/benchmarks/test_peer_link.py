@@ -11,10 +11,16 @@ import pytest
 import torch
 from torch_geometric.nn.models import LightGCN
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import peer_link  # noqa: E402
-from peer_sampling import INSTALL, sampler_missing  # noqa: E402
+BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
+# benchmarks/ is on the path only while its modules are imported (and while
+# ranks run them): left there, its hetero.py would shadow the tests' hetero
+# folder (a module anywhere on the path wins over a namespace package)
+sys.path.insert(0, BENCHMARKS)
+try:
+    import peer_link
+    from peer_sampling import INSTALL, sampler_missing
+finally:
+    sys.path.remove(BENCHMARKS)
 
 from pyg_dist.tasks import hits_at_k, recall_ndcg_at_k  # noqa: E402
 
@@ -133,9 +139,10 @@ def sampler():
 
 
 @pytest.mark.parametrize("name", ["collab", "recommendation"])
-def test_both_sides_train_on_two_ranks(sampler, name, tmp_path):
+def test_both_sides_train_on_two_ranks(sampler, name, tmp_path, monkeypatch):
     """Two epochs each: every peer rank takes len(chunk) // 2048 steps an
     epoch; both sides evaluate every epoch."""
+    monkeypatch.syspath_prepend(BENCHMARKS)  # the ranks import peer_link
     import pyg_dist
 
     args = type("Args", (), {"num_nodes": 1500, "users": 600, "items": 300,

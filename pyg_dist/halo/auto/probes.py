@@ -10,7 +10,7 @@ import torch
 
 from pyg_dist.halo.ledger import APART, Ledger
 from pyg_dist.halo.policy import FetchContext
-from pyg_dist.ops import spmm
+from pyg_dist.ops.spmm import spmm
 from pyg_dist.runtime import distributed
 
 __all__ = ["halo_share", "halo_rows", "warmup_steps", "probe_link", "time_spmm",
