@@ -90,6 +90,22 @@ def test_function_defined_in_main_travels_by_value(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "[0, 5]"
 
 
+def test_module_on_a_path_added_after_the_first_launch_is_importable(tmp_path, monkeypatch):
+    """The ranks fork from a server started by an earlier launch; a folder put
+    on sys.path since (as a notebook's sys.path.append) still reaches them
+    (multiprocessing sends each new process the caller's path)."""
+    pyg_dist.launch(rank_info, 1, args=(0,))  # the fork server is up
+    (tmp_path / "late_module_for_launch.py").write_text(
+        "import torch.distributed as dist\n"
+        "def fn():\n"
+        "    return dist.get_rank() + 100\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from late_module_for_launch import fn
+
+    assert pyg_dist.launch(fn, 2) == [100, 101]
+
+
 def test_init_without_environment_is_a_group_of_one():
     import subprocess
     import sys

@@ -163,7 +163,8 @@ def _collect(procs: list, conns: list[Connection], timeout: float | None) -> lis
                     del open_conns[obj]
                 else:
                     del open_conns[obj]
-                    raise _cause(_rank_exception(rank, world_size, body), open_conns, world_size)
+                    raise _cause(_rank_exception(rank, world_size, body), body[1], procs,
+                                 open_conns, watched={*range(world_size)} - {*results, rank})
         for sentinel, rank in sentinels.items():
             if sentinel in ready and rank not in results and procs[rank].exitcode is not None:
                 # Drain a result that raced with the exit.
@@ -187,18 +188,33 @@ def _collect(procs: list, conns: list[Connection], timeout: float | None) -> lis
     return [results[r] for r in range(world_size)]
 
 
-def _cause(first: BaseException, open_conns: dict[Connection, int],
-           world_size: int) -> BaseException:
-    """The error to raise: ``first``, unless it reports a peer lost or
-    failed; then the own error of another rank, if one arrives within
-    :data:`_CAUSE_SECONDS` (the cause, with its traceback)."""
-    if not isinstance(first, PeerLost):
+def _secondary(exc: BaseException, text: str) -> bool:
+    """Whether a rank's error ``exc`` (traceback ``text``) may be the echo
+    of another rank's failure: a lost or failed peer, or an error out of a
+    torch.distributed collective (gloo's "Connection reset by peer")."""
+    return isinstance(exc, PeerLost) or "torch/distributed/" in text
+
+
+def _cause(first: BaseException, text: str, procs: list, open_conns: dict[Connection, int],
+           watched: set[int]) -> BaseException:
+    """The error to raise: ``first`` (its traceback ``text``), unless it
+    reports a peer lost or failed, or came out of a torch.distributed
+    collective (a user's own ``dist.barrier``, say): then the cause, if it
+    shows within :data:`_CAUSE_SECONDS`: another rank's own error (with its
+    traceback), or the exit without a result (killed, crashed) of a rank in
+    ``watched``."""
+    if not _secondary(first, text):
         return first
+    world_size = len(procs)
     deadline = time.monotonic() + _CAUSE_SECONDS
     waiting = dict(open_conns)
-    while waiting and (left := deadline - time.monotonic()) > 0:
-        for ready in wait(list(waiting), timeout=left):
-            conn = cast(Connection, ready)
+    sentinels = {procs[r].sentinel: r for r in watched}
+    while (waiting or sentinels) and (left := deadline - time.monotonic()) > 0:
+        ready = wait([*waiting, *sentinels], timeout=left)
+        for obj in ready:  # messages first: a rank sends its error, then exits
+            if obj not in waiting:
+                continue
+            conn = cast(Connection, obj)
             rank = waiting[conn]
             try:
                 kind, body = conn.recv()
@@ -206,15 +222,26 @@ def _cause(first: BaseException, open_conns: dict[Connection, int],
                 del waiting[conn]
                 continue
             if kind == "out":
-                stream, text = body
-                (sys.stdout if stream == "stdout" else sys.stderr).write(text)
+                stream, out = body
+                (sys.stdout if stream == "stdout" else sys.stderr).write(out)
             elif kind == "ok":
                 del waiting[conn]
+                sentinels = {k: r for k, r in sentinels.items() if r != rank}
             else:
                 exc = _rank_exception(rank, world_size, body)
-                if not isinstance(exc, PeerLost):
+                if not _secondary(exc, body[1]):
                     return exc
                 del waiting[conn]
+                sentinels = {k: r for k, r in sentinels.items() if r != rank}
+        for obj in ready:
+            dead = sentinels.pop(obj, None)  # type: ignore[call-overload]
+            if dead is None:
+                continue
+            procs[dead].join(0.1)  # its exit status
+            if procs[dead].exitcode:
+                return RankFailed(f"rank {dead} of {world_size} exited with "
+                                  f"{_describe_exit(procs[dead])} before returning; the "
+                                  f"other ranks were stopped")
     return first
 
 
