@@ -10,9 +10,11 @@ from pyg_dist.datasets.ogb import OGB, ogbn
 from pyg_dist.datasets.ogb_mag import MAG_FOLDER, MAG_NAME, ogbn_mag
 from pyg_dist.datasets.ogbl import OGBL, ogbl
 from pyg_dist.datasets.planetoid import PLANETOID, planetoid
+from pyg_dist.datasets.recsys import synthetic_recommendation
 from pyg_dist.datasets.sbm import synthetic
 
-__all__ = ["load_dataset", "dataset_name", "DATASETS", "HETERO_DATASETS", "LINK_DATASETS"]
+__all__ = ["load_dataset", "dataset_name", "DATASETS", "HETERO_DATASETS", "LINK_DATASETS",
+           "RECOMMEND_DATASETS", "recommendation_sizes"]
 
 DATASETS = ("synthetic", *PRESETS, "synthetic-mag", *PLANETOID, *OGB, MAG_NAME)
 #: The datasets that are a ``HeteroData``.
@@ -20,7 +22,10 @@ HETERO_DATASETS = ("synthetic-mag", MAG_NAME)
 #: OGB's link datasets: ``load_dataset`` gives the ``(data, split_edge)`` pair
 #: that :func:`pyg_dist.partition` cuts as a link split.
 LINK_DATASETS = tuple(OGBL)
-_BY_LOWER = {name.lower(): name for name in (*DATASETS, *LINK_DATASETS)}
+#: Bipartite user-item graphs: ``load_dataset`` gives them split, as
+#: :func:`~pyg_dist.datasets.synthetic_recommendation` does (users first).
+RECOMMEND_DATASETS = ("synthetic-rec",)
+_BY_LOWER = {name.lower(): name for name in (*DATASETS, *LINK_DATASETS, *RECOMMEND_DATASETS)}
 
 
 def dataset_name(name: str) -> str:
@@ -55,7 +60,12 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
             heterogeneous, or an OGB link dataset (:obj:`"ogbl-collab"`,
             :obj:`"ogbl-citation2"`, :obj:`"ogbl-ddi"`): the ``(data,
             split_edge)`` pair :func:`pyg_dist.partition` cuts as a link split
-            (:func:`~pyg_dist.datasets.ogbl.ogbl`). Any case is taken (``"Cora"``).
+            (:func:`~pyg_dist.datasets.ogbl.ogbl`), or :obj:`"synthetic-rec"`,
+            the user-item graph of
+            :func:`~pyg_dist.datasets.synthetic_recommendation`, already split
+            (``num_nodes`` users and items, two users an item, see
+            ``recommendation_sizes``; ``avg_degree`` interactions per
+            user). Any case is taken (``"Cora"``).
         root (str or os.PathLike, optional): Folder holding Planetoid data as
             ``root/Cora/raw/...`` or OGB data as ``root/ogbn_arxiv/raw/...``.
             (default: :obj:`None`)
@@ -74,6 +84,11 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
         return synthetic_mag(seed=seed, **kwargs)
     if name in PRESETS:
         return community_graph(preset(name, **kwargs), seed=seed)
+    if name in RECOMMEND_DATASETS:
+        if "num_nodes" in kwargs:
+            kwargs["num_users"], kwargs["num_items"] = recommendation_sizes(
+                kwargs.pop("num_nodes"))
+        return synthetic_recommendation(seed=seed, **kwargs)
     if name in PLANETOID:
         if root is None:
             raise ValueError(
@@ -96,4 +111,19 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, seed: int = 0
                              f"(holding {MAG_FOLDER}/raw); pass root= (--root)")
         return ogbn_mag(root, **kwargs)
     raise ValueError(f"unknown dataset '{name}'; use one of "
-                     f"{', '.join((*DATASETS, *LINK_DATASETS))}")
+                     f"{', '.join((*DATASETS, *LINK_DATASETS, *RECOMMEND_DATASETS))}")
+
+
+def recommendation_sizes(num_nodes: int) -> tuple[int, int]:
+    """The users and items of a ``num_nodes``-node ``"synthetic-rec"``
+    graph: two users an item (its default, 200 and 100), the rounding to the
+    items.
+
+    Args:
+        num_nodes (int): Users and items together, at least 2.
+    """
+    if num_nodes < 2:
+        raise ValueError(f"'synthetic-rec' got num_nodes={num_nodes}; give at least 2 "
+                         f"(users and items together)")
+    users = 2 * num_nodes // 3
+    return users, num_nodes - users

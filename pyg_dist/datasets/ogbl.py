@@ -43,18 +43,23 @@ class OgblSpec:
         split: The official split's folder under ``split/``.
         add_inverse_edge: Whether the reverse of every stored edge is added.
         features: Whether ``raw/node-feat.csv.gz`` holds node features.
+        metric: OGB's evaluation metric, as
+            :class:`~pyg_dist.strategies.link_task.LinkTask` spells it
+            (``"hits@50"``; ``"mrr"``: each positive ranked among its own
+            negatives of the split).
     """
 
     folder: str
     split: str
     add_inverse_edge: bool
     features: bool
+    metric: str
 
 
 OGBL = {
-    "ogbl-collab": OgblSpec("ogbl_collab", "time", True, True),
-    "ogbl-citation2": OgblSpec("ogbl_citation2", "time", False, True),
-    "ogbl-ddi": OgblSpec("ogbl_ddi", "target", True, False),
+    "ogbl-collab": OgblSpec("ogbl_collab", "time", True, True, "hits@50"),
+    "ogbl-citation2": OgblSpec("ogbl_citation2", "time", False, True, "mrr"),
+    "ogbl-ddi": OgblSpec("ogbl_ddi", "target", True, False, "hits@20"),
 }
 _SPLITS = ("train", "valid", "test")
 

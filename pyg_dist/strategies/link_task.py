@@ -16,11 +16,12 @@ training step:
    pairs of all ranks (PyG's ``examples/link_pred.py``).
 
 Evaluation reports the global ROC-AUC of the training, validation and test
-edges (:func:`~pyg_dist.tasks.roc_auc`; or OGB's Hits@K or
-MRR, ``metric=``); the training edges are scored against the negatives of
-epoch 0. Its gathers are booked as evaluation traffic (ledger direction
-``"eval"``), those of the training steps in direction ``"gather"``, whose
-bytes per epoch :meth:`LinkTask.gather_bytes` predicts before training.
+edges (:func:`~pyg_dist.tasks.roc_auc`; or OGB's Hits@K or MRR, or a
+recommendation's recall@K, ``metric=``); the training edges are scored
+against the negatives of epoch 0. Its gathers are booked as evaluation
+traffic (ledger direction ``"eval"``), those of the training steps in
+direction ``"gather"``, whose bytes per epoch :meth:`LinkTask.gather_bytes`
+predicts before training.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from pyg_dist.models.link import decode
 from pyg_dist.nn.lightgcn import DistLightGCN
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.task import Task, task_of
-from pyg_dist.tasks.link_metrics import hits_at_k, mrr, roc_auc
+from pyg_dist.tasks.link_metrics import hits_at_k, mrr, recall_ndcg_at_k, roc_auc
 from pyg_dist.tasks.negatives import KINDS, negatives
 from pyg_dist.tasks.supervision import SPLITS, SupervisionEdges, is_link_split, link_split
 
@@ -107,12 +108,22 @@ class LinkTask(Task):
             (default: :obj:`True`)
         metric (str, optional): What evaluation reports for each split:
             :obj:`"auc"` (ROC-AUC of its positives against its negatives),
-            :obj:`"hits@K"` (OGB's Hits@K, e.g. :obj:`"hits@50"`) or
-            :obj:`"mrr"` (OGB's MRR, each positive ranked among
-            ``eval_negatives`` per-source negatives of epoch 0).
-            (default: :obj:`"auc"`)
+            :obj:`"hits@K"` (OGB's Hits@K, e.g. :obj:`"hits@50"`),
+            :obj:`"mrr"` (OGB's MRR: each positive ranked among its own
+            negatives where the split holds them per source, as OGB's
+            ogbl-citation2 does, else among ``eval_negatives`` per-source
+            negatives of epoch 0) or :obj:`"recall@K"` (a recommendation's
+            Recall@K, e.g. :obj:`"recall@20"`: each user's items ranked by
+            the dot product over every item but its training ones,
+            :func:`~pyg_dist.tasks.recall_ndcg_at_k`; nan for the training
+            split). (default: :obj:`"auc"`)
         eval_negatives (int, optional): Per-source negatives of each positive
-            for :obj:`"mrr"`. (default: :obj:`100`)
+            for :obj:`"mrr"` on a split without its own. (default: :obj:`100`)
+        num_users (int, optional): Users of a user-item graph (nodes
+            :math:`0, \dots, U - 1`; items after them), for
+            :obj:`"recall@K"`; :obj:`None` for one more than the highest
+            source of a positive supervision edge. Every positive must go
+            from a user to an item. (default: :obj:`None`)
 
     Attributes:
         splits (dict[str, SupervisionEdges]): This rank's supervision edges.
@@ -124,10 +135,12 @@ class LinkTask(Task):
 
     def __init__(self, data: Any, negatives: str = "uniform", num_negatives: int = 1,
                  seed: int = 0, loss: str = "bce", lambda_reg: float = 1e-4,
-                 features: bool = True, metric: str = "auc", eval_negatives: int = 100) -> None:
-        if metric not in ("auc", "mrr") and not _hits_k(metric):
-            raise ValueError(f"'LinkTask' got metric='{metric}'; use 'auc', 'mrr' or "
-                             f"'hits@K' with K >= 1 (e.g. 'hits@50')")
+                 features: bool = True, metric: str = "auc", eval_negatives: int = 100,
+                 num_users: int | None = None) -> None:
+        if metric not in ("auc", "mrr") and not (_at_k(metric, "hits")
+                                                 or _at_k(metric, "recall")):
+            raise ValueError(f"'LinkTask' got metric='{metric}'; use 'auc', 'mrr', "
+                             f"'hits@K' or 'recall@K' with K >= 1 (e.g. 'hits@50')")
         if loss not in LOSSES:
             raise ValueError(f"'LinkTask' got loss='{loss}'; use one of {', '.join(LOSSES)}")
         if loss == "bpr" and num_negatives < 1:
@@ -159,6 +172,10 @@ class LinkTask(Task):
         self.registry = registry_of(data)
         self.kind, self.num_negatives, self.seed = negatives, num_negatives, seed
         self.epoch = 0
+        self._own_negatives: dict[str, tuple[SupervisionEdges, int] | None] = {}
+        self.num_users = num_users
+        if _at_k(metric, "recall"):
+            self.num_users = self._users(num_users)
 
     @property
     def graph(self) -> Any:
@@ -268,21 +285,112 @@ class LinkTask(Task):
         return out[0], out[1], out[2]
 
     def _metric(self, model: nn.Module, h: Tensor, split: str) -> float:
+        recall = _at_k(self.metric, "recall")
+        if recall is not None:
+            return float("nan") if split == "train" else self.ranking(h, split, recall)[0]
         if self.metric == "mrr":
-            edges = self.splits[split].select(self.splits[split].label > 0)
-            neg = negatives(edges.index, edges.id, self.num_nodes, self.seed, 0, "structured",
-                            self.eval_negatives)
-            both = SupervisionEdges(torch.cat([edges.index, neg], 1),
-                                    torch.cat([edges.label, edges.label.new_zeros(neg.size(1))]),
-                                    torch.cat([edges.id, edges.id.new_full((neg.size(1),), -1)]))
+            own = self.own_negatives(split)
+            if own is None:
+                edges = self.splits[split].select(self.splits[split].label > 0)
+                neg = negatives(edges.index, edges.id, self.num_nodes, self.seed, 0,
+                                "structured", self.eval_negatives)
+                both = SupervisionEdges(
+                    torch.cat([edges.index, neg], 1),
+                    torch.cat([edges.label, edges.label.new_zeros(neg.size(1))]),
+                    torch.cat([edges.id, edges.id.new_full((neg.size(1),), -1)]))
+                per = self.eval_negatives
+            else:
+                both, per = own
             score = self.scores(model, h, both, "eval")
-            num = edges.num_edges
-            return mrr(score[:num], score[num:].view(num, self.eval_negatives))
+            num = both.num_edges // (per + 1)
+            return mrr(score[:num], score[num:].view(num, per))
         edges = self.edges(split, epoch=0)
         score = self.scores(model, h, edges, "eval")
         pos, neg = score[edges.label > 0], score[edges.label <= 0]
-        k = _hits_k(self.metric)
+        k = _at_k(self.metric, "hits")
         return roc_auc(pos, neg) if k is None else hits_at_k(pos, neg, k)
+
+    def own_negatives(self, split: str) -> tuple[SupervisionEdges, int] | None:
+        """The split's positives, then each one's own negatives in turn, and
+        how many each has, :math:`M`, where the split holds :math:`M`
+        negatives per positive that share its source (OGB's
+        ogbl-citation2: negative :math:`m` of positive :math:`i` is edge
+        :math:`P + iM + m` of the split's :math:`P` positives and
+        :math:`PM` negatives, on the rank of its positive); :obj:`None`
+        where it does not. Collective.
+
+        Args:
+            split (str): The split.
+        """
+        if split not in self._own_negatives:
+            self._own_negatives[split] = self._pair_negatives(self.splits[split])
+        return self._own_negatives[split]
+
+    def _pair_negatives(self, edges: SupervisionEdges) -> tuple[SupervisionEdges, int] | None:
+        is_pos = edges.label > 0
+        pos, neg = edges.select(is_pos), edges.select(~is_pos)
+        counts = [float(pos.num_edges), float(neg.num_edges)]
+        num_pos, num_neg = (distributed.all_reduce_values(counts)
+                            if distributed.is_distributed() else counts)
+        per = int(num_neg // num_pos) if num_pos and num_neg % num_pos == 0 else 0
+        paired = per > 0 and neg.num_edges == pos.num_edges * per
+        if paired and neg.num_edges:
+            pos = pos.select(torch.argsort(pos.id))
+            neg = neg.select(torch.argsort(neg.id))
+            owner = torch.div(neg.id - int(num_pos), per, rounding_mode="floor")
+            paired = (torch.equal(owner, pos.id.repeat_interleave(per))
+                      and torch.equal(neg.index[0], pos.index[0].repeat_interleave(per)))
+        if distributed.is_distributed():
+            paired = distributed.all_reduce_values([float(not paired)])[0] == 0
+        if not paired:
+            return None
+        both = SupervisionEdges(torch.cat([pos.index, neg.index], 1),
+                                torch.cat([pos.label, neg.label]), torch.cat([pos.id, neg.id]))
+        return both, per
+
+    def ranking(self, h: Tensor, split: str, k: int) -> tuple[float, float]:
+        """Recall@``k`` and NDCG@``k`` of the positives of ``split`` over
+        every item, from the embeddings ``h`` of this rank's nodes: each
+        user's items ranked by the dot product, its training items left out
+        (:func:`~pyg_dist.tasks.recall_ndcg_at_k`). Collective.
+
+        Args:
+            h (torch.Tensor): ``[N_own, F]`` the model's output.
+            split (str): The split whose interactions are the targets.
+            k (int): :math:`K`.
+        """
+        if self.num_users is None:
+            raise ValueError("'LinkTask.ranking' ranks items for users; make the task with "
+                             "metric='recall@K' or num_users=U")
+        edges = self.splits[split]
+        graph = self.graph
+        gid = getattr(self.data, "global_id", None)
+        if gid is None:  # one process: every node, in global order
+            gid = torch.arange(h.size(0), device=h.device)
+        trained = (graph.global_edges() if hasattr(graph, "global_edges")
+                   else (graph[0], graph[1]))
+        return recall_ndcg_at_k(h, gid, trained, edges.index[:, edges.label > 0],
+                                self.num_users, k)
+
+    def _users(self, given: int | None) -> int:
+        """The users of a user-item graph: ``given``, or one more than the
+        highest source of a positive supervision edge; raises, naming the
+        fix, unless every positive goes from a user to an item. Collective."""
+        index = torch.cat([e.index[:, e.label > 0] for e in self.splits.values()], 1)
+        high = float(index[0].max()) if index.numel() else -1.0
+        low = float(index[1].min()) if index.numel() else float(self.num_nodes)
+        if distributed.is_distributed():
+            high, low = distributed.all_reduce_values([high, -low], "max")
+            low = -low
+        users = int(high) + 1 if given is None else given
+        if high >= users or low < users or users >= self.num_nodes:
+            raise ValueError(f"'LinkTask' with metric='{self.metric}' ranks items for users, "
+                             f"but the supervision edges do not all go from a user (ids 0 to "
+                             f"{users - 1}) to an item (ids {users} to {self.num_nodes - 1}): "
+                             f"sources reach {int(high)}, targets start at {int(low)}; pass a "
+                             f"user-item graph, users first (num_users=U), or use "
+                             f"metric='auc' for link prediction")
+        return users
 
 
 def _ends(edges: SupervisionEdges) -> Tensor:
@@ -290,7 +398,8 @@ def _ends(edges: SupervisionEdges) -> Tensor:
     return torch.cat([edges.index[0], edges.index[1]])
 
 
-def _hits_k(metric: str) -> int | None:
-    """K of ``"hits@K"``; :obj:`None` for another metric."""
+def _at_k(metric: str, name: str) -> int | None:
+    """K of ``"<name>@K"`` (``"hits@50"``, ``"recall@20"``); :obj:`None` for
+    another metric."""
     head, _, k = metric.partition("@")
-    return int(k) if head == "hits" and k.isdigit() and int(k) >= 1 else None
+    return int(k) if head == name and k.isdigit() and int(k) >= 1 else None

@@ -1,11 +1,15 @@
 """Link prediction in one process: train() on RandomLinkSplit's three graphs
 equals plain PyG training step for step; negatives of both kinds; the
 strategies that cannot train edges refuse, naming the one that can; the
-LightGCN twin keeps PyG's state and outputs."""
+LightGCN twin keeps PyG's state and outputs; MRR among a split's own
+per-source negatives, and a recommendation's recall@K."""
+import math
+
 import pytest
 import torch
-from link_cases import EPOCHS, LR, graph, link_split, model, reference
+from link_cases import EPOCHS, LR, brute_recall_ndcg, graph, link_split, model, reference
 from tolerances import TOL, assert_close
+from torch_geometric.data import Data
 from torch_geometric.nn.models import LightGCN
 
 from pyg_dist.config import FeatureParallel, GradientOnly, LayerPipeline
@@ -110,3 +114,53 @@ def test_a_cut_lightgcn_loads_pyg_state_as_its_rows(tmp_path):
                                          r"pyg_dist.save_embeddings\(model, data, folder\)"):
         save_model(net, tmp_path / "model.pt")
     assert not list(tmp_path.iterdir())
+
+
+def test_mrr_ranks_among_a_split_s_own_negatives_where_it_holds_them():
+    # OGB's citation2 layout: negatives m of positive i at P + i * M + m, its source theirs
+    torch.manual_seed(0)
+    x = torch.randn(6, 3)
+    data = Data(x=x, edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]]), num_nodes=6)
+    pos = torch.tensor([[0, 4], [2, 5]])
+    neg = torch.tensor([[0, 1], [0, 2], [0, 3], [2, 0], [2, 1], [2, 4]])
+    split_edge = {"train": {"edge": torch.tensor([[0, 1], [1, 2]])},
+                  "valid": {"edge": pos, "edge_neg": neg},
+                  "test": {"edge": pos, "edge_neg": neg.flip(0)}}  # sources no longer theirs
+    task = LinkTask((data, split_edge), metric="mrr", eval_negatives=4)
+    both, per = task.own_negatives("val")
+    assert per == 3 and torch.equal(both.index[:, :2], pos.t())
+    assert task.own_negatives("test") is None and task.own_negatives("train") is None
+    net = model("gcn-dot", 3)
+    net.eval()
+    with torch.no_grad():
+        z = net(x, data.edge_index)
+    score = lambda e: (z[e[:, 0]] * z[e[:, 1]]).sum(-1)  # noqa: E731
+    s_pos, s_neg = score(pos).view(2, 1), score(neg).view(2, 3)
+    rank = 1 + ((s_neg > s_pos).sum(1) + (s_neg >= s_pos).sum(1)).double() / 2
+    _, val, _ = task.evaluate(net)
+    assert val == pytest.approx(float((1 / rank).mean()))
+
+
+def test_recall_metric_ranks_items_for_users_and_refuses_other_graphs():
+    split = synthetic_recommendation(30, 20, avg_degree=3, seed=2)
+    task = LinkTask(split, negatives="structured", loss="bpr", features=False,
+                    metric="recall@5")
+    assert task.num_users == 30
+    torch.manual_seed(0)
+    net = to_distributed(LightGCN(50, 4, 2))
+    train_acc, val, test = task.evaluate(net)
+    with torch.no_grad():
+        z = net(split[0].edge_index)
+    ref_val = brute_recall_ndcg(z, (split[0], None, split[1]), users=30, k=5)
+    ref_test = brute_recall_ndcg(z, split, users=30, k=5)
+    assert math.isnan(train_acc)
+    assert (val, test) == (pytest.approx(ref_val[0]), pytest.approx(ref_test[0]))
+    assert task.ranking(z, "test", 5) == (pytest.approx(ref_test[0]),
+                                          pytest.approx(ref_test[1]))
+    with pytest.raises(ValueError, match=r"ranks items for users, but the supervision edges "
+                                         r"do not all go from a user \(ids 0 to 39\) to an item "
+                                         r"\(ids 40 to 49\): sources reach 29, targets start "
+                                         r"at 30; pass a user-item graph"):
+        LinkTask(split, features=False, metric="recall@5", num_users=40)
+    with pytest.raises(ValueError, match="use 'auc', 'mrr', 'hits@K' or 'recall@K'"):
+        LinkTask(split, features=False, metric="recall@0")
