@@ -11,6 +11,9 @@
     pyg-dist train --dataset cora --root tests/data --model sage --norm batch --labels-as-input \\
         --post cs
     pyg-dist train --model gcn2 --layers 16 --strategy layer-pipeline --stages 2 --chunks 4
+    pyg-dist train --task link --dataset cora --root tests/data --decoder mlp
+    pyg-dist train --task recommend --parts 2       # LightGCN on synthetic-rec, recall@20
+    pyg-dist train --dataset ogbl-collab --root ogb --recipe ogbl   # OGB's split, Hits@50
     pyg-dist train --config run.json          # a run's JSON line (or its "config") again
     torchrun --nproc-per-node 4 -m pyg_dist.cli train --dataset synthetic --parts 4
     pyg-dist train --dataset cora --root tests/data --strategy auto --accept stale
@@ -133,10 +136,11 @@ def build_parser(strategy: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _add_debug(parser: Any) -> None:
-    """``--debug``, before or after the command's name."""
+def _add_debug(parser: Any, shown: bool = True) -> None:
+    """``--debug``, before or after the command's name (in the help where ``shown``)."""
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help=f"show the traceback of an error (or {env.DEBUG}=1)")
+                        help=f"show the traceback of an error (or {env.DEBUG}=1)" if shown
+                        else argparse.SUPPRESS)
 
 
 #: The options whose default is the model's recipe, by ``dest``.
@@ -173,7 +177,7 @@ def _train_parser(sub: Any, name: str, help: str, shown: str | None = None) -> N
         top.add_argument("--out", required=True, metavar="DIR",
                          help="folder to write the embeddings to")
         top.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    _add_debug(top)
+    _add_debug(top, shown=False)  # pyg-dist --help shows it, and every error names it
     steps = train.add_argument_group("optimisation and evaluation")
     add_fields(steps, Adam, "optimizer", flags={"schedule": "--lr-schedule"})
     add_fields(steps, GradSync, "grad_sync", prefix="grad-")

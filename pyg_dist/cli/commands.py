@@ -16,6 +16,7 @@ from pyg_dist.cli.job import DEFAULT_PARTS, Graph
 from pyg_dist.cli.preflight import check_host
 from pyg_dist.datasets import GraphFolder, HeteroGraphFolder, load_dataset, write_graph_folder
 from pyg_dist.datasets.graph import edge_key
+from pyg_dist.datasets.load import LINK_DATASETS, RECOMMEND_DATASETS
 from pyg_dist.datasets.ogb import OGB, convert_ogbn
 from pyg_dist.datasets.ogb_mag import MAG_NAME
 from pyg_dist.partitioning import PartitionMeta, partition_distributed
@@ -61,6 +62,7 @@ def convert_command(args: argparse.Namespace) -> int:
     time, any other dataset through its PyG ``Data`` or ``HeteroData`` (the
     heterogeneous layout)."""
     graph = _graph(args)
+    _refuse_split(args.command, graph.dataset)
     if graph.dataset in (*OGB, MAG_NAME) and graph.root is None:
         raise SystemExit(f"pyg-dist convert: --dataset {graph.dataset} needs --root, the "
                          f"folder OGB downloaded it into")
@@ -82,6 +84,16 @@ def convert_command(args: argparse.Namespace) -> int:
         summary["node_attrs"] = folder.node_attrs
     print(json.dumps(summary))
     return 0
+
+
+def _refuse_split(command: str, dataset: str) -> None:
+    """``convert`` and ``layouts`` take graphs of node labels; a dataset that
+    comes split into supervision edges is cut with ``partition``."""
+    if dataset in (*LINK_DATASETS, *RECOMMEND_DATASETS):
+        raise SystemExit(f"pyg-dist {command} takes graphs of node labels; --dataset {dataset} "
+                         f"comes split into edges to predict: cut it with 'pyg-dist partition "
+                         f"--dataset {dataset} --out DIR', or train it with 'pyg-dist train "
+                         f"--dataset {dataset}'")
 
 
 def distributed_partition_command(args: argparse.Namespace) -> int:
@@ -169,7 +181,8 @@ def _partition_joined(parts: int | None, *job: Any) -> PartitionMeta | None:
 
 
 def load_graph(graph: Graph) -> Any:
-    """The PyG ``Data`` that ``graph`` names."""
+    """The PyG ``Data`` that ``graph`` names (a link split for the datasets
+    that come split: OGB's link datasets, the user-item graphs)."""
     if graph.dataset.startswith("synthetic"):
         return load_dataset(graph.dataset, seed=graph.seed, num_nodes=graph.num_nodes,
                             avg_degree=graph.avg_degree)
@@ -181,8 +194,8 @@ def partition_graph(graph: Graph, out: Path, parts: int, clusters: int = 1,
     """Cuts the graph ``graph`` names into ``parts`` parts (and ``clusters``
     clusters per part) in folder ``out``."""
     data = load_graph(graph)
-    if graph.task == "link":
-        data = split_links(data, seed=graph.seed)
+    if graph.task != "node" and graph.dataset not in (*LINK_DATASETS, *RECOMMEND_DATASETS):
+        data = split_links(data, seed=graph.seed)  # those come split
     return pyg_dist.partition(data, parts, out, method=graph.method,
                               seed=graph.seed, overwrite=overwrite, clusters_per_part=clusters)
 
@@ -205,6 +218,7 @@ def layouts_command(args: argparse.Namespace) -> int:
     """Cuts the graph into every part count dividing --parts (in a temporary
     folder) and prints each layout's predicted bytes per epoch, then the best."""
     graph = _graph(args)
+    _refuse_split("layouts", graph.dataset)
     check_dataset("layouts", graph)
     ranks = graph.parts or DEFAULT_PARTS
     data = load_graph(graph)

@@ -19,6 +19,7 @@ from pyg_dist.cli.job import Graph
 from pyg_dist.datasets.folder_files import GRAPH_FILE
 from pyg_dist.datasets.ogb import OGB
 from pyg_dist.datasets.ogb_mag import MAG_FOLDER, MAG_NAME
+from pyg_dist.datasets.ogbl import OGBL
 from pyg_dist.datasets.planetoid import PLANETOID, missing_raw_files
 from pyg_dist.partitioning.io import META_FILE, read_meta
 from pyg_dist.runtime import env
@@ -286,8 +287,9 @@ def check_dataset(command: str, graph: Graph) -> None:
                 f"pyg-dist {command}: --dataset {name}: no {missing[0].name}{more} in "
                 f"{Path(root) / folder}; put Planetoid's raw files there, or pass the --root "
                 f"that holds {folder} (a clone: --root {CLONE_ROOT}); nothing is downloaded")
-    elif name in OGB or name == MAG_NAME:
-        folder = MAG_FOLDER if name == MAG_NAME else OGB[name].folder
+    elif name in OGB or name in OGBL or name == MAG_NAME:
+        folder = (MAG_FOLDER if name == MAG_NAME
+                  else OGB[name].folder if name in OGB else OGBL[name].folder)
         if root is None:
             raise UsageError(f"pyg-dist {command}: --dataset {name} reads OGB's downloaded "
                              f"folder {folder}/ under --root DIR; pass --root")

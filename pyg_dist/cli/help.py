@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from pyg_dist.cli.job import RECIPES
+from pyg_dist.cli.job import EMBEDDING_MODELS, RECIPES
 from pyg_dist.models.gnn import DEEP_MODELS
 from pyg_dist.models.hetero import HETERO_MODELS
 
@@ -94,7 +94,8 @@ class TopFormatter(argparse.RawDescriptionHelpFormatter):
 
 def recipe_default(key: str, fallback: Any = None) -> str:
     """How the per-model default of recipe ``key`` (``"lr"``, ``"hidden"``)
-    reads in help: ``"default per model: 0.01; gat 0.005"``.
+    reads in help: ``"default per model: 0.01; gat 0.005"``; the GNNs' (an
+    embedding model's, LightGCN's, is in the docs: a help line each).
 
     Args:
         key (str): A key of :data:`~pyg_dist.cli.job.RECIPES`' recipes.
@@ -104,6 +105,8 @@ def recipe_default(key: str, fallback: Any = None) -> str:
     base = RECIPES["gcn"].get(key, fallback)
     others: dict[Any, list[str]] = {}
     for name, recipe in RECIPES.items():
+        if name in EMBEDDING_MODELS:
+            continue
         value = recipe.get(key, fallback)
         if value != base:
             others.setdefault(value, []).append(name)

@@ -20,7 +20,14 @@ from pyg_dist.config import (
     option,
     strategy_from_dict,
 )
-from pyg_dist.datasets.load import DATASETS, HETERO_DATASETS, dataset_name
+from pyg_dist.datasets.load import (
+    DATASETS,
+    HETERO_DATASETS,
+    LINK_DATASETS,
+    RECOMMEND_DATASETS,
+    dataset_name,
+)
+from pyg_dist.datasets.ogbl import OGBL
 from pyg_dist.models.gnn import DEEP_MODELS, JK_MODES, NORMS
 from pyg_dist.models.hetero import HETERO_MODELS
 from pyg_dist.partitioning.cut import METHODS
@@ -28,19 +35,29 @@ from pyg_dist.strategies import Settings, Strategy
 from pyg_dist.train.post import POSTS, CorrectSmooth
 
 __all__ = ["Graph", "Model", "Run", "Job", "RECIPES", "NAMED_RECIPES", "recipe_of",
-           "HOMOGENEOUS_MODELS", "DEFAULT_PARTS",
-           "DEFAULT_EPOCHS", "KEYS", "check_shape", "resolve"]
+           "HOMOGENEOUS_MODELS", "EMBEDDING_MODELS", "TASK_MODELS", "DECODERS", "TASKS", "RECALL_K",
+           "DEFAULT_PARTS", "DEFAULT_EPOCHS", "KEYS", "check_shape", "resolve"]
 
 #: Ranks (= parts) when neither the command line nor torchrun says.
 DEFAULT_PARTS = 4
-#: What a job trains: node labels, or the edges of a link split.
-TASKS = ("node", "link")
+#: What a job trains: node labels, the edges of a link split (a seeded
+#: RandomLinkSplit, or OGB's official split), or a user-item graph's
+#: interactions (LightGCN with BPR).
+TASKS = ("node", "link", "recommend")
+#: The decoders of ``--task link``: the dot product, or OGB's ``LinkPredictor``.
+DECODERS = ("dot", "mlp")
+#: K of the recall@K and NDCG@K a recommendation reports (the LightGCN
+#: paper's and PyG's ``examples/lightgcn.py``'s).
+RECALL_K = 20
+#: Every dataset a job names.
+JOB_DATASETS = (*DATASETS, *LINK_DATASETS, *RECOMMEND_DATASETS)
 
 #: Defaults per model: the published recipes (GCN: Kipf & Welling; GAT:
-#: Velickovic et al.; GCNII: Chen et al., Cora), which SAGE and GIN share with
-#: GCN and the residual GCN / SAGE with GCNII here; the heterogeneous models
-#: train as ``benchmarks/hetero.py`` measured them. ``lr`` and
-#: ``weight_decay`` are :class:`~pyg_dist.config.Adam`'s.
+#: Velickovic et al.; GCNII: Chen et al., Cora; LightGCN: He et al., 64-wide
+#: embeddings, 3 layers, lr 0.001, BPR's own L2 term instead of weight decay),
+#: which SAGE and GIN share with GCN and the residual GCN / SAGE with GCNII
+#: here; the heterogeneous models train as ``benchmarks/hetero.py`` measured
+#: them. ``lr`` and ``weight_decay`` are :class:`~pyg_dist.config.Adam`'s.
 _GCN_RECIPE = {"hidden": 16, "heads": 1, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4,
                "layers": 2}
 _DEEP_RECIPE = {"hidden": 64, "heads": 1, "dropout": 0.6, "lr": 0.01, "weight_decay": 5e-4,
@@ -56,23 +73,44 @@ RECIPES: dict[str, dict[str, Any]] = {
     "resgcn": _DEEP_RECIPE,
     "ressage": _DEEP_RECIPE,
     **{name: _HETERO_RECIPE for name in HETERO_MODELS},
+    "lightgcn": {"hidden": 64, "heads": 1, "dropout": 0.0, "lr": 0.001, "weight_decay": 0.0,
+                 "layers": 3},
 }
 MODELS = tuple(RECIPES)
+#: The models that learn an embedding per node and read no features
+#: (PyG's ``LightGCN``, trained as :class:`~pyg_dist.nn.DistLightGCN`).
+EMBEDDING_MODELS = ("lightgcn",)
 #: The models of homogeneous graphs.
 HOMOGENEOUS_MODELS = tuple(m for m in MODELS if m not in HETERO_MODELS)
+#: The models of each task on a homogeneous graph: node classification's,
+#: the encoders of link prediction, recommendation's.
+TASK_MODELS = {"node": tuple(m for m in HOMOGENEOUS_MODELS if m not in EMBEDDING_MODELS),
+               "link": tuple(m for m in HOMOGENEOUS_MODELS if m not in DEEP_MODELS),
+               "recommend": EMBEDDING_MODELS}
 #: The models that take the recipe options of :class:`~pyg_dist.models.GNN`
 #: (norms, residual connections, a jumping-knowledge head, a linear skip,
 #: labels as input).
-SHALLOW_MODELS = tuple(m for m in HOMOGENEOUS_MODELS if m not in DEEP_MODELS)
+SHALLOW_MODELS = tuple(m for m in HOMOGENEOUS_MODELS
+                       if m not in DEEP_MODELS and m not in EMBEDDING_MODELS)
 #: Named recipes (``--recipe``): settings over the model's published ones
-#: (``RECIPES``), and the models each applies to. ``planetoid``: the published
-#: recipes as they are (made on Cora, CiteSeer and PubMed). ``ogb``: GraphSAGE
-#: (and GCN) as full-graph training on an ogbn-arxiv-shaped graph measured best
-#: (``benchmarks/time_to_accuracy.py``): 256 hidden features, dropout between
-#: the layers but not on the input, no weight decay.
-NAMED_RECIPES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
-    "planetoid": ({}, MODELS),
-    "ogb": ({"hidden": 256, "input_dropout": 0.0, "weight_decay": 0.0}, ("gcn", "sage")),
+#: (``RECIPES``), the models and the tasks each applies to. ``planetoid``:
+#: the published recipes as they are (the GNNs' made on Cora, CiteSeer and
+#: PubMed). ``ogb``: GraphSAGE (and GCN) as full-graph training on an
+#: ogbn-arxiv-shaped graph measured best (``benchmarks/time_to_accuracy.py``):
+#: 256 hidden features, dropout between the layers but not on the input, no
+#: weight decay. ``ogbl``: OGB's link-prediction examples (ogbl-collab's GCN
+#: and GraphSAGE): 3 layers of 256, no dropout, lr 0.001, no weight decay,
+#: scored by OGB's ``LinkPredictor`` (as deep and wide as the encoder).
+#: ``recsys``: LightGCN as full-graph training (one step an epoch) measured
+#: best on the synthetic recommendation graph (``benchmarks/peer_link.py``):
+#: 2 layers, lr 0.01 (the paper's 0.001 is for mini-batches of 2,048).
+NAMED_RECIPES: dict[str, tuple[dict[str, Any], tuple[str, ...], tuple[str, ...]]] = {
+    "planetoid": ({}, MODELS, TASKS),
+    "ogb": ({"hidden": 256, "input_dropout": 0.0, "weight_decay": 0.0}, ("gcn", "sage"),
+            ("node",)),
+    "ogbl": ({"hidden": 256, "layers": 3, "dropout": 0.0, "lr": 0.001, "weight_decay": 0.0,
+              "decoder": "mlp"}, ("gcn", "sage"), ("link",)),
+    "recsys": ({"layers": 2, "lr": 0.01}, ("lightgcn",), ("recommend",)),
 }
 
 
@@ -80,6 +118,13 @@ def recipe_of(model: str, recipe: str = "planetoid") -> dict[str, Any]:
     """The settings of ``model`` under the named ``recipe``: its published
     recipe with the named one's settings on top."""
     return {**RECIPES[model], **NAMED_RECIPES[recipe][0]}
+
+
+def dataset_task(dataset: str) -> str:
+    """The task a dataset trains unless the job says: ``"link"`` for OGB's
+    link datasets, ``"recommend"`` for a user-item graph, else ``"node"``."""
+    return ("link" if dataset in LINK_DATASETS
+            else "recommend" if dataset in RECOMMEND_DATASETS else "node")
 
 
 def _spelled(names: tuple[str, ...]) -> str:
@@ -109,8 +154,8 @@ def _spelled(names: tuple[str, ...]) -> str:
 class Graph(Options):
     """The graph: a dataset cut into parts, or a partition folder."""
 
-    dataset: str = option("synthetic", _spelled(DATASETS) + " (any case)",
-                          type=dataset_name, choices=tuple(DATASETS), metavar="NAME")
+    dataset: str = option("synthetic", _spelled(JOB_DATASETS),
+                          type=dataset_name, choices=JOB_DATASETS, metavar="NAME")
     root: str | None = option(None, "folder of <root>/Cora/raw or <root>/ogbn_arxiv/raw",
                                    type=str, metavar="DIR")
     parts: int | None = option(None, "parts = ranks (default: 4 or torchrun's)", type=int,
@@ -123,16 +168,30 @@ class Graph(Options):
                                       metavar="D")
     parts_dir: str | None = option(None, "a partition folder (default: cut one)",
                                    type=str, metavar="DIR")
-    task: str = option("node", "node|link (seeded RandomLinkSplit)",
+    # None (the default) is the dataset's own task, set when the graph is made
+    task: str = option(None, "node|link|recommend (default: the dataset's)", type=str,
                        choices=TASKS, metavar="TASK")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dataset", dataset_name(self.dataset))  # "Cora" is "cora"
+        if self.task is None:  # the dataset's own: ogbl-* link, synthetic-rec recommend
+            object.__setattr__(self, "task", dataset_task(self.dataset))
         super().__post_init__()
 
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Graph:
+        """The graph :meth:`to_dict` wrote; a recommendation that names no
+        dataset trains the synthetic user-item graph."""
+        if isinstance(values, dict) and values.get("task") == "recommend" \
+                and values.get("dataset") is None:
+            values = {**values, "dataset": RECOMMEND_DATASETS[0]}
+        graph: Graph = super().from_dict(values)
+        return graph
+
     def check(self) -> None:
-        if self.dataset not in DATASETS:
-            raise ValueError(f"Graph(dataset={self.dataset!r}): use one of {', '.join(DATASETS)}")
+        if self.dataset not in JOB_DATASETS:
+            raise ValueError(f"Graph(dataset={self.dataset!r}): use one of "
+                             f"{', '.join(JOB_DATASETS)}")
         if self.method not in METHODS:
             raise ValueError(f"Graph(method={self.method!r}): use one of {', '.join(METHODS)}")
         if self.task not in TASKS:
@@ -150,11 +209,43 @@ class Graph(Options):
         if self.dataset in HETERO_DATASETS and self.avg_degree is not None:
             raise ValueError(f"--avg-degree does not apply to {self.dataset} (its relations "
                              f"keep ogbn-mag's edges per node); leave it out")
+        self._check_task()
+
+    def _check_task(self) -> None:
+        """The task fits the dataset: OGB's link datasets train links on
+        their split, a user-item graph trains recommendation, and only it."""
+        name, task = self.dataset, self.task
+        if name in LINK_DATASETS and task != "link":
+            raise ValueError(f"--dataset {name} is OGB's link prediction on its official "
+                             f"split, which trains --task link (its default), not --task "
+                             f"{task}; leave --task out")
+        if name in RECOMMEND_DATASETS and task != "recommend":
+            raise ValueError(f"--dataset {name} is a user-item graph without features, which "
+                             f"trains --task recommend (its default), not --task {task}; leave "
+                             f"--task out")
+        if task == "recommend" and name not in RECOMMEND_DATASETS and self.parts_dir is None:
+            raise ValueError(f"--task recommend trains a bipartite user-item graph, which "
+                             f"--dataset {name} is not; use --dataset "
+                             f"{'|'.join(RECOMMEND_DATASETS)} (its default) or --parts-dir of a "
+                             f"user-item split, or --task link to predict {name}'s edges")
 
     @property
     def hetero(self) -> bool:
         """Whether the dataset is heterogeneous."""
         return self.dataset in HETERO_DATASETS
+
+    @property
+    def metric(self) -> str:
+        """What a link task's evaluation reports
+        (:class:`~pyg_dist.strategies.link_task.LinkTask`'s ``metric``):
+        recall@20 for a recommendation, OGB's metric for its link datasets
+        (Hits@50 ogbl-collab, MRR ogbl-citation2, Hits@20 ogbl-ddi), else
+        ROC-AUC; ``"accuracy"`` for node classification."""
+        if self.task == "recommend":
+            return f"recall@{RECALL_K}"
+        if self.task == "link":
+            return OGBL[self.dataset].metric if self.dataset in OGBL else "auc"
+        return "accuracy"
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain values; the task only where it is not node
@@ -170,9 +261,8 @@ class Model(Options):
     """The model and its sizes; unset sizes are the model's published recipe."""
 
     name: str = option("gcn", "|".join(MODELS), choices=MODELS, metavar="NAME")
-    recipe: str = option("planetoid", "|".join(NAMED_RECIPES)
-                         + f" (ogb: {', '.join(NAMED_RECIPES['ogb'][1])})",
-                         choices=tuple(NAMED_RECIPES), metavar="NAME")
+    recipe: str = option("planetoid", "|".join(NAMED_RECIPES), choices=tuple(NAMED_RECIPES),
+                         metavar="NAME")
     layers: int | None = option(None, "layers (default: the model's recipe)", type=int,
                                 metavar="L")
     hidden: int | None = option(None, "hidden width", type=int,
@@ -190,6 +280,8 @@ class Model(Options):
                             choices=JK_MODES, metavar="MODE")
     skip: bool = option(False, "a linear skip around every layer")
     labels_as_input: bool = option(False, "half the training labels as input each epoch")
+    decoder: str | None = option(None, "dot|mlp (OGB's LinkPredictor) of --task link",
+                                 type=str, choices=DECODERS, metavar="HOW")
 
     def check(self) -> None:
         if self.name not in RECIPES:
@@ -223,9 +315,16 @@ class Model(Options):
             raise ValueError(f"{', '.join(extras)} {verb} to the models of pyg_dist.models.GNN, "
                              f"not to {self.name}; leave {them} out or use --model "
                              f"{'|'.join(SHALLOW_MODELS)}")
-        if self.dropout and self.name in HETERO_MODELS:
+        if self.dropout and (self.name in HETERO_MODELS or self.name in EMBEDDING_MODELS):
             raise ValueError(f"--model {self.name} has no dropout (got --dropout "
                              f"{self.dropout}); leave it out")
+        if self.decoder not in (None, *DECODERS):
+            raise ValueError(f"Model(decoder={self.decoder!r}): use one of "
+                             f"{', '.join(DECODERS)}, or None for the dot product")
+        if self.decoder == "mlp" and self.name not in SHALLOW_MODELS:
+            raise ValueError(f"--decoder mlp scores the embeddings of a GNN encoder, --model "
+                             f"{'|'.join(SHALLOW_MODELS)}; --model {self.name} is scored by the "
+                             f"dot product (leave --decoder out)")
 
     def sizes(self) -> tuple[int, int, int, float]:
         """``layers``, ``hidden``, ``heads`` and ``dropout`` of a resolved model."""
@@ -235,11 +334,12 @@ class Model(Options):
         return sizes.layers, sizes.hidden, sizes.heads, sizes.dropout
 
     def resolved(self) -> Model:
-        """This model with its recipe's sizes (and input dropout, where the
-        recipe sets it) where none are set."""
+        """This model with its recipe's sizes (and input dropout and the
+        decoder, where the recipe sets them) where none are set."""
         recipe = recipe_of(self.name, self.recipe)
         return dataclasses.replace(self, **{k: recipe[k] for k in ("layers", "hidden", "heads",
-                                                                   "dropout", "input_dropout")
+                                                                   "dropout", "input_dropout",
+                                                                   "decoder")
                                             if k in recipe and getattr(self, k) is None})
 
     def to_dict(self) -> dict[str, Any]:
@@ -260,7 +360,7 @@ class Model(Options):
 
 #: The fields of :class:`Model` written only where set.
 _RECIPE_OPTIONS = ("recipe", "input_dropout", "norm", "residual", "jk", "skip",
-                   "labels_as_input")
+                   "labels_as_input", "decoder")
 
 
 @dataclass(frozen=True)
@@ -398,8 +498,14 @@ def resolve(base: dict[str, Any], given: dict[str, dict[str, Any]]) -> Job:
     graph = Graph.from_dict(values.get("graph", {}))
     if graph.hetero and graph.parts_dir is None:
         values["model"] = {"name": HETERO_MODELS[0], **(values.get("model") or {})}
+    spec = OGBL.get(graph.dataset)
+    if graph.task == "recommend" or (spec is not None and not spec.features
+                                     and graph.parts_dir is None):
+        # LightGCN learns what a graph without features lacks: an embedding per node
+        values["model"] = {"name": EMBEDDING_MODELS[0], **(values.get("model") or {})}
     model = Model.from_dict(values.get("model", {})).resolved()
     _check_fits(graph, model.name)
+    _check_task(graph, model, values)
     recipe = recipe_of(model.name, model.recipe)
     values["model"] = model.to_dict()
     values["optimizer"] = {"lr": recipe["lr"], "weight_decay": recipe["weight_decay"],
@@ -441,8 +547,14 @@ def _check_strategy(job: Job, hetero: bool) -> None:
     """What the job's strategy says of its model, ranks and settings, before
     any rank starts."""
     strategy = job.strategy
+    if job.graph.task != "node" and strategy.links_refusal:
+        able = " or ".join(f"--strategy {n}" for n, c in STRATEGIES.items()
+                           if not c.links_refusal)
+        raise ValueError(f"--strategy {strategy.name} cannot train --task {job.graph.task}: "
+                         f"{strategy.links_refusal}; use {able}")
     strategy.check_settings(Settings(job.epochs, job.grad_sync, job.evaluation,
-                                     job.checkpoint, hetero, job.model.labels_as_input))
+                                     job.checkpoint, hetero, job.model.labels_as_input,
+                                     links=job.graph.task != "node"))
     strategy.check_model(job.model.name, job.model.layers, job.model.options())
     if job.post is not None and (hetero or strategy.ranks_per_part() != 1):
         raise ValueError(f"--post {job.post.name} propagates over a homogeneous graph with a "
@@ -450,6 +562,49 @@ def _check_strategy(job: Job, hetero: bool) -> None:
                          f"{'a heterogeneous graph' if hetero else f'--strategy {strategy.name}'}")
     if job.graph.parts is not None:
         strategy.graph_parts(job.graph.parts)
+
+
+def _check_task(graph: Graph, model: Model, values: dict[str, Any]) -> None:
+    """The model, its recipe and the options given fit the task: LightGCN
+    for recommendation (and for links, its embeddings standing in for
+    features), a GNN encoder for links on a graph with features, a decoder
+    for links alone, node classification's options for it alone."""
+    task, name = graph.task, model.name
+    if task == "recommend" and name not in EMBEDDING_MODELS:
+        raise ValueError(f"--task recommend trains --model {'|'.join(EMBEDDING_MODELS)} "
+                         f"(LightGCN with BPR, PyG's examples/lightgcn.py), not --model {name}; "
+                         f"leave --model out")
+    if task == "node" and name in EMBEDDING_MODELS:
+        raise ValueError(f"--model {name} learns node embeddings for --task recommend|link, "
+                         f"not --task node; add --task recommend (a user-item graph) or "
+                         f"--task link, or use --model {'|'.join(SHALLOW_MODELS)}")
+    if task == "link" and name in DEEP_MODELS:
+        raise ValueError(f"--task link trains --model {'|'.join(TASK_MODELS['link'])} (the "
+                         f"encoder), not --model {name}")
+    spec = OGBL.get(graph.dataset)
+    if (task == "link" and spec is not None and not spec.features and graph.parts_dir is None
+            and name not in EMBEDDING_MODELS):
+        raise ValueError(f"--dataset {graph.dataset} has no node features for --model {name} to "
+                         f"read; train an embedding per node with --model "
+                         f"{'|'.join(EMBEDDING_MODELS)}")
+    recipe_tasks = NAMED_RECIPES[model.recipe][2]
+    if task not in recipe_tasks:
+        raise ValueError(f"--recipe {model.recipe} is made for --task {'|'.join(recipe_tasks)}, "
+                         f"not --task {task}; add --task {recipe_tasks[0]}, or leave --recipe "
+                         f"out for {name}'s published recipe")
+    if model.decoder is not None and task != "link":
+        raise ValueError(f"--decoder scores the pairs of --task link, not --task {task}; add "
+                         f"--task link, or leave --decoder out")
+    post = values.get("post")
+    if task != "node" and (post is not None or model.labels_as_input):
+        flag = f"--post {post['name']}" if post is not None else "--labels-as-input"
+        raise ValueError(f"{flag} reads node labels, which --task {task} has none of; leave it "
+                         f"out")
+    run = values.get("run") or {}
+    if name in EMBEDDING_MODELS and run.get("save") is not None:
+        raise ValueError(f"--save writes rank 0's weights, but each rank of --model {name} "
+                         f"holds its own rows of the embedding table; write every node's "
+                         f"embedding with 'pyg-dist embed' from the run's --checkpoint DIR")
 
 
 def _check_fits(graph: Graph, model: str) -> None:
@@ -463,7 +618,7 @@ def _check_fits(graph: Graph, model: str) -> None:
     if not graph.hetero and model in HETERO_MODELS:
         raise ValueError(f"--model {model} trains a heterogeneous graph; use --dataset "
                          f"{'|'.join(HETERO_DATASETS)}, or --model "
-                         f"{'|'.join(HOMOGENEOUS_MODELS)} for --dataset {graph.dataset}")
+                         f"{'|'.join(TASK_MODELS[graph.task])} for --dataset {graph.dataset}")
 
 
 def _strategy(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:

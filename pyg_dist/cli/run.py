@@ -15,23 +15,32 @@ from typing import Any, cast
 
 import torch
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
+from torch_geometric.nn.models import LightGCN
 
 import pyg_dist
 from pyg_dist.cli.commands import meta_summary, partition_graph
-from pyg_dist.cli.job import DEFAULT_PARTS, HOMOGENEOUS_MODELS, SHALLOW_MODELS, Job
+from pyg_dist.cli.job import (
+    DEFAULT_PARTS,
+    EMBEDDING_MODELS,
+    RECALL_K,
+    TASK_MODELS,
+    Job,
+)
 from pyg_dist.cli.plan_table import plan_table
 from pyg_dist.config import Planned, as_policy
 from pyg_dist.halo import Exact
+from pyg_dist.loop.embeddings import write_embeddings
 from pyg_dist.models.gnn import DEEP_MODELS, GNN, DeepGNN
 from pyg_dist.models.hetero import HETERO_MODELS, hetero_model
-from pyg_dist.models.link import LinkModel
+from pyg_dist.models.link import LinkModel, LinkPredictor
 from pyg_dist.nn import to_distributed
+from pyg_dist.nn.owned import own_rows
 from pyg_dist.partitioning.io import read_meta
 from pyg_dist.runtime import distributed, env
 from pyg_dist.runtime.peers import PeerLost
 from pyg_dist.strategies import planner
 from pyg_dist.strategies.grid_3d.folder import grid_ranks, is_grid_folder
-from pyg_dist.strategies.link_task import task_for
+from pyg_dist.strategies.link_task import LinkTask, task_for
 from pyg_dist.strategies.task import labelled_type
 from pyg_dist.train.checkpoint import find_checkpoint, load_checkpoint
 from pyg_dist.train.loop import EpochStats, train
@@ -41,7 +50,7 @@ from pyg_dist.train.preemption import StopSignals
 from pyg_dist.train.progress import destination, summary_lines, write
 
 __all__ = ["train_command", "train_rank", "train_joined", "plan_rank", "report_plan",
-           "load_part", "cut_in_words"]
+           "load_part", "job_task", "link_metric", "cut_in_words"]
 
 def train_command(job: Job, body: Callable[[Job, str], Any] | None = None,
                   report: Callable[[dict[str, Any]], None] | None = None) -> int:
@@ -220,10 +229,15 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
         return _load_hetero_part(job, folder)
     if spec.name in HETERO_MODELS:
         raise SystemExit(f"--model {spec.name} trains a heterogeneous graph, but '{folder}' "
-                         f"holds a homogeneous one; use --model {'|'.join(HOMOGENEOUS_MODELS)}")
+                         f"holds a homogeneous one; use --model "
+                         f"{'|'.join(TASK_MODELS[job.graph.task])}")
     data = strategy.load(folder)
     if getattr(data, "link_splits", None):
         return data, _link_model(job, data)
+    if job.graph.task != "node":
+        raise SystemExit(f"--task {job.graph.task} trains supervision edges, which '{folder}' "
+                         f"holds none of; cut the graph for it with 'pyg-dist partition --task "
+                         f"{job.graph.task} ...' (or leave --task out for node labels)")
     if data.meta.num_classes is None:
         raise SystemExit(f"'{folder}' has no class labels (integer 'y'); partition a graph "
                          f"with node labels to train on it")
@@ -244,19 +258,51 @@ def load_part(job: Job, folder: str) -> tuple[Any, Any]:
 
 
 def _link_model(job: Job, data: Any) -> Any:
-    """The job's model as the encoder of a link model (its output the
-    hidden width), scored by the dot product."""
+    """The job's model for the edges of ``data``: PyG's ``LightGCN``
+    (distributed, its table cut to this rank's rows), or the encoder of a
+    link model (its output the hidden width) scored by the dot product or by
+    OGB's ``LinkPredictor`` (``--decoder mlp``: as deep and wide as the
+    encoder, its dropout the encoder's)."""
     spec = job.model
     if spec.name in DEEP_MODELS:
-        raise SystemExit(f"--task link trains --model {'|'.join(SHALLOW_MODELS)}; "
-                         f"got --model {spec.name}")
+        raise SystemExit(f"--task link trains --model {'|'.join(TASK_MODELS['link'])}; got "
+                         f"--model {spec.name}")
     torch.manual_seed(job.graph.seed)
     layers, hidden, heads, dropout = spec.sizes()
+    if spec.name in EMBEDDING_MODELS:
+        light = to_distributed(LightGCN(data.meta.num_nodes, hidden, layers))
+        own_rows(light, data.global_id)  # a checkpoint holds a rank's own rows
+        return light
+    if getattr(data, "x", None) is None:
+        raise SystemExit(f"the graph has no node features for --model {spec.name} to read; "
+                         f"train an embedding per node with --model {'|'.join(EMBEDDING_MODELS)}")
     encoder = GNN(spec.name, data.x.size(1), hidden, hidden, layers=layers, dropout=dropout,
                   heads=heads, **spec.options())
-    model = LinkModel(encoder).to(data.x.device)
+    decoder = (LinkPredictor(hidden, hidden, 1, layers, dropout) if spec.decoder == "mlp"
+               else None)
+    model = LinkModel(encoder, decoder).to(data.x.device)
     torch.manual_seed(job.graph.seed * 1000 + distributed.rank())  # dropout differs per rank
     return model
+
+
+def job_task(job: Job, data: Any) -> Any:
+    """What ``train`` trains for ``job`` on this rank's part ``data``: the
+    part itself (node classification), or the :class:`LinkTask` of its
+    supervision edges reporting the job's metric (:func:`link_metric`),
+    LightGCN with BPR and per-source negatives. Collective for recall@K (the
+    users are counted)."""
+    if not getattr(data, "link_splits", None):
+        return data
+    embedding = job.model.name in EMBEDDING_MODELS
+    return LinkTask(data, negatives="structured" if embedding else "uniform",
+                    loss="bpr" if embedding else "bce", features=not embedding,
+                    metric=link_metric(job))
+
+
+def link_metric(job: Job) -> str:
+    """The metric of a job's link task: the graph's (``Graph.metric``), or
+    ROC-AUC for a partition folder of a link split named without ``--task``."""
+    return "auc" if job.graph.task == "node" else job.graph.metric
 
 
 def _load_hetero_part(job: Job, folder: str) -> tuple[Any, Any]:
@@ -284,12 +330,13 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
     strategy, spec = job.strategy, job.model
     with StopSignals():  # a signal while loading stops at once: nothing to save yet
         data, model = load_part(job, folder)
+        task = job_task(job, data)
     rank = distributed.rank()
     if rank == 0 and job.run.progress:
         layers, hidden, _, _ = spec.sizes()
         print(f"ranks ready; training {spec.name} ({layers} layers, {hidden} hidden) for "
               f"{job.epochs} epochs, {strategy.name}", file=sys.stderr, flush=True)
-    result = train(model, data, job.epochs, strategy=strategy, grad_sync=job.grad_sync,
+    result = train(model, task, job.epochs, strategy=strategy, grad_sync=job.grad_sync,
                    optimizer=job.optimizer, checkpoint=job.checkpoint,
                    evaluation=job.evaluation, callback=_logger(job.run.log_every, rank),
                    progress=job.run.progress)
@@ -298,11 +345,13 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         if result.best_state is not None:  # the best epoch's weights, a resumed run's too
             model.load_state_dict(result.best_state)
         post = correct_and_smooth(model, data, job.post).summary()
+    ranking = _ranking(job, task, model, result.best_state)
     if job.run.save is not None:
         pyg_dist.save_model(model, job.run.save)
     if rank != 0:
         return None
     hetero = isinstance(data, pyg_dist.DistHeteroData)
+    metric = link_metric(job)
     setup = dict(result.setup)
     halo, input_cache = setup.pop("halo"), setup.pop("input_cache")
     last = result.history[-1] if result.history else None
@@ -311,8 +360,9 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
         "training_seconds": round(result.seconds, 3),
         "final_val_acc": last.val_acc if last else None,
         "final_test_acc": last.test_acc if last else None,
-        **({"val_auc": result.val_acc, "test_auc": result.test_acc}
-           if getattr(data, "link_splits", None) else {}),
+        **({"metric": metric, f"val_{metric}": result.val_acc,
+            f"test_{metric}": result.test_acc, **ranking}
+           if isinstance(task, LinkTask) else {}),
         "dataset": job.graph.dataset,
         "parts": distributed.world_size(),
         "method": data.meta.method,
@@ -335,6 +385,24 @@ def train_rank(job: Job, folder: str) -> dict[str, Any] | None:
     }
 
 
+def _ranking(job: Job, task: Any, model: Any, best: dict[str, Any] | None) -> dict[str, float]:
+    """A recommendation's NDCG@K of the validation and test interactions at
+    the best validation epoch (the model takes its weights), beside the
+    recall@K the run reported there; empty for other tasks. Collective."""
+    if job.graph.task != "recommend":
+        return {}
+    if best is not None:
+        model.load_state_dict(best)
+    model.eval()
+    with torch.no_grad():
+        h = model(*task.inputs)
+    out = {}
+    for split in ("val", "test"):
+        _, ndcg = task.ranking(h, split, RECALL_K)
+        out[f"{split}_ndcg@{RECALL_K}"] = ndcg
+    return out
+
+
 def embed_rank(job: Job, folder: str, out: str, overwrite: bool = False
                ) -> dict[str, Any] | None:
     """What each rank of ``pyg-dist embed`` runs: load its part and the
@@ -348,7 +416,12 @@ def embed_rank(job: Job, folder: str, out: str, overwrite: bool = False
                          f"--checkpoint {directory} first (the same graph options)")
     optimizer, _ = make_optimizer(model, job.optimizer, job.epochs)
     epoch, _ = load_checkpoint(directory, model, optimizer)
-    pyg_dist.save_embeddings(model, data, out, overwrite=overwrite)
+    if job.model.name in EMBEDDING_MODELS:  # reads the graph alone, whatever its features
+        model.eval()
+        with torch.no_grad():
+            write_embeddings(model(data.edge_index), data.global_id, out, overwrite)
+    else:
+        pyg_dist.save_embeddings(model, data, out, overwrite=overwrite)
     if distributed.rank() != 0:
         return None
     return {"embeddings": os.path.abspath(out), "epoch": epoch,
@@ -367,8 +440,8 @@ def plan_rank(job: Job, folder: str) -> dict[str, Any] | None:
                          f"--parts-dir {folder} --halo exact|auto|...")
     strategy = cast(Planned, job.strategy)
     data, model = load_part(job, folder)
-    chosen = planner.plan(model, task_for(data, model), job.epochs, strategy.accept,
-                          strategy.probe_steps, job.evaluation.every)
+    chosen = planner.plan(model, task_for(job_task(job, data), model), job.epochs,
+                          strategy.accept, strategy.probe_steps, job.evaluation.every)
     if distributed.rank() != 0:
         return None
     choice = chosen.choice

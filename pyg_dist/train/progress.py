@@ -27,7 +27,7 @@ from pyg_dist.ops.backends import resolve_name
 from pyg_dist.runtime import distributed
 
 __all__ = ["Progress", "load_kernels", "start_progress", "write", "summary_lines",
-           "destination"]
+           "metric_name", "destination"]
 
 
 class _Bar(tqdm):
@@ -201,7 +201,7 @@ def summary_lines(line: dict[str, Any], json_to: str) -> list[str]:
         json_to (str): Where the JSON line went (:func:`destination`).
     """
     best, epochs = line["best_epoch"], line["epochs"]
-    metric = "AUC" if "val_auc" in line else "accuracy"  # a link task reports ROC-AUC
+    metric = metric_name(line.get("metric", "auc" if "val_auc" in line else "accuracy"))
     training = line.get("training_seconds")
     took = _duration(line["seconds"]) + (
         f", training {_duration(training)}" if training is not None else "")
@@ -220,6 +220,19 @@ def summary_lines(line: dict[str, Any], json_to: str) -> list[str]:
     lines.append(f"the JSON line went to {json_to}; 'pyg-dist train --config FILE' "
                  f"reruns the job it holds")
     return lines
+
+
+def metric_name(metric: str) -> str:
+    """A run's metric as a sentence names it: ``"AUC"``, ``"MRR"``,
+    ``"Hits@50"``, ``"recall@20"``, ``"accuracy"``.
+
+    Args:
+        metric (str): The metric as the JSON line's ``metric`` spells it
+            (:class:`~pyg_dist.strategies.link_task.LinkTask`'s).
+    """
+    if metric in ("auc", "mrr"):
+        return metric.upper()
+    return "Hits" + metric[4:] if metric.startswith("hits@") else metric
 
 
 _STOPPED = {"epochs": "all epochs trained", "target": "target accuracy reached",

@@ -2,34 +2,12 @@
 load_dataset gives (data, split_edge), partition stores each split's edges
 on their sources' owners, citation2's per-source negatives become pairs, and
 a missing folder names the command that downloads it."""
-import gzip
-
-import numpy as np
 import pytest
 import torch
+from ogbl_files import write_ogbl as _fixture
 
 import pyg_dist
 from pyg_dist.datasets import load_dataset
-
-
-def _csv(path, rows):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt") as f:
-        for row in np.atleast_2d(rows) if np.ndim(rows) > 1 else [[r] for r in rows]:
-            f.write(",".join(str(v) for v in row) + "\n")
-
-
-def _fixture(root, folder, split, num_nodes, edges, features, splits):
-    raw = root / folder / "raw"
-    _csv(raw / "num-node-list.csv.gz", [num_nodes])
-    _csv(raw / "num-edge-list.csv.gz", [len(edges)])
-    _csv(raw / "edge.csv.gz", np.array(edges))
-    if features:
-        _csv(raw / "node-feat.csv.gz", np.arange(num_nodes * 3).reshape(num_nodes, 3) / 10)
-    for name, content in splits.items():
-        path = root / folder / "split" / split / f"{name}.pt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(content, path)
 
 
 def test_collab_layout_partitions_as_a_link_split(tmp_path):
