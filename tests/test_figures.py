@@ -257,7 +257,14 @@ def _link_peer_rows(r: dict) -> list[list[str]]:
 #: The results.md tables kept with the JSON their command wrote (in
 #: ``benchmarks/results/``): ``(section, a header cell naming the table) ->
 #: (JSON file, the table's rows of one JSON row)``.
+def _own_loop_rows(r: dict) -> list[list[str]]:
+    """A row of the own-loop table, from ``benchmarks/own_loop.py``."""
+    return [[str(r["ranks"]), *(f"{r[k]:.1%}" for k in ("single", "wrapped", "naive")),
+             f"{r['apart']:.2f}"]]
+
+
 KEPT_TABLES = {
+    ("Your own loop on Cora", "loop left as it is"): ("own_loop.json", _own_loop_rows),
     ("Pre-aggregation: rows a vertex cover saves", "METIS s"): ("preaggregate.json",
                                                                 _cover_rows),
     ("Pre-aggregation in training", "partial sums/epoch"): ("preaggregate_train.json",
