@@ -22,6 +22,7 @@ computed where its row lives.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,9 +149,11 @@ def _from_ogb(split_edge: dict[str, Any], what: str) -> dict[str, SupervisionEdg
 
 def split_links(data: Any, seed: int = 0, num_val: float = 0.05,
                 num_test: float = 0.1) -> tuple[Any, Any, Any]:
-    """PyG's ``RandomLinkSplit`` of ``data`` under ``seed`` (the global
-    random state is left as it was): undirected when ``data`` is, no
-    training negatives (the task draws them each epoch).
+    """PyG's ``RandomLinkSplit`` of ``data`` under ``seed`` (torch's and
+    Python's global random states are left as they were; PyG draws the
+    validation and test negatives with Python's ``random``): undirected
+    when ``data`` is, no training negatives (the task draws them each
+    epoch). The same ``seed`` gives the same split in any process.
 
     Args:
         data (torch_geometric.data.Data): The graph.
@@ -159,9 +162,14 @@ def split_links(data: Any, seed: int = 0, num_val: float = 0.05,
             (default: :obj:`0.05`)
         num_test (float, optional): Share held out for testing. (default: :obj:`0.1`)
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        split = RandomLinkSplit(num_val=num_val, num_test=num_test,
-                                is_undirected=bool(data.is_undirected()),
-                                add_negative_train_samples=False)
-        return split(data)
+    state = random.getstate()
+    try:
+        random.seed(seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            split = RandomLinkSplit(num_val=num_val, num_test=num_test,
+                                    is_undirected=bool(data.is_undirected()),
+                                    add_negative_train_samples=False)
+            return split(data)
+    finally:
+        random.setstate(state)
