@@ -255,7 +255,7 @@ class EdgeArray:
 
     def check(self, lo: int = 0, hi: int | None = None, fix: str = "") -> None:
         """Raises :class:`ValueError` if columns ``lo:hi`` name a source or a
-        target outside its range; ``fix`` ends the message."""
+        target outside its range; ``fix``, what to do, ends the message."""
         hi = self.num_edges if hi is None else hi
         for start in range(lo, hi, CHUNK):
             block = self.read(start, min(start + CHUNK, hi), self.array.dtype)
@@ -265,8 +265,7 @@ class EdgeArray:
                     bad = np.flatnonzero((ids < 0) | (ids >= bound))
                     raise ValueError(
                         f"'{self.file}' names {('sources', 'targets')[row]} outside "
-                        f"[0, {bound}) in columns {(bad[:5] + start).tolist()}: fix the edge "
-                        f"list, or {fix}"
+                        f"[0, {bound}) in columns {(bad[:5] + start).tolist()}: {fix}"
                     )
 
 
@@ -315,11 +314,12 @@ class LinkArrays:
                                          num_nodes, num_nodes, LINK_FIX)
             label = _load(path, entry(spec, "edge_label", at))
             if label.shape != (size,):
+                held = f"{label.size} labels" if label.ndim == 1 else \
+                    f"labels of shape {label.shape}"
                 raise ValueError(
-                    f"'{path / spec['edge_label']}' holds {label.shape[0] if label.ndim else 0}"
-                    f" labels of shape {label.shape}, {at} says {size} supervision edges (and "
-                    f"'{spec['edge_label_index']}' holds them): a split needs one label per "
-                    f"edge; {LINK_FIX}"
+                    f"'{path / spec['edge_label']}' holds {held}, {at} says {size} supervision "
+                    f"edges (as '{spec['edge_label_index']}' holds): a split needs one label "
+                    f"per edge; {LINK_FIX}"
                 )
             if not np.issubdtype(label.dtype, np.floating):
                 raise ValueError(f"'{path / spec['edge_label']}' holds {label.dtype}; labels "
@@ -339,7 +339,7 @@ class LinkArrays:
         """Raises :class:`ValueError` if edges ``lo:hi`` of split ``name``
         name a node outside :math:`[0, N)` or have a NaN or infinite label."""
         hi = self.sizes[name] if hi is None else hi
-        self.index[name].check(lo, hi, LINK_FIX)
+        self.index[name].check(lo, hi, f"a split's edges join nodes of the graph; {LINK_FIX}")
         for start in range(lo, hi, CHUNK):
             label = _read(self.label[name], start, min(start + CHUNK, hi) - start)
             if not np.isfinite(label).all():

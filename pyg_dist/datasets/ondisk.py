@@ -195,7 +195,8 @@ class GraphFolder:
     def check_edges(self, lo: int = 0, hi: int | None = None) -> None:
         """Raises :class:`ValueError` if edge columns ``lo:hi`` name a node
         outside :math:`[0, N)`."""
-        self._edges.check(lo, hi, f"num_nodes in {GRAPH_FILE} if the graph has more nodes")
+        self._edges.check(lo, hi, f"fix the edge list, or num_nodes in {GRAPH_FILE} if the "
+                                  f"graph has more nodes")
 
     def check_nodes(self, lo: int = 0, hi: int | None = None) -> None:
         """Raises :class:`ValueError` if rows ``lo:hi`` of a floating node
