@@ -33,13 +33,15 @@ __all__ = [
     "raised_together", "sync_tensors",
     "all_reduce_gradients", "new_group", "host_store", "DEFAULT_TIMEOUT", "Group", "GradBucket",
     "backend", "group_id", "all_reduce_future", "all_to_all_single", "send", "recv", "isend",
-    "batch_send_recv", "wait_all",
+    "batch_send_recv", "wait_all", "row_piece", "reduce_scatter_rows", "all_gather_rows",
 ]
 
 #: Collectives that wait longer than this raise instead of hanging (seconds).
 DEFAULT_TIMEOUT = env.DEFAULT_TIMEOUT
 
 Group = Any  # a torch.distributed.ProcessGroup, or None for the default group
+#: One tensor gathered into one (torch 2.4 spells it all_gather_into_tensor).
+_ALL_GATHER_SINGLE: Any = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 #: The bucket of gradients a DDP communication hook is handed.
 GradBucket = dist.GradBucket
 
@@ -215,6 +217,75 @@ class _AllReduceSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         return all_reduce(grad.contiguous().clone(), group=ctx.group), None
+
+
+def row_piece(rows: int, pieces: int, index: int) -> tuple[int, int]:
+    r"""``[lo, hi)`` of piece ``index`` of ``rows`` rows cut into ``pieces``
+    pieces of :math:`\lceil rows / pieces \rceil` rows (the last ones
+    shorter, or empty): the pieces :func:`reduce_scatter_rows` leaves and
+    :func:`all_gather_rows` joins.
+
+    Args:
+        rows (int): The rows.
+        pieces (int): The pieces (the ranks of a group).
+        index (int): The piece (a rank of the group).
+    """
+    step = -(-rows // pieces) if pieces else 0
+    return min(rows, index * step), min(rows, (index + 1) * step)
+
+
+def reduce_scatter_rows(tensor: Tensor, group: Group = None) -> Tensor:
+    """This rank's piece (:func:`row_piece`, by its rank in ``group``) of the
+    rows of ``tensor`` summed over the ranks, a new tensor on ``tensor``'s
+    device; ``tensor`` itself in a group of one.
+
+    Args:
+        tensor (torch.Tensor): The values of this rank, ``[rows, ...]``
+            (the same shape on every rank).
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
+    if not is_distributed(group):
+        return tensor
+    size, me = world_size(group), rank(group)
+    buffer = tensor.to(collective_device(group)).contiguous()
+    pieces = [buffer.narrow(0, lo, hi - lo)
+              for lo, hi in (row_piece(buffer.size(0), size, q) for q in range(size))]
+    out = torch.empty_like(pieces[me])
+    with peers.guard("reduce_scatter"):
+        dist.reduce_scatter(out, pieces, group=group)
+    return out.to(tensor.device)
+
+
+def all_gather_rows(piece: Tensor, rows: int, group: Group = None) -> Tensor:
+    """``[rows, ...]`` every rank's piece (:func:`row_piece` of ``rows``, by
+    rank in ``group``) in rank order: the rows :func:`reduce_scatter_rows`
+    scattered, joined; ``piece`` itself in a group of one. Pieces shorter
+    than the first travel padded to its rows (fewer than the ranks in all);
+    the result is a view of the gathered buffer without the pads.
+
+    Args:
+        piece (torch.Tensor): This rank's piece, ``[hi - lo, ...]``.
+        rows (int): The rows of all pieces together.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
+    if not is_distributed(group):
+        return piece
+    size, me = world_size(group), rank(group)
+    lo, hi = row_piece(rows, size, me)
+    if piece.size(0) != hi - lo:
+        raise ValueError(f"'all_gather_rows' was given {piece.size(0)} rows on rank {me} of "
+                         f"{size}; piece {me} of {rows} rows holds {hi - lo} (row_piece)")
+    step = row_piece(rows, size, 0)[1]
+    device = collective_device(group)
+    send = piece.to(device).contiguous()
+    if send.size(0) != step:
+        send = torch.cat([send, send.new_zeros(step - send.size(0), *send.shape[1:])])
+    out = send.new_empty(step * size, *send.shape[1:])
+    with peers.guard("all_gather"):
+        _ALL_GATHER_SINGLE(out, send, group=group)
+    return out[:rows].to(piece.device)
 
 
 def all_reduce_values(values: Sequence[float], op: str = "sum",
