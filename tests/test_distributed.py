@@ -75,8 +75,8 @@ def test_a_lost_peer_raises_peer_lost_naming_it(lost, operation):
     assert "the process of rank 1 on " in message and "has exited" in message
 
 
-#: Rows of the tensors the row helpers cut: fewer than the ranks (empty pieces),
-#: a multiple of the ranks, and neither.
+#: Rows of the tensors the row helpers cut: none, fewer than the ranks (empty
+#: pieces), a multiple of the ranks, and neither.
 ROWS = (0, 2, 8, 9)
 
 
@@ -90,8 +90,11 @@ def values(rows, rank):
 def rows_body():
     out = {}
     for rows in ROWS:
-        piece = distributed.reduce_scatter_rows(values(rows, distributed.rank()))
-        out[rows] = (piece, distributed.all_gather_rows(piece, rows))
+        mine = values(rows, distributed.rank())
+        piece = distributed.reduce_scatter_rows(mine)
+        unchanged = torch.equal(mine, values(rows, distributed.rank()))
+        again = distributed.reduce_scatter_rows(mine.clone(), inplace=True)
+        out[rows] = (piece, again, unchanged, distributed.all_gather_rows(piece, rows))
     try:
         distributed.all_gather_rows(torch.zeros(1, 3), 9)
     except ValueError as exc:
@@ -102,13 +105,11 @@ def rows_body():
 ROWS_BATTERY = Battery(4, rows_body, lambda root: ((), None))
 
 
-def test_row_pieces_are_runs_of_the_rounded_up_share():
-    assert [distributed.row_piece(9, 4, q) for q in range(4)] == [(0, 3), (3, 6), (6, 9),
-                                                                  (9, 9)]
-    assert [distributed.row_piece(2, 4, q) for q in range(4)] == [(0, 1), (1, 2), (2, 2),
-                                                                  (2, 2)]
-    assert [distributed.row_piece(8, 4, q) for q in range(4)] == [(0, 2), (2, 4), (4, 6),
-                                                                  (6, 8)]
+def test_row_pieces_are_near_equal_runs():
+    assert [distributed.row_piece(9, 4, q) for q in range(4)] == [(0, 2), (2, 4), (4, 6),
+                                                                  (6, 9)]
+    assert [distributed.row_piece(2, 4, q) for q in range(4)] == [(0, 0), (0, 1), (1, 1),
+                                                                  (1, 2)]
 
 
 def test_a_sum_reduce_scattered_in_pieces_gathers_back_whole(tmp_path_factory):
@@ -116,14 +117,16 @@ def test_a_sum_reduce_scattered_in_pieces_gathers_back_whole(tmp_path_factory):
     for rows in ROWS:
         total = sum(values(rows, r) for r in range(4))
         for r, out in enumerate(per_rank):
-            piece, whole = out[rows]
+            piece, again, unchanged, whole = out[rows]
             lo, hi = distributed.row_piece(rows, 4, r)
-            assert torch.equal(piece, total[lo:hi]), (rows, r)
+            assert torch.equal(piece, total[lo:hi]) and torch.equal(again, total[lo:hi]), (
+                rows, r)
+            assert unchanged, f"reduce_scatter_rows overwrote its input ({rows} rows, rank {r})"
             assert torch.equal(whole, total), (rows, r)
-    # rank 0 holds 3 of 9 rows, rank 3 none: a piece of 1 row is refused on each
+    # ranks 0-2 hold 2 of 9 rows, rank 3 holds 3: a piece of 1 row is refused on each
     assert [out["error"] for out in per_rank] == [
         f"'all_gather_rows' was given 1 rows on rank {r} of 4; piece {r} of 9 rows holds "
-        f"{n} (row_piece)" for r, n in enumerate((3, 3, 3, 0))]
+        f"{n} (row_piece)" for r, n in enumerate((2, 2, 2, 3))]
 
 
 def test_helpers_are_no_ops_in_a_group_of_one():

@@ -40,8 +40,6 @@ __all__ = [
 DEFAULT_TIMEOUT = env.DEFAULT_TIMEOUT
 
 Group = Any  # a torch.distributed.ProcessGroup, or None for the default group
-#: One tensor gathered into one (torch 2.4 spells it all_gather_into_tensor).
-_ALL_GATHER_SINGLE: Any = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 #: The bucket of gradients a DDP communication hook is handed.
 GradBucket = dist.GradBucket
 
@@ -220,9 +218,8 @@ class _AllReduceSum(torch.autograd.Function):
 
 
 def row_piece(rows: int, pieces: int, index: int) -> tuple[int, int]:
-    r"""``[lo, hi)`` of piece ``index`` of ``rows`` rows cut into ``pieces``
-    pieces of :math:`\lceil rows / pieces \rceil` rows (the last ones
-    shorter, or empty): the pieces :func:`reduce_scatter_rows` leaves and
+    """``[lo, hi)`` of piece ``index`` of ``rows`` rows cut into ``pieces``
+    near-equal runs: the pieces :func:`reduce_scatter_rows` leaves and
     :func:`all_gather_rows` joins.
 
     Args:
@@ -230,20 +227,26 @@ def row_piece(rows: int, pieces: int, index: int) -> tuple[int, int]:
         pieces (int): The pieces (the ranks of a group).
         index (int): The piece (a rank of the group).
     """
-    step = -(-rows // pieces) if pieces else 0
-    return min(rows, index * step), min(rows, (index + 1) * step)
+    return rows * index // pieces, rows * (index + 1) // pieces
 
 
-def reduce_scatter_rows(tensor: Tensor, group: Group = None) -> Tensor:
+def reduce_scatter_rows(tensor: Tensor, group: Group = None, inplace: bool = False) -> Tensor:
     """This rank's piece (:func:`row_piece`, by its rank in ``group``) of the
     rows of ``tensor`` summed over the ranks, a new tensor on ``tensor``'s
     device; ``tensor`` itself in a group of one.
+
+    With ``inplace``, ``tensor`` is the buffer (its rows hold partial sums
+    afterwards): one reduce a piece into its rank and no other memory than
+    the piece returned; otherwise a reduce-scatter, which copies the rows
+    (gloo: about half of them again beside the piece).
 
     Args:
         tensor (torch.Tensor): The values of this rank, ``[rows, ...]``
             (the same shape on every rank).
         group (torch.distributed.ProcessGroup, optional): The process group;
             :obj:`None` for the default group. (default: :obj:`None`)
+        inplace (bool, optional): Whether ``tensor`` may be overwritten.
+            (default: :obj:`False`)
     """
     if not is_distributed(group):
         return tensor
@@ -251,18 +254,25 @@ def reduce_scatter_rows(tensor: Tensor, group: Group = None) -> Tensor:
     buffer = tensor.to(collective_device(group)).contiguous()
     pieces = [buffer.narrow(0, lo, hi - lo)
               for lo, hi in (row_piece(buffer.size(0), size, q) for q in range(size))]
-    out = torch.empty_like(pieces[me])
-    with peers.guard("reduce_scatter"):
-        dist.reduce_scatter(out, pieces, group=group)
+    if inplace or buffer.data_ptr() != tensor.data_ptr():  # a copy already: the buffer
+        with peers.guard("reduce"):
+            for q, piece in enumerate(pieces):
+                if piece.numel():
+                    dist.reduce(piece, dst=_global(q, group), group=group)
+        out = pieces[me].clone()
+    else:
+        out = torch.empty_like(pieces[me])
+        with peers.guard("reduce_scatter"):
+            dist.reduce_scatter(out, pieces, group=group)
     return out.to(tensor.device)
 
 
 def all_gather_rows(piece: Tensor, rows: int, group: Group = None) -> Tensor:
     """``[rows, ...]`` every rank's piece (:func:`row_piece` of ``rows``, by
     rank in ``group``) in rank order: the rows :func:`reduce_scatter_rows`
-    scattered, joined; ``piece`` itself in a group of one. Pieces shorter
-    than the first travel padded to its rows (fewer than the ranks in all);
-    the result is a view of the gathered buffer without the pads.
+    scattered, joined; ``piece`` itself in a group of one. Each piece is
+    broadcast into its rows of the result: no memory beside it (gloo's
+    all-gather copies the whole result once more).
 
     Args:
         piece (torch.Tensor): This rank's piece, ``[hi - lo, ...]``.
@@ -273,19 +283,18 @@ def all_gather_rows(piece: Tensor, rows: int, group: Group = None) -> Tensor:
     if not is_distributed(group):
         return piece
     size, me = world_size(group), rank(group)
-    lo, hi = row_piece(rows, size, me)
+    bounds = [row_piece(rows, size, q) for q in range(size)]
+    lo, hi = bounds[me]
     if piece.size(0) != hi - lo:
         raise ValueError(f"'all_gather_rows' was given {piece.size(0)} rows on rank {me} of "
                          f"{size}; piece {me} of {rows} rows holds {hi - lo} (row_piece)")
-    step = row_piece(rows, size, 0)[1]
-    device = collective_device(group)
-    send = piece.to(device).contiguous()
-    if send.size(0) != step:
-        send = torch.cat([send, send.new_zeros(step - send.size(0), *send.shape[1:])])
-    out = send.new_empty(step * size, *send.shape[1:])
-    with peers.guard("all_gather"):
-        _ALL_GATHER_SINGLE(out, send, group=group)
-    return out[:rows].to(piece.device)
+    out = piece.new_empty((rows, *piece.shape[1:]), device=collective_device(group))
+    out[lo:hi] = piece
+    with peers.guard("broadcast"):
+        for q, (lo, hi) in enumerate(bounds):
+            if hi > lo:
+                dist.broadcast(out[lo:hi], src=_global(q, group), group=group)
+    return out.to(piece.device)
 
 
 def all_reduce_values(values: Sequence[float], op: str = "sum",

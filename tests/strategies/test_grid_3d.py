@@ -355,7 +355,7 @@ def test_scattered_sums_cost_a_transforms_gather_again_in_the_backward():
     The aggregation's partial sums, 5 rows (a run of x) x 7, sum over y: whole,
     a ring all-reduce of 35 elements sends 2 x (35 - 17) and 2 x (35 - 18)
     float32 from the two ranks (144 + 136 bytes); scattered, a reduce-scatter
-    into pieces of 3 and 2 rows sends (5 - 3) x 7 and (5 - 2) x 7 (56 + 84
+    into pieces of 2 and 3 rows sends (5 - 2) x 7 and (5 - 3) x 7 (84 + 56
     bytes), and the transform's all-gather as many: 280 either way, for each
     of the 2 runs of x. The transform sums over z (one rank: nothing); the
     logits (5 x 3) all-reduce over y both ways, 2 x (15 - 7) + 2 x (15 - 8)

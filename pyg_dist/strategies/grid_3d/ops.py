@@ -5,25 +5,23 @@ the adjacency blocks' coefficients.
 A partial product (:math:`\mathbf{A}_{rc}\mathbf{H}_{c}` or
 :math:`\mathbf{H}_{b}\mathbf{W}_{b}`) is summed over the ranks of one axis.
 Kept **scattered** (``sums="scatter"``), each rank of the axis keeps one
-piece of the sum's rows (``distributed.row_piece``: pieces of
-:math:`\lceil n / g \rceil` rows) from a reduce-scatter, and what reads the
-sum gathers the pieces (an all-gather) and drops the gathered copy after use:
-the backward of the reduce-scatter is an all-gather of the pieces'
-gradients, that of the gather a reduce-scatter of the gradients of every
-replica; a transform, whose weight's gradient needs its input, gathers the
-pieces again in the backward instead of keeping them (:class:`GatherLinear`).
-Kept **whole** (``sums="whole"``), the sum is all-reduced and replicated
-over the axis; each replica is used differently by what follows (another
-block of the adjacency or of a weight), so the backward sums the replicas'
-gradients with the same all-reduce.
+piece of the sum's rows (``distributed.row_piece``: near-equal runs) from a
+reduce-scatter, and what reads the sum gathers the pieces (an all-gather)
+and drops the gathered copy after use: the backward of the reduce-scatter is
+an all-gather of the pieces' gradients, that of the gather a reduce-scatter
+of the gradients of every replica; a transform, whose weight's gradient
+needs its input, gathers the pieces again in the backward instead of keeping
+them (:class:`GatherLinear`). Kept **whole** (``sums="whole"``), the sum is
+all-reduced and replicated over the axis; each replica is used differently
+by what follows (another block of the adjacency or of a weight), so the
+backward sums the replicas' gradients with the same all-reduce.
 
 Bytes are booked as a ring sends them: in an all-reduce of an
 :math:`n`-element tensor rank :math:`i` of :math:`g` sends and receives
 :math:`2 (n - n_i)` elements, :math:`n_i` its own run of the :math:`g`
 runs (:func:`ring_bytes`); in a reduce-scatter or an all-gather of
 :math:`r` rows of width :math:`w`, :math:`(r - r_i) w` elements,
-:math:`r_i` its own piece's rows (:func:`piece_bytes`; the pads that even
-out the pieces of an all-gather, fewer rows than the ranks, are not booked).
+:math:`r_i` its own piece's rows (:func:`piece_bytes`).
 """
 from __future__ import annotations
 
@@ -95,7 +93,7 @@ class ScatterOver(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, place: Grid3DPlace, axis: int,  # type: ignore[override]
                 booking: _Booking) -> Tensor:
         ctx.place, ctx.axis, ctx.booking, ctx.rows = place, axis, booking, x.size(0)
-        return _scatter(x, place, axis, booking, booking.direction)
+        return _scatter(x, place, axis, booking, booking.direction, inplace=True)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
@@ -117,7 +115,8 @@ class GatherOver(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        return (_scatter(grad, ctx.place, ctx.axis, ctx.booking, "bwd"),
+        # autograd's gradient may be shared with another input's: not overwritten
+        return (_scatter(grad, ctx.place, ctx.axis, ctx.booking, "bwd", inplace=False),
                 None, None, None, None)
 
 
@@ -147,8 +146,10 @@ class GatherLinear(torch.autograd.Function):
         del full, chunks
         grad_piece = None
         if need[0]:
-            grad_full = torch.cat([grad @ weight for weight in weights], dim=1)
-            grad_piece = _scatter(grad_full, ctx.place, ctx.axis, ctx.booking, "bwd")
+            grad_full = (grad @ weights[0] if len(weights) == 1
+                         else torch.cat([grad @ weight for weight in weights], dim=1))
+            grad_piece = _scatter(grad_full, ctx.place, ctx.axis, ctx.booking, "bwd",
+                                  inplace=True)
         return (grad_piece, None, None, None, None, *grads)
 
 
@@ -176,10 +177,10 @@ def _all_reduce(x: Tensor, place: Grid3DPlace, axis: int, booking: _Booking,
     return out
 
 
-def _scatter(x: Tensor, place: Grid3DPlace, axis: int, booking: _Booking,
-             direction: str) -> Tensor:
+def _scatter(x: Tensor, place: Grid3DPlace, axis: int, booking: _Booking, direction: str,
+             inplace: bool) -> Tensor:
     start = time.perf_counter()
-    out = distributed.reduce_scatter_rows(x, group=place.group(axis))
+    out = distributed.reduce_scatter_rows(x, group=place.group(axis), inplace=inplace)
     sent = piece_bytes(x.size(0), math.prod(x.shape[1:]), place.shape[axis],
                        place.coords[axis], x.element_size())
     booking.ledger.record(booking.name, direction, bytes_sent=sent, bytes_recv=sent,
@@ -225,7 +226,8 @@ def scatter_over(x: Tensor, place: Grid3DPlace, axis: int, ledger: Ledger, name:
     """This rank's piece (``distributed.row_piece`` by its coordinate on
     ``axis``) of the rows of ``x`` summed over the ranks of ``axis``
     (differentiably), booked as :func:`sum_over` books; ``x`` itself on an
-    axis of one rank.
+    axis of one rank. ``x``'s rows hold partial sums afterwards: it must be a
+    partial sum nothing else reads.
 
     Args:
         x (torch.Tensor): This rank's partial sum, ``[rows, width]``.
