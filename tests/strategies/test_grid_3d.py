@@ -219,11 +219,11 @@ def saved_case(data, name, sums):
     return max(kept)
 
 
-def train_case(source, shape, name):
+def train_case(source, shape, name, sums="scatter"):
     data = load_grid_3d(source, shape)
     data.dropout.seed = SEED
     model, _ = model_of(name)
-    train(model, data, EPOCHS, strategy=Grid3D(*shape), progress=False,
+    train(model, data, EPOCHS, strategy=Grid3D(*shape, sums=sums), progress=False,
           optimizer=Adam(lr=0.01, weight_decay=5e-4))
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -248,6 +248,8 @@ def battery(folder, parts, world):
         out[shape, "saved"] = {sums: saved_case(data, "gcn3", sums)
                                for sums in ("scatter", "whole")}
         out[shape, "train"] = train_case(source, shape, "gcn")
+        if shape == GRIDS[world][0]:
+            out[shape, "train", "whole"] = train_case(source, shape, "gcn", "whole")
         out[shape, "bytes"] = {case: bytes_case(data, *case) for case in BYTES}
         if world not in FULL:
             continue
@@ -318,11 +320,12 @@ def test_the_layouts_rotate_from_layer_to_layer(runs):
 @pytest.mark.parametrize("world", sorted(GRIDS))
 def test_training_ends_with_the_weights_of_one_process(runs, world):
     expected = reference_training("gcn")
-    for shape in GRIDS[world]:
+    keys = [(shape, "train") for shape in GRIDS[world]] + [(GRIDS[world][0], "train", "whole")]
+    for key in keys:
         for r, ranks in enumerate(runs(world)):
             for name, value in expected.items():
-                assert_close(ranks[shape, "train"][name], value,
-                             what=f"{name} after {EPOCHS} epochs on {shape}, rank {r}")
+                assert_close(ranks[key][name], value,
+                             what=f"{name} after {EPOCHS} epochs, {key}, rank {r}")
 
 
 @pytest.mark.parametrize("world", FULL)
@@ -416,9 +419,10 @@ def test_the_node_order_is_a_permutation_dealt_into_equal_runs():
 
 
 def test_options_read_back_from_configs():
-    strategy = Grid3D(grid="2x1x2", seed=3)
+    strategy = Grid3D(grid="2x1x2", seed=3, sums="whole")
     assert (strategy.x, strategy.y, strategy.z) == (2, 1, 2)
-    assert strategy_from_dict(strategy.describe()) == strategy == Grid3D(x=2, y=1, z=2, seed=3)
+    assert strategy_from_dict(strategy.describe()) == strategy == Grid3D(x=2, y=1, z=2, seed=3,
+                                                                          sums="whole")
     assert Grid3D().shape(8) == (2, 2, 2) and Grid3D().shape(4) == (2, 2, 1)
     assert grids(4) == [(1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)]
 
@@ -429,6 +433,7 @@ def test_options_read_back_from_configs():
     ({"x": 2, "y": 1}, "give all three sizes"),
     ({"x": 2, "y": 1, "z": 1, "grid": "2x1x1"}, "not both"),
     ({"x": 0, "y": 1, "z": 1}, r"x must be an integer >= 1"),
+    ({"sums": "reduce"}, r"Grid3D\(sums='reduce'\): use one of scatter, whole"),
 ])
 def test_bad_grids_are_refused_naming_the_fix(kwargs, match):
     with pytest.raises(ValueError, match=match):
