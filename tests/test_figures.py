@@ -276,7 +276,7 @@ KEPT_TABLES = {
     (GRID, "stored in"): ("grid_3d_balance.json", lambda r: [
         [r["grid"], r["stored in"], *(f"{r[k]:.3f}x" for k in ("none", "random", "double"))]]),
     (GRID, "farthest block from its share"): ("grid_3d_memory.json", lambda r: [
-        [str(r["ranks"]), r["grid"], r["cut"], f"{r['grid MiB']:,}",
+        [str(r["ranks"]), r["grid"], r["sums"], r["cut"], f"{r['grid MiB']:,}",
          f"{r['graph-parallel MiB']:,}", f"{r['ratio']:.2f}x", f"{r['stray %']:.1f}%",
          f"{r['blocks MiB']:,}"]]),
     (LINK_PEER, "s to the recipe's best"): ("peer_link.json", _link_peer_rows),
