@@ -4,7 +4,7 @@ against single-process PyG on the whole graph and our own code on one rank.
     python benchmarks/memory.py [--dataset synthetic-arxiv] [--num-nodes N]
                                 [--parts 4] [--hidden 128] [--epochs 3]
                                 [--slices T [T ...]] [--grids XxYxZ [XxYxZ ...]]
-                                [--skip-single] [--json FILE]
+                                [--sums scatter|whole ...] [--skip-single] [--json FILE]
     python benchmarks/memory.py --probe PARTS_DIR [--rank 0] [--hidden 128]
 
 Every run is a fresh process (so each peak includes importing torch, PyG and
@@ -23,8 +23,11 @@ one row per rank, and per grid the largest rank's peak above its imports.
 ``--grids`` adds 3D grids (``Grid3D``) on the same ``--parts`` ranks, read
 from the ``--parts`` folder a chunk at a time: one row per rank with the
 edges of each adjacency block it holds, and per grid the largest rank's peak
-above its imports and how far a block strays from the grid's share of the
-edges; ``--json FILE`` keeps those rows (of other ``--parts`` and ``--method`` too).
+above its imports, how far a block strays from the grid's share of the
+edges and the bytes its ledger booked in the last epoch; ``--sums`` runs each
+grid with each way of keeping its sums (``Grid3D(sums=...)``, default
+``scatter``); ``--json FILE`` keeps those rows (replacing the rows of the same
+ranks, cut, grid and sums, keeping the others).
 ``--skip-single`` leaves out PyG and our one rank.
 
 ``--probe`` runs one rank of an existing partition folder alone, its halo
@@ -168,7 +171,7 @@ def probe(args: argparse.Namespace) -> None:
           f"(no communication)")
 
 
-def grid_3d_process(parts_dir: str, shape: tuple, hidden: int, epochs: int) -> dict:
+def grid_3d_process(parts_dir: str, shape: tuple, sums: str, hidden: int, epochs: int) -> dict:
     """One rank of a 3D grid: its adjacency blocks and its blocks of x."""
     sys.path.insert(0, BENCH_DIR)
     import rss as rank_rss  # the benchmark's helper, in the spawned rank
@@ -184,7 +187,7 @@ def grid_3d_process(parts_dir: str, shape: tuple, hidden: int, epochs: int) -> d
     from pyg_dist.models import GNN
     from pyg_dist.train import train
 
-    strategy = Grid3D(*shape)
+    strategy = Grid3D(*shape, sums=sums)
     data = strategy.load(parts_dir)
     after_load = rank_rss.current()
     torch.manual_seed(0)
@@ -197,7 +200,11 @@ def grid_3d_process(parts_dir: str, shape: tuple, hidden: int, epochs: int) -> d
             "shares": {f"{a}{b}": edges / (shape[a] * shape[b])
                        for (a, b) in data.blocks()},
             "block_bytes": sum(b.nbytes() for b in data.blocks().values()),
-            "x": tuple(data.x.shape)}
+            "x": tuple(data.x.shape),
+            "step bytes": {"fwd": result.history[-1].halo_bytes_fwd,
+                           "bwd": result.history[-1].halo_bytes_bwd,
+                           "grad": result.history[-1].grad_bytes,
+                           "eval": result.history[-1].halo_bytes_eval}}
 
 
 def main() -> None:
@@ -214,6 +221,8 @@ def main() -> None:
                         help="feature-parallel grids of --parts/T parts x T slices to add")
     parser.add_argument("--grids", nargs="*", default=[], metavar="XxYxZ",
                         help="3D grids of --parts ranks to add")
+    parser.add_argument("--sums", nargs="+", default=["scatter"], choices=["scatter", "whole"],
+                        help="how the 3D grids keep their sums (Grid3D(sums=...)), each run")
     parser.add_argument("--skip-single", action="store_true",
                         help="leave out PyG and our one rank (the grids are compared with "
                              "the --parts ranks alone)")
@@ -262,10 +271,11 @@ def main() -> None:
                    for d, t in grids}
         from pyg_dist.strategies.grid_3d import parse_grid
 
-        cubes = {text: pyg_dist.launch(grid_3d_process, args.parts,
-                                       args=(str(Path(tmp) / f"p{args.parts}"),
-                                             parse_grid(text), args.hidden, args.epochs))
-                 for text in args.grids}
+        cubes = {(text, sums): pyg_dist.launch(grid_3d_process, args.parts,
+                                               args=(str(Path(tmp) / f"p{args.parts}"),
+                                                     parse_grid(text), sums, args.hidden,
+                                                     args.epochs))
+                 for text in args.grids for sums in args.sums}
     if pyg is not None:
         report(pyg, ours, args.parts)
     else:
@@ -310,15 +320,18 @@ def report_parts(ranks: list, parts: int) -> None:
 
 
 def write_rows(path: str, rows: list) -> None:
-    """Writes ``rows`` to the JSON file ``path``, keeping its rows of other
-    part counts and cuts (one command per rank count and cut fills one table)."""
+    """Writes ``rows`` to the JSON file ``path``, replacing its rows of the
+    same ranks, cut, grid and sums and keeping the others."""
     import json
+
+    def key(row: dict) -> tuple:
+        return row["ranks"], row["cut"], row["grid"], row["sums"]
 
     file = Path(path)
     kept = json.loads(file.read_text()) if file.is_file() else []
-    done = {(r["ranks"], r["cut"]) for r in rows}
-    kept = [r for r in kept if (r["ranks"], r["cut"]) not in done] + rows
-    kept.sort(key=lambda r: (r["ranks"], r["cut"], r["grid"]))
+    done = {key(r) for r in rows}
+    kept = [r for r in kept if key(r) not in done] + rows
+    kept.sort(key=key)
     file.write_text(json.dumps(kept, indent=1) + "\n")
     print(f"wrote {path}")
 
@@ -359,25 +372,27 @@ def report_grid_3d(cubes: dict, ours: dict, parts: int, method: str) -> list:
     print(f"{'3D grid, rank':>22} {'peak MiB':>9} {'peak-import':>11} {'x block':>12} "
           f"{'train s':>7}  edges per block (targets' axis, sources' axis)")
     axes = "xyz"
-    for text, ranks in cubes.items():
+    for (text, sums), ranks in cubes.items():
         for k, r in enumerate(ranks):
             blocks = ", ".join(f"{axes[int(key[0])]}{axes[int(key[1])]} {n}"
                                for key, n in r["blocks"].items())
             shape = f"{r['x'][0]} x {r['x'][1]}"
-            print(f"{f'{text} rank {k}/{parts}':>22} {r['peak'] / mib:>9.0f} "
+            print(f"{f'{text} {sums} {k}/{parts}':>22} {r['peak'] / mib:>9.0f} "
                   f"{(r['peak'] - r['after_import']) / mib:>11.0f} {shape:>12} "
                   f"{r['seconds']:>7.1f}  {blocks}")
     rows = []
-    for text, ranks in cubes.items():
+    for (text, sums), ranks in cubes.items():
         largest = max(r["peak"] - r["after_import"] for r in ranks)
+        booked = ranks[0]["step bytes"]
         stray = max(abs(n / r["shares"][key] - 1) for r in ranks
                     for key, n in r["blocks"].items())
         block_mib = max(r["block_bytes"] for r in ranks) / mib
-        print(f"grid {text}: largest rank {largest / mib:.0f} MiB above its imports, "
-              f"{largest / above:.2f}x of our graph-parallel {parts} ranks' largest "
+        print(f"grid {text}, sums {sums}: largest rank {largest / mib:.0f} MiB above its "
+              f"imports, {largest / above:.2f}x of our graph-parallel {parts} ranks' largest "
               f"({above / mib:.0f} MiB); a block at most {100 * stray:.1f}% from the "
-              f"grid's share; blocks at most {block_mib:.0f} MiB a rank")
-        rows.append({"ranks": parts, "grid": text, "cut": method,
+              f"grid's share; blocks at most {block_mib:.0f} MiB a rank; the ledger's last "
+              f"epoch (all ranks): " + ", ".join(f"{way} {n:,} B" for way, n in booked.items()))
+        rows.append({"ranks": parts, "grid": text, "sums": sums, "cut": method,
                      "grid MiB": round(largest / mib), "graph-parallel MiB": round(above / mib),
                      "ratio": round(largest / above, 2), "stray %": round(100 * stray, 1),
                      "blocks MiB": round(block_mib)})

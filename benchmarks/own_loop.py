@@ -2,7 +2,7 @@
 seed 0) three ways, as test accuracies beside the single-process one measured
 in the same run. A script, not a test::
 
-    python benchmarks/own_loop.py --ranks 2 4
+    python benchmarks/own_loop.py --ranks 2 4 [--json out.json]
 
 - ``single``: one process, plain ``GCNConv`` on the whole graph;
 - ``wrapped``: the loop on every rank with ``pyg_dist.DistributedModel``,
@@ -19,6 +19,7 @@ the digit (tests/loop/test_own_loop.py checks the weights without dropout).
 from __future__ import annotations
 
 import argparse
+import json
 import warnings
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -91,6 +92,7 @@ def rank_main(parts: str) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     data = load_dataset("cora", root=str(ROOT))
     torch.manual_seed(0)
@@ -98,6 +100,7 @@ def main() -> None:
                       local_accuracy)
     print(f"{'ranks':>5}  {'single':>7}  {'wrapped':>7}  {'naive':>7}  rank 0 - rank 1 weight  "
           f"warned")
+    rows = []
     with TemporaryDirectory() as folder:
         for ranks in args.ranks:
             parts = str(Path(folder) / f"parts{ranks}")
@@ -106,6 +109,11 @@ def main() -> None:
             apart = float((out[0]["weight"] - out[1]["weight"]).abs().max())
             print(f"{ranks:>5}  {single:>7.3f}  {out[0]['wrapped']:>7.3f}  "
                   f"{out[0]['naive']:>7.3f}  {apart:>22.3f}  {out[0]['warned']}")
+            rows.append({"ranks": ranks, "single": single, "wrapped": out[0]["wrapped"],
+                         "naive": out[0]["naive"], "apart": apart,
+                         "warned": out[0]["warned"]})
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """pyg_dist.runtime.distributed: a peer lost during point-to-point messages or a
-collective raises PeerLost naming it, on the rank left waiting."""
+collective raises PeerLost naming it, on the rank left waiting; the rows of a
+sum reduce-scattered in pieces and gathered back, on 4 ranks, against the
+sum of every rank's tensor."""
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from worlds import Battery
 
 import pyg_dist
 from pyg_dist.runtime import distributed, peers
@@ -72,7 +75,63 @@ def test_a_lost_peer_raises_peer_lost_naming_it(lost, operation):
     assert "the process of rank 1 on " in message and "has exited" in message
 
 
+#: Rows of the tensors the row helpers cut: none, fewer than the ranks (empty
+#: pieces), a multiple of the ranks, and neither.
+ROWS = (0, 2, 8, 9)
+
+
+def values(rows, rank):
+    """Rank ``rank``'s ``[rows, 3]`` values (seeded; integers, so that any
+    order of the sum is exact)."""
+    g = torch.Generator().manual_seed(100 * rows + rank)
+    return torch.randint(-50, 50, (rows, 3), generator=g).float()
+
+
+def rows_body():
+    out = {}
+    for rows in ROWS:
+        mine = values(rows, distributed.rank())
+        piece = distributed.reduce_scatter_rows(mine)
+        unchanged = torch.equal(mine, values(rows, distributed.rank()))
+        again = distributed.reduce_scatter_rows(mine.clone(), inplace=True)
+        out[rows] = (piece, again, unchanged, distributed.all_gather_rows(piece, rows))
+    try:
+        distributed.all_gather_rows(torch.zeros(1, 3), 9)
+    except ValueError as exc:
+        out["error"] = str(exc)
+    return out
+
+
+ROWS_BATTERY = Battery(4, rows_body, lambda root: ((), None))
+
+
+def test_row_pieces_are_near_equal_runs():
+    assert [distributed.row_piece(9, 4, q) for q in range(4)] == [(0, 2), (2, 4), (4, 6),
+                                                                  (6, 9)]
+    assert [distributed.row_piece(2, 4, q) for q in range(4)] == [(0, 0), (0, 1), (1, 1),
+                                                                  (1, 2)]
+
+
+def test_a_sum_reduce_scattered_in_pieces_gathers_back_whole(tmp_path_factory):
+    per_rank = ROWS_BATTERY.results(tmp_path_factory)[1]
+    for rows in ROWS:
+        total = sum(values(rows, r) for r in range(4))
+        for r, out in enumerate(per_rank):
+            piece, again, unchanged, whole = out[rows]
+            lo, hi = distributed.row_piece(rows, 4, r)
+            assert torch.equal(piece, total[lo:hi]) and torch.equal(again, total[lo:hi]), (
+                rows, r)
+            assert unchanged, f"reduce_scatter_rows overwrote its input ({rows} rows, rank {r})"
+            assert torch.equal(whole, total), (rows, r)
+    # ranks 0-2 hold 2 of 9 rows, rank 3 holds 3: a piece of 1 row is refused on each
+    assert [out["error"] for out in per_rank] == [
+        f"'all_gather_rows' was given 1 rows on rank {r} of 4; piece {r} of 9 rows holds "
+        f"{n} (row_piece)" for r, n in enumerate((2, 2, 2, 3))]
+
+
 def test_helpers_are_no_ops_in_a_group_of_one():
     t = torch.arange(3.0)
     assert distributed.broadcast(t, src=0) is t
     assert distributed.batch_send_recv({}, {}) == []
+    assert distributed.reduce_scatter_rows(t) is t
+    assert distributed.all_gather_rows(t, 3) is t

@@ -257,7 +257,14 @@ def _link_peer_rows(r: dict) -> list[list[str]]:
 #: The results.md tables kept with the JSON their command wrote (in
 #: ``benchmarks/results/``): ``(section, a header cell naming the table) ->
 #: (JSON file, the table's rows of one JSON row)``.
+def _own_loop_rows(r: dict) -> list[list[str]]:
+    """A row of the own-loop table, from ``benchmarks/own_loop.py``."""
+    return [[str(r["ranks"]), *(f"{r[k]:.1%}" for k in ("single", "wrapped", "naive")),
+             f"{r['apart']:.2f}"]]
+
+
 KEPT_TABLES = {
+    ("Your own loop on Cora", "loop left as it is"): ("own_loop.json", _own_loop_rows),
     ("Pre-aggregation: rows a vertex cover saves", "METIS s"): ("preaggregate.json",
                                                                 _cover_rows),
     ("Pre-aggregation in training", "partial sums/epoch"): ("preaggregate_train.json",
@@ -269,7 +276,7 @@ KEPT_TABLES = {
     (GRID, "stored in"): ("grid_3d_balance.json", lambda r: [
         [r["grid"], r["stored in"], *(f"{r[k]:.3f}x" for k in ("none", "random", "double"))]]),
     (GRID, "farthest block from its share"): ("grid_3d_memory.json", lambda r: [
-        [str(r["ranks"]), r["grid"], r["cut"], f"{r['grid MiB']:,}",
+        [str(r["ranks"]), r["grid"], r["sums"], r["cut"], f"{r['grid MiB']:,}",
          f"{r['graph-parallel MiB']:,}", f"{r['ratio']:.2f}x", f"{r['stray %']:.1f}%",
          f"{r['blocks MiB']:,}"]]),
     (LINK_PEER, "s to the recipe's best"): ("peer_link.json", _link_peer_rows),

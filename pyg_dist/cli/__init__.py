@@ -104,7 +104,7 @@ def build_parser(strategy: str | None = None) -> argparse.ArgumentParser:
 
     convert = sub.add_parser("convert", help="write a dataset as a graph folder: .npy files "
                                              "every rank memory-maps a slice of")
-    add_fields(convert, Graph, "graph", skip={"parts_dir", "parts", "method", "task"})
+    add_fields(convert, Graph, "graph", skip={"parts_dir", "parts", "method"})
     convert.add_argument("--out", required=True, help="folder to write")
     convert.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     _add_debug(convert)

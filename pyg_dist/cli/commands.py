@@ -11,7 +11,13 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 import pyg_dist
 from pyg_dist.cli.args import given
-from pyg_dist.cli.errors import check_dataset, check_graph_folder, check_out, check_world
+from pyg_dist.cli.errors import (
+    check_dataset,
+    check_graph_folder,
+    check_link_folder,
+    check_out,
+    check_world,
+)
 from pyg_dist.cli.job import DEFAULT_PARTS, Graph
 from pyg_dist.cli.preflight import check_host
 from pyg_dist.datasets import GraphFolder, HeteroGraphFolder, load_dataset, write_graph_folder
@@ -44,9 +50,6 @@ def partition_command(args: argparse.Namespace) -> int:
                          f"(one per rank), an integer >= 1, or leave it out for "
                          f"{DEFAULT_PARTS} (or torchrun's ranks)")
     if args.distributed or args.input is not None:
-        if given(args).get("graph", {}).get("task", "node") != "node":
-            raise SystemExit("pyg-dist partition --distributed cuts node tasks; cut --task link "
-                             "in one process (leave out --distributed and --input)")
         return distributed_partition_command(args)
     graph = _graph(args)
     check_out("partition", args.out, args.overwrite)
@@ -60,16 +63,23 @@ def partition_command(args: argparse.Namespace) -> int:
 def convert_command(args: argparse.Namespace) -> int:
     """Writes the dataset as a graph folder: OGB's files streamed a chunk at a
     time, any other dataset through its PyG ``Data`` or ``HeteroData`` (the
-    heterogeneous layout)."""
+    heterogeneous layout); with ``--task link``, the seeded RandomLinkSplit
+    that ``pyg-dist partition --task link`` cuts (the graph held whole)."""
     graph = _graph(args)
     _refuse_split(args.command, graph.dataset)
     if graph.dataset in (*OGB, MAG_NAME) and graph.root is None:
         raise SystemExit(f"pyg-dist convert: --dataset {graph.dataset} needs --root, the "
                          f"folder OGB downloaded it into")
+    if graph.task == "link" and graph.hetero:
+        raise SystemExit(f"pyg-dist convert --task link splits a homogeneous graph; "
+                         f"--dataset {graph.dataset} is heterogeneous: drop --task link")
     check_out("convert", args.out, args.overwrite)
     check_dataset("convert", graph)
     folder: GraphFolder | HeteroGraphFolder
-    if graph.dataset in OGB:
+    if graph.task == "link":
+        folder = write_graph_folder(split_links(load_graph(graph), seed=graph.seed), args.out,
+                                    overwrite=args.overwrite, name=graph.dataset)
+    elif graph.dataset in OGB:
         assert graph.root is not None, "checked above"
         folder = convert_ogbn(graph.dataset, graph.root, args.out, overwrite=args.overwrite)
     else:
@@ -82,6 +92,8 @@ def convert_command(args: argparse.Namespace) -> int:
         summary["edge_types"] = {edge_key(e): n for e, n in folder.num_edges_of.items()}
     else:
         summary["node_attrs"] = folder.node_attrs
+        if folder.link_splits:
+            summary["link_sizes"] = folder.link_sizes
     print(json.dumps(summary))
     return 0
 
@@ -98,12 +110,13 @@ def _refuse_split(command: str, dataset: str) -> None:
 
 def distributed_partition_command(args: argparse.Namespace) -> int:
     """``pyg-dist partition --distributed``: :func:`partition_distributed` on
-    ``--parts`` spawned local ranks, or on the ranks torchrun started."""
+    ``--parts`` spawned local ranks, or on the ranks torchrun started. A
+    folder's link split travels with it; ``--task link`` also requires one."""
     options = given(args).get("graph", {})
     if args.input is None or not args.distributed:
         raise SystemExit("pyg-dist partition: --distributed and --input DIR go together (DIR: "
                          "a graph folder, see pyg-dist convert)")
-    extra = sorted(set(options) - {"parts", "method", "seed"})
+    extra = sorted(set(options) - {"parts", "method", "seed", "task"})
     if extra or args.clusters != 1:
         flags = [f"--{k.replace('_', '-')}" for k in extra] + (
             ["--clusters-per-part"] if args.clusters != 1 else [])
@@ -111,8 +124,14 @@ def distributed_partition_command(args: argparse.Namespace) -> int:
                          f"drop {' '.join(flags)}")
     check_graph_folder("partition", args.input)
     check_out("partition", args.out, args.overwrite)
+    link = options.get("task", "node") == "link"
     if getattr(args, "grid", None) is not None:
+        if link:
+            raise SystemExit("pyg-dist partition --grid writes the 3D grid's folder, which "
+                             "trains node tasks; drop --task link, or drop --grid to cut parts")
         return _grid_folder_command(args, options)
+    if link:
+        check_link_folder("partition", args.input)
     job = (args.input, args.out, options.get("method", "metis-coarse"),
            options.get("seed", 0), args.overwrite)
     if env.under_torchrun():
@@ -211,6 +230,7 @@ def meta_summary(meta: PartitionMeta) -> dict[str, Any]:
         "method": meta.method,
         "seed": meta.seed,
         "clusters_per_part": meta.clusters_per_part,
+        **({"link_splits": meta.link_splits} if meta.link_splits else {}),
     }
 
 

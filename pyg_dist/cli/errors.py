@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyg_dist.cli.job import Graph
-from pyg_dist.datasets.folder_files import GRAPH_FILE
+from pyg_dist.datasets.folder_files import GRAPH_FILE, read_info
 from pyg_dist.datasets.ogb import OGB
 from pyg_dist.datasets.ogb_mag import MAG_FOLDER, MAG_NAME
 from pyg_dist.datasets.ogbl import OGBL
@@ -27,7 +27,7 @@ from pyg_dist.strategies.grid_3d.folder import grid_ranks, is_grid_folder
 
 __all__ = ["one_line", "UsageError", "SharedUsageError", "EXIT_USAGE", "EXIT_FAILED",
            "EXIT_INTERRUPTED", "reporting", "check_out", "check_parts_dir", "check_dataset",
-           "check_graph_folder", "check_checkpoint_dir", "check_world"]
+           "check_graph_folder", "check_link_folder", "check_checkpoint_dir", "check_world"]
 
 #: The exit status of an error the command line can fix (argparse's too).
 EXIT_USAGE = 2
@@ -314,3 +314,23 @@ def check_graph_folder(command: str, folder: str) -> None:
     if not (path / GRAPH_FILE).is_file():
         raise UsageError(f"pyg-dist {command}: --input {folder} is not a graph folder (no "
                          f"{GRAPH_FILE}); {write}")
+
+
+def check_link_folder(command: str, folder: str) -> None:
+    """Refuses an ``--input`` graph folder without a link split (``--task link``).
+
+    Args:
+        command (str): The command.
+        folder (str): A graph folder (:func:`check_graph_folder`).
+    """
+    try:
+        info = read_info(folder)
+    except ValueError as exc:
+        raise UsageError(f"pyg-dist {command}: --input {folder}: {exc}") from None
+    if not info.get("link"):
+        raise UsageError(
+            f"pyg-dist {command} --task link: --input {folder} holds no link split; write "
+            f"one with 'pyg-dist convert --task link --dataset NAME --out {folder}' or "
+            f"pyg_dist.datasets.write_graph_folder((train_data, val_data, test_data), "
+            f"'{folder}'), or drop --task link to cut a node task"
+        )

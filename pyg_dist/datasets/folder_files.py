@@ -1,7 +1,7 @@
 """The files of a graph folder, shared by both kinds
 (:mod:`pyg_dist.datasets.ondisk` describes the layouts): ``graph.json``
-read and checked, node arrays and edge files memory-mapped and read a slice
-at a time, and the atomic writer."""
+read and checked, node arrays, edge files and a link split's supervision
+edges memory-mapped and read a slice at a time, and the atomic writer."""
 from __future__ import annotations
 
 import json
@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 from typing_extensions import Self
 
+from pyg_dist.tasks.supervision import SPLITS
 from pyg_dist.utils.files import disk_error, fsync_folder
 
-__all__ = ["read_info", "require", "entry", "NodeArrays", "EdgeArray", "FolderWriter", "spans",
-           "GRAPH_FILE", "FORMAT", "VERSION", "HOMOGENEOUS", "HETEROGENEOUS", "CHUNK"]
+__all__ = ["read_info", "require", "entry", "NodeArrays", "EdgeArray", "LinkArrays",
+           "FolderWriter", "spans", "GRAPH_FILE", "FORMAT", "VERSION", "HOMOGENEOUS",
+           "HETEROGENEOUS", "CHUNK", "LINK_FIX"]
 
 GRAPH_FILE = "graph.json"
 FORMAT = "pyg_dist.graph"
@@ -29,10 +31,16 @@ VERSION = 1
 HOMOGENEOUS, HETEROGENEOUS = "homogeneous", "hetero"
 #: Rows (or edge columns) per chunk of a check or a copy.
 CHUNK = 1 << 20
+#: The folder of a link split's files (``link/<split>/edge_label_index.npy``, ...).
+LINK_DIR = "link"
 #: File names of the usual splits; any other ``<name>_mask`` is ``split/<name>.npy``.
 _SPLIT_FILES = {"train_mask": "train", "val_mask": "valid", "test_mask": "test"}
 #: What to do when a graph folder does not fit.
 DISK_FIX = "free space there or choose an out_dir on a filesystem with room for the graph"
+#: What to do about a link split's files that do not fit together or the graph.
+LINK_FIX = ("write the folder again from the link split with "
+            "pyg_dist.datasets.write_graph_folder(split, out_dir) "
+            "(or 'pyg-dist convert --task link')")
 
 
 def read_info(path: str | os.PathLike) -> dict[str, Any]:
@@ -96,6 +104,14 @@ _ENTRIES = {
     "type": (lambda v: isinstance(v, list) and len(v) == 3
              and all(isinstance(part, str) for part in v),
              'a relation ["source", "name", "target"]'),
+    "link": (lambda v: isinstance(v, dict) and all(isinstance(e, dict) for e in v.values()),
+             'an object of splits to their files, e.g. {"train": {"num_edges": 10, '
+             '"edge_label_index": "link/train/edge_label_index.npy", '
+             '"edge_label": "link/train/edge_label.npy"}}'),
+    "edge_label_index": (lambda v: isinstance(v, str),
+                         'a .npy file name, e.g. "link/train/edge_label_index.npy"'),
+    "edge_label": (lambda v: isinstance(v, str),
+                   'a .npy file name, e.g. "link/train/edge_label.npy"'),
 }
 
 
@@ -210,10 +226,12 @@ class EdgeArray:
         num_edges (int): Edges :math:`E` the description promises.
         num_src (int): Sources lie in :math:`[0, \text{num_src})`.
         num_dst (int): Targets lie in :math:`[0, \text{num_dst})`.
+        fix (str, optional): What errors of the shape say to do.
+            (default: :obj:`"convert again"`)
     """
 
     def __init__(self, path: Path, file: str, num_edges: int, num_src: int,
-                 num_dst: int) -> None:
+                 num_dst: int, fix: str = "convert again") -> None:
         self.file, self.num_edges = path / file, int(num_edges)
         self.bounds = (int(num_src), int(num_dst))
         self.array = _load(path, file)
@@ -221,7 +239,7 @@ class EdgeArray:
         if self.array.ndim != 2 or shape[0] != 2 or shape[1] != self.num_edges:
             raise ValueError(
                 f"'{self.file}' has shape {shape}, {GRAPH_FILE} says "
-                f"[2, {self.num_edges}]: the files are from different graphs; convert again"
+                f"[2, {self.num_edges}]: the files are from different graphs; {fix}"
             )
         if not np.issubdtype(self.array.dtype, np.integer):
             raise ValueError(f"'{self.file}' holds {self.array.dtype}; node ids must "
@@ -237,7 +255,7 @@ class EdgeArray:
 
     def check(self, lo: int = 0, hi: int | None = None, fix: str = "") -> None:
         """Raises :class:`ValueError` if columns ``lo:hi`` name a source or a
-        target outside its range; ``fix`` ends the message."""
+        target outside its range; ``fix``, what to do, ends the message."""
         hi = self.num_edges if hi is None else hi
         for start in range(lo, hi, CHUNK):
             block = self.read(start, min(start + CHUNK, hi), self.array.dtype)
@@ -247,9 +265,87 @@ class EdgeArray:
                     bad = np.flatnonzero((ids < 0) | (ids >= bound))
                     raise ValueError(
                         f"'{self.file}' names {('sources', 'targets')[row]} outside "
-                        f"[0, {bound}) in columns {(bad[:5] + start).tolist()}: fix the edge "
-                        f"list, or {fix}"
+                        f"[0, {bound}) in columns {(bad[:5] + start).tolist()}: {fix}"
                     )
+
+
+class LinkArrays:
+    r"""The supervision edges of a graph folder's link split, memory-mapped:
+    per split (``"train"``, ``"val"``, ``"test"``), ``edge_label_index``
+    (``[2, L]`` int32 or int64 node ids, sources then targets) and
+    ``edge_label`` (``[L]`` float32, 1 for a positive edge and 0 for a
+    negative one), in the order of the split's list.
+
+    Opening checks that every file is there and that each split's labels
+    and edges agree in number; :meth:`check` checks a slice's values.
+
+    Args:
+        path (pathlib.Path): The graph folder.
+        link (dict): ``graph.json``'s ``"link"``: per split, its
+            ``num_edges`` and the two files (relative).
+        num_nodes (int): Nodes :math:`N` of the graph the edges join.
+
+    Attributes:
+        names (list[str]): The splits, in the order of
+            :data:`~pyg_dist.tasks.SPLITS`.
+        sizes (dict[str, int]): Supervision edges :math:`L` of each split.
+    """
+
+    def __init__(self, path: Path, link: dict[str, Any], num_nodes: int) -> None:
+        where = f"'{path / GRAPH_FILE}'"
+        unknown = [name for name in link if name not in SPLITS]
+        if unknown:
+            raise ValueError(f"{where}: 'link' holds the splits {unknown}; a link split's are "
+                             f"{', '.join(SPLITS)} (OGB's 'valid' is 'val'): rename them, or "
+                             f"{LINK_FIX}")
+        self.names = [name for name in SPLITS if name in link]
+        self.sizes: dict[str, int] = {}
+        self.index: dict[str, EdgeArray] = {}
+        self.label: dict[str, np.ndarray] = {}
+        self.files: dict[str, Path] = {}
+        for name in self.names:
+            spec, at = link[name], f"{where} link '{name}'"
+            missing = [k for k in ("num_edges", "edge_label_index", "edge_label")
+                       if k not in spec]
+            if missing:
+                raise ValueError(f"{at} lacks {', '.join(missing)}; {LINK_FIX}")
+            size = int(entry(spec, "num_edges", at))
+            self.index[name] = EdgeArray(path, entry(spec, "edge_label_index", at), size,
+                                         num_nodes, num_nodes, LINK_FIX)
+            label = _load(path, entry(spec, "edge_label", at))
+            if label.shape != (size,):
+                held = f"{label.size} labels" if label.ndim == 1 else \
+                    f"labels of shape {label.shape}"
+                raise ValueError(
+                    f"'{path / spec['edge_label']}' holds {held}, {at} says {size} supervision "
+                    f"edges (as '{spec['edge_label_index']}' holds): a split needs one label "
+                    f"per edge; {LINK_FIX}"
+                )
+            if not np.issubdtype(label.dtype, np.floating):
+                raise ValueError(f"'{path / spec['edge_label']}' holds {label.dtype}; labels "
+                                 f"are float32 (1 positive, 0 negative): {LINK_FIX}")
+            self.sizes[name], self.label[name] = size, label
+            self.files[name] = path / spec["edge_label"]
+
+    def read(self, name: str, lo: int = 0, hi: int | None = None,
+             dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarray]:
+        """Edges ``lo:hi`` of split ``name``: ``[2, hi - lo]`` node ids of
+        ``dtype`` and ``[hi - lo]`` float32 labels (copies)."""
+        hi = self.sizes[name] if hi is None else hi
+        label = _read(self.label[name], lo, hi - lo).astype(np.float32, copy=False)
+        return self.index[name].read(lo, hi, dtype), label
+
+    def check(self, name: str, lo: int = 0, hi: int | None = None) -> None:
+        """Raises :class:`ValueError` if edges ``lo:hi`` of split ``name``
+        name a node outside :math:`[0, N)` or have a NaN or infinite label."""
+        hi = self.sizes[name] if hi is None else hi
+        self.index[name].check(lo, hi, f"a split's edges join nodes of the graph; {LINK_FIX}")
+        for start in range(lo, hi, CHUNK):
+            label = _read(self.label[name], start, min(start + CHUNK, hi) - start)
+            if not np.isfinite(label).all():
+                bad = np.flatnonzero(~np.isfinite(label)) + start
+                raise ValueError(f"'{self.files[name]}' has NaN or infinite labels "
+                                 f"(edges {bad[:5].tolist()}); {LINK_FIX}")
 
 
 class FolderWriter:
@@ -275,6 +371,7 @@ class FolderWriter:
         self.tmp.mkdir()
         self.node: dict[str, str] = {}
         self.splits: dict[str, str] = {}
+        self.link: dict[str, dict[str, Any]] = {}
 
     def __enter__(self) -> Self:
         return self
@@ -322,6 +419,24 @@ class FolderWriter:
         if not folder:
             self.splits[mask_name] = file
         return file
+
+    def supervision(self, name: str, index: np.ndarray, label: np.ndarray) -> None:
+        """Writes split ``name``'s supervision edges, ``[2, L]`` node ids
+        ``index`` and ``[L]`` labels ``label`` (as float32), in chunks, under
+        ``link/name/``."""
+        if index.ndim != 2 or index.shape[0] != 2 or label.shape != (index.shape[1],):
+            raise ValueError(f"split '{name}' has edge_label_index of shape {index.shape} and "
+                             f"edge_label of shape {label.shape}; pass [2, L] and [L]")
+        files = {key: f"{LINK_DIR}/{name}/{key}.npy" for key in ("edge_label_index",
+                                                                  "edge_label")}
+        edges = self.array(files["edge_label_index"], index.shape, index.dtype)
+        labels = self.array(files["edge_label"], label.shape, np.float32)
+        for lo, hi in spans(index.shape[1]):
+            edges[:, lo:hi] = index[:, lo:hi]
+            labels[lo:hi] = label[lo:hi]
+        edges.flush()
+        labels.flush()
+        self.link[name] = {"num_edges": int(index.shape[1]), **files}
 
     def finish(self, info: dict[str, Any], reader: Any) -> Any:
         """Checks the files against ``info`` with ``reader(folder, info)``,

@@ -9,10 +9,24 @@ A homogeneous graph (a PyG ``Data``)::
                          "num_nodes": N, "num_edges": E, "num_classes": C or null,
                          "edges": "edges.npy",
                          "node": {"x": "x.npy", "y": "y.npy", ...},
-                         "splits": {"train_mask": "split/train.npy", ...}}
+                         "splits": {"train_mask": "split/train.npy", ...},
+                         "link": {"train": {"num_edges": L,
+                                            "edge_label_index":
+                                            "link/train/edge_label_index.npy",
+                                            "edge_label": "link/train/edge_label.npy"},
+                                  "val": {...}, "test": {...}}}
       edges.npy         [2, E] int32 or int64: row 0 sources, row 1 targets
       x.npy, y.npy, ... [N, ...] one file per node-level attribute
       split/train.npy   int64 ids of the nodes in each split (read as masks)
+      link/train/edge_label_index.npy   [2, L] int32 or int64: the split's
+                        supervision edges, sources then targets
+      link/train/edge_label.npy         [L] float32: 1 positive, 0 negative
+
+``"link"`` (and ``link/``) only for a link split (:mod:`pyg_dist.tasks.supervision`):
+then ``edges.npy`` is the graph messages pass along (RandomLinkSplit's
+``train_data.edge_index``: the held-out edges are not in it), and each
+split's edges are those :func:`pyg_dist.partition` stores, OGB's negatives
+(``edge_neg``) after its positives with label 0.
 
 A heterogeneous graph (a PyG ``HeteroData``), read by
 :class:`~pyg_dist.datasets.ondisk_hetero.HeteroGraphFolder`::
@@ -63,6 +77,7 @@ from pyg_dist.datasets.folder_files import (
     VERSION,
     EdgeArray,
     FolderWriter,
+    LinkArrays,
     NodeArrays,
     entry,
     read_info,
@@ -81,6 +96,7 @@ from pyg_dist.datasets.ondisk_hetero import (
     is_hetero_info,
     write_hetero_graph_folder,
 )
+from pyg_dist.tasks.supervision import SupervisionEdges, is_link_split, link_split
 
 __all__ = ["GraphFolder", "GraphFolderWriter", "HeteroGraphFolder", "write_graph_folder",
            "open_graph_folder"]
@@ -121,6 +137,9 @@ class GraphFolder:
         num_classes (int, optional): Classes of ``y``, when it holds them.
         node_attrs (list[str]): Node-level attributes: the arrays, then the
             split masks (``train_mask``, ``val_mask``, ``test_mask``, ...).
+        link_splits (list[str]): The splits of the folder's link split
+            (``"train"``, ``"val"``, ``"test"``); empty for none.
+        link_sizes (dict[str, int]): Supervision edges of each of them.
     """
 
     def __init__(self, path: Path, info: dict[str, Any]) -> None:
@@ -135,6 +154,8 @@ class GraphFolder:
         self._nodes = NodeArrays(path, self.num_nodes, entry(info, "node", where, {}),
                                  entry(info, "splits", where, {}))
         self.node_attrs = self._nodes.names
+        self._link = LinkArrays(path, entry(info, "link", where, {}), self.num_nodes)
+        self.link_splits, self.link_sizes = self._link.names, self._link.sizes
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> GraphFolder:
@@ -156,8 +177,9 @@ class GraphFolder:
         return cls(path, info)
 
     def __repr__(self) -> str:
+        link = f", link_sizes={self.link_sizes}" if self.link_splits else ""
         return (f"GraphFolder('{self.path}', num_nodes={self.num_nodes}, "
-                f"num_edges={self.num_edges}, node_attrs={self.node_attrs})")
+                f"num_edges={self.num_edges}, node_attrs={self.node_attrs}{link})")
 
     def edges(self, lo: int = 0, hi: int | None = None, dtype: Any = np.int64) -> np.ndarray:
         """Edge columns ``lo:hi`` as a ``[2, hi - lo]`` array of ``dtype``
@@ -173,7 +195,8 @@ class GraphFolder:
     def check_edges(self, lo: int = 0, hi: int | None = None) -> None:
         """Raises :class:`ValueError` if edge columns ``lo:hi`` name a node
         outside :math:`[0, N)`."""
-        self._edges.check(lo, hi, f"num_nodes in {GRAPH_FILE} if the graph has more nodes")
+        self._edges.check(lo, hi, f"fix the edge list, or num_nodes in {GRAPH_FILE} if the "
+                                  f"graph has more nodes")
 
     def check_nodes(self, lo: int = 0, hi: int | None = None) -> None:
         """Raises :class:`ValueError` if rows ``lo:hi`` of a floating node
@@ -181,9 +204,25 @@ class GraphFolder:
         outside :math:`[0, N)` (checked whole: splits are small)."""
         self._nodes.check(lo, hi)
 
+    def supervision(self, split: str, lo: int = 0, hi: int | None = None,
+                    dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarray]:
+        """Supervision edges ``lo:hi`` of link split ``split``: ``[2, hi -
+        lo]`` node ids of ``dtype`` (sources, then targets) and ``[hi - lo]``
+        float32 labels (copies)."""
+        if split not in self._link.sizes:
+            raise KeyError(f"'{self.path}' has no '{split}' supervision edges (its link "
+                           f"splits: {', '.join(self.link_splits) or 'none'})")
+        return self._link.read(split, lo, hi, dtype)
+
+    def check_supervision(self, split: str, lo: int = 0, hi: int | None = None) -> None:
+        """Raises :class:`ValueError` if supervision edges ``lo:hi`` of
+        ``split`` name a node outside :math:`[0, N)` or have a NaN label."""
+        self._link.check(split, lo, hi)
+
     def to_data(self) -> Any:
         """The whole graph as a :class:`torch_geometric.data.Data` (for graphs
-        that fit one process)."""
+        that fit one process): with a link split, the graph messages pass
+        along (its splits: :meth:`supervision`)."""
         from torch_geometric.data import Data
 
         data = Data(edge_index=torch.from_numpy(self.edges()), num_nodes=self.num_nodes)
@@ -223,6 +262,8 @@ class GraphFolderWriter(FolderWriter):
                 "num_nodes": int(num_nodes), "num_edges": int(num_edges),
                 "num_classes": num_classes, "edges": "edges.npy", "node": self.node,
                 "splits": self.splits}
+        if self.link:
+            info["link"] = self.link
         return self.finish(info, GraphFolder)
 
 
@@ -233,15 +274,27 @@ def write_graph_folder(data: Any, out_dir: str | os.PathLike, overwrite: bool = 
     ``<name>_mask`` as a split of node ids; a ``HeteroData`` the same per
     node type and edge type (the heterogeneous layout).
 
+    A link split (RandomLinkSplit's ``(train_data, val_data, test_data)``
+    or OGB's ``(data, split_edge)``) is written as the graph messages pass
+    along and, per split, the supervision edges and labels that
+    :func:`pyg_dist.partition` stores (``link/``); the split's edges must
+    join nodes of the graph.
+
     Args:
-        data (torch_geometric.data.Data or torch_geometric.data.HeteroData):
+        data (torch_geometric.data.Data or torch_geometric.data.HeteroData or tuple):
             The graph (``edge_index`` int32 or int64; node attributes with one
-            row per node).
+            row per node), or a link split of a ``Data``.
         out_dir (str or os.PathLike): Folder to create (atomically).
         overwrite (bool, optional): Replace an existing ``out_dir``.
             (default: :obj:`False`)
         name (str, optional): The graph's name. (default: the folder's name)
     """
+    splits: dict[str, SupervisionEdges] = {}
+    if is_link_split(data):
+        if any(is_hetero(d) for d in data):
+            raise ValueError("'write_graph_folder' writes the link split of a homogeneous graph "
+                             "(a Data); write a HeteroData without one")
+        data, splits = link_split(data, "'write_graph_folder'")
     if is_hetero(data):
         return write_hetero_graph_folder(data, out_dir, overwrite, name)
     edge_index, num_nodes = check_graph(data, "write_graph_folder")
@@ -260,5 +313,7 @@ def write_graph_folder(data: Any, out_dir: str | os.PathLike, overwrite: bool = 
             for lo, hi in spans(value.size(0)):
                 array[lo:hi] = value[lo:hi].numpy()
             array.flush()
+        for split, supervision in splits.items():
+            writer.supervision(split, supervision.index.numpy(), supervision.label.numpy())
         return writer.commit(num_nodes, edge_index.size(1),
                              name or Path(out_dir).name, num_classes(node_attrs.get("y")))

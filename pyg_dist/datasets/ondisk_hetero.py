@@ -146,8 +146,9 @@ class HeteroGraphFolder:
     def check_edges(self, e: EdgeType, lo: int = 0, hi: int | None = None) -> None:
         """Raises :class:`ValueError` if relation ``e``'s columns ``lo:hi``
         name a source or a target outside its type's range."""
-        self._edges[e].check(lo, hi, f"the num_nodes of node types '{e[0]}' and '{e[2]}' "
-                                     f"in {GRAPH_FILE} if they have more nodes")
+        self._edges[e].check(lo, hi, f"fix the edge list, or the num_nodes of node types "
+                                     f"'{e[0]}' and '{e[2]}' in {GRAPH_FILE} if they have "
+                                     f"more nodes")
 
     def check_nodes(self, t: str, lo: int = 0, hi: int | None = None) -> None:
         """Raises :class:`ValueError` if rows ``lo:hi`` of a floating

@@ -35,6 +35,7 @@ says which):
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.machinery
@@ -45,6 +46,7 @@ import shutil
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -221,8 +223,9 @@ def _why_not_buildable() -> str:
         return "its C++ sources (csrc/) are not part of this installation"
     from torch.utils import cpp_extension
 
-    if not cpp_extension.is_ninja_available():
-        return "ninja is not installed (pip install ninja)"
+    with environment_ninja():
+        if not cpp_extension.is_ninja_available():
+            return "ninja is not installed (pip install ninja)"
     compiler = cpu_build.compiler()
     if shutil.which(compiler) is None:
         return f"no C++ compiler '{compiler}' on PATH (install one, or set CXX)"
@@ -249,14 +252,15 @@ def _build_and_load() -> _LoadResult:
     announced = None if cached else _announce_compile(folder)
     start = time.perf_counter()
     try:
-        cpp_extension.load(
-            name=name,
-            sources=[str(source) for source in sources],
-            extra_cflags=flags,
-            extra_ldflags=cpu_build.linker_flags(),
-            is_python_module=False,
-            verbose=env.verbose_build(),
-        )
+        with environment_ninja():
+            cpp_extension.load(
+                name=name,
+                sources=[str(source) for source in sources],
+                extra_cflags=flags,
+                extra_ldflags=cpu_build.linker_flags(),
+                is_python_module=False,
+                verbose=env.verbose_build(),
+            )
     finally:
         if announced is not None:
             announced.unlink(missing_ok=True)
@@ -269,6 +273,32 @@ def _build_and_load() -> _LoadResult:
         print(f"compiled pyg_dist's CPU kernels in {seconds:.1f} s (kept in {folder} for "
               f"this environment)", file=sys.stderr, flush=True)
     return _LoadResult("compiled" if compiled else "cached", library=library)
+
+
+@contextlib.contextmanager
+def environment_ninja() -> Iterator[None]:
+    """Within it, ``ninja`` on ``PATH`` is this Python environment's (the
+    ``ninja`` package's, which the ``cpu-ext`` extra installs) where it has
+    one: every process of the environment then builds with one ninja,
+    whatever its own ``PATH``. (Two ninja versions sharing a build folder
+    each read the other's log as foreign and rebuilt the kernels from
+    scratch, a minute or more at every switch.)"""
+    try:
+        import ninja
+    except ImportError:
+        yield
+        return
+    folder = getattr(ninja, "BIN_DIR", None)
+    before = os.environ.get("PATH")
+    if folder is not None:
+        os.environ["PATH"] = os.pathsep.join([folder, *([before] if before else [])])
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = before
 
 
 def _claim(folder: Path | None, name: str) -> bool:

@@ -15,7 +15,9 @@ A pipeline of collective steps, each rank holding one slice of the input:
    part is known to its block's rank;
 3. shuffle every edge to its target's part and every node's attributes to
    its part, and build each part's local graph and halo plan
-   (:mod:`pyg_dist.partitioning.dist_plan`);
+   (:mod:`pyg_dist.partitioning.dist_plan`); shuffle a link split's
+   supervision edges to their sources' parts
+   (:mod:`pyg_dist.partitioning.dist_link`);
 4. write each part into one temporary sibling folder of ``out_dir``; rank 0
    writes ``meta.json`` last and renames the folder into place.
 
@@ -49,6 +51,7 @@ from pyg_dist.partitioning.dist_cut import (
     permutation_cut,
 )
 from pyg_dist.partitioning.dist_hetero import build_hetero_part
+from pyg_dist.partitioning.dist_link import check_supervision, shuffle_supervision
 from pyg_dist.partitioning.dist_meta import edge_block_digests, max_label
 from pyg_dist.partitioning.dist_plan import build_local_part, shuffle_in_edges, shuffle_nodes
 from pyg_dist.partitioning.io import (
@@ -91,6 +94,14 @@ def partition_distributed(
     :meth:`pyg_dist.DistHeteroData.load` reads (the cut runs on the
     homogeneous view, node type ``t``'s node ``i`` being node ``offset[t] +
     i``; ``PartitionMeta.types`` holds the sizes per type).
+
+    A graph folder with a link split (written from RandomLinkSplit's three
+    graphs or OGB's ``(data, split_edge)``, see
+    :func:`pyg_dist.datasets.write_graph_folder`) is cut as its
+    message-passing graph, and each supervision edge is stored on the part
+    that owns its source node, as :func:`pyg_dist.partition` stores it
+    (:meth:`pyg_dist.DistData.supervision` reads them back); each rank reads
+    a :math:`1/P` slice of every split.
 
     No rank holds the whole graph: each reads a :math:`1/P` slice of the
     edges and a block of :math:`N/P` nodes, and holds besides them its part,
@@ -146,9 +157,10 @@ def _homogeneous_part(graph: GraphFolder, method: str, seed: int, rank: int, num
     nodes = Blocks.even(graph.num_nodes, num_parts)
     edges = Blocks.even(graph.num_edges, num_parts)
     (nlo, nhi), (elo, ehi) = nodes.span(rank), edges.span(rank)
-    _check_slices(graph, (nlo, nhi), (elo, ehi), group)
+    _check_slices(graph, (nlo, nhi), (elo, ehi), rank, num_parts, group)
     part = _assign(method, graph, (elo, ehi), nodes, rank, num_parts, seed, group)
     content, stats = _build(graph, (elo, ehi), part, nodes, rank, num_parts, group)
+    content["link"] = shuffle_supervision(graph, part, nodes, rank, num_parts, group)
     del part
     meta = _meta(graph, stats, method, seed, (elo, ehi), group)
     content["partition_id"] = meta.partition_id
@@ -188,12 +200,13 @@ def _open(input_dir: str | os.PathLike, out_dir: Path, overwrite: bool, num_part
 
 
 def _check_slices(graph: GraphFolder, node_span: tuple[int, int], edge_span: tuple[int, int],
-                  group: Group) -> None:
-    """Each rank checks its slice of the edges and block of the nodes; any
-    failure fails every rank."""
+                  rank: int, num_parts: int, group: Group) -> None:
+    """Each rank checks its slice of the edges, block of the nodes and slice
+    of each split's supervision edges; any failure fails every rank."""
     with distributed.failing_together(f"{_NAME} checking the input", group):
         graph.check_edges(*edge_span)
         graph.check_nodes(*node_span)
+        check_supervision(graph, rank, num_parts)
 
 
 def _assign(method: str, graph: GraphFolder, edge_span: tuple[int, int], nodes: Blocks,
@@ -288,6 +301,7 @@ def _meta(graph: GraphFolder, stats: dict[str, Any], method: str, seed: int,
         partition_id=partition_id,
         node_attrs=sorted(graph.node_attrs),
         edge_attrs=[],
+        link_splits=list(graph.link_splits),
     )
 
 

@@ -33,7 +33,7 @@ __all__ = [
     "raised_together", "sync_tensors",
     "all_reduce_gradients", "new_group", "host_store", "DEFAULT_TIMEOUT", "Group", "GradBucket",
     "backend", "group_id", "all_reduce_future", "all_to_all_single", "send", "recv", "isend",
-    "batch_send_recv", "wait_all",
+    "batch_send_recv", "wait_all", "row_piece", "reduce_scatter_rows", "all_gather_rows",
 ]
 
 #: Collectives that wait longer than this raise instead of hanging (seconds).
@@ -215,6 +215,86 @@ class _AllReduceSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         return all_reduce(grad.contiguous().clone(), group=ctx.group), None
+
+
+def row_piece(rows: int, pieces: int, index: int) -> tuple[int, int]:
+    """``[lo, hi)`` of piece ``index`` of ``rows`` rows cut into ``pieces``
+    near-equal runs: the pieces :func:`reduce_scatter_rows` leaves and
+    :func:`all_gather_rows` joins.
+
+    Args:
+        rows (int): The rows.
+        pieces (int): The pieces (the ranks of a group).
+        index (int): The piece (a rank of the group).
+    """
+    return rows * index // pieces, rows * (index + 1) // pieces
+
+
+def reduce_scatter_rows(tensor: Tensor, group: Group = None, inplace: bool = False) -> Tensor:
+    """This rank's piece (:func:`row_piece`, by its rank in ``group``) of the
+    rows of ``tensor`` summed over the ranks, a new tensor on ``tensor``'s
+    device; ``tensor`` itself in a group of one.
+
+    With ``inplace``, ``tensor`` is the buffer (its rows hold partial sums
+    afterwards): one reduce a piece into its rank and no other memory than
+    the piece returned; otherwise a reduce-scatter, which copies the rows
+    (gloo: about half of them again beside the piece).
+
+    Args:
+        tensor (torch.Tensor): The values of this rank, ``[rows, ...]``
+            (the same shape on every rank).
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+        inplace (bool, optional): Whether ``tensor`` may be overwritten.
+            (default: :obj:`False`)
+    """
+    if not is_distributed(group):
+        return tensor
+    size, me = world_size(group), rank(group)
+    buffer = tensor.to(collective_device(group)).contiguous()
+    pieces = [buffer.narrow(0, lo, hi - lo)
+              for lo, hi in (row_piece(buffer.size(0), size, q) for q in range(size))]
+    if inplace or buffer.data_ptr() != tensor.data_ptr():  # a copy already: the buffer
+        with peers.guard("reduce"):
+            for q, piece in enumerate(pieces):
+                if piece.numel():
+                    dist.reduce(piece, dst=_global(q, group), group=group)
+        out = pieces[me].clone()
+    else:
+        out = torch.empty_like(pieces[me])
+        with peers.guard("reduce_scatter"):
+            dist.reduce_scatter(out, pieces, group=group)
+    return out.to(tensor.device)
+
+
+def all_gather_rows(piece: Tensor, rows: int, group: Group = None) -> Tensor:
+    """``[rows, ...]`` every rank's piece (:func:`row_piece` of ``rows``, by
+    rank in ``group``) in rank order: the rows :func:`reduce_scatter_rows`
+    scattered, joined; ``piece`` itself in a group of one. Each piece is
+    broadcast into its rows of the result: no memory beside it (gloo's
+    all-gather copies the whole result once more).
+
+    Args:
+        piece (torch.Tensor): This rank's piece, ``[hi - lo, ...]``.
+        rows (int): The rows of all pieces together.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
+    if not is_distributed(group):
+        return piece
+    size, me = world_size(group), rank(group)
+    bounds = [row_piece(rows, size, q) for q in range(size)]
+    lo, hi = bounds[me]
+    if piece.size(0) != hi - lo:
+        raise ValueError(f"'all_gather_rows' was given {piece.size(0)} rows on rank {me} of "
+                         f"{size}; piece {me} of {rows} rows holds {hi - lo} (row_piece)")
+    out = piece.new_empty((rows, *piece.shape[1:]), device=collective_device(group))
+    out[lo:hi] = piece
+    with peers.guard("broadcast"):
+        for q, (lo, hi) in enumerate(bounds):
+            if hi > lo:
+                dist.broadcast(out[lo:hi], src=_global(q, group), group=group)
+    return out.to(piece.device)
 
 
 def all_reduce_values(values: Sequence[float], op: str = "sum",

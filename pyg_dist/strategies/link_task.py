@@ -15,6 +15,12 @@ training step:
    and the loss is the binary cross entropy with logits averaged over the
    pairs of all ranks (PyG's ``examples/link_pred.py``).
 
+The rows are gathered once per distinct node; the pairs are scored
+:data:`PAIR_CHUNK` at a time, each chunk's rows, products and decoder
+activations recomputed in the backward instead of kept (activation
+checkpointing), so a rank's memory grows with its distinct nodes, not with
+its pairs.
+
 Evaluation reports the global ROC-AUC of the training, validation and test
 edges (:func:`~pyg_dist.tasks.roc_auc`; or OGB's Hits@K or MRR, or a
 recommendation's recall@K, ``metric=``); the training edges are scored
@@ -31,6 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 from torch_geometric.nn.models import LightGCN
 
 from pyg_dist.halo.gather import count, directory_bytes, gather, gather_bytes, referenced
@@ -45,10 +52,12 @@ from pyg_dist.tasks.link_metrics import hits_at_k, mrr, recall_ndcg_at_k, roc_au
 from pyg_dist.tasks.negatives import KINDS, negatives
 from pyg_dist.tasks.supervision import SPLITS, SupervisionEdges, is_link_split, link_split
 
-__all__ = ["LinkTask", "task_for", "carries_links", "LOSSES"]
+__all__ = ["LinkTask", "task_for", "carries_links", "LOSSES", "PAIR_CHUNK"]
 
 #: The losses of a link task.
 LOSSES = ("bce", "bpr")
+#: Pairs scored at a time (the default of ``LinkTask(pair_chunk=)``).
+PAIR_CHUNK = 65_536
 
 
 def carries_links(data: Any) -> bool:
@@ -124,6 +133,11 @@ class LinkTask(Task):
             :obj:`"recall@K"`; :obj:`None` for one more than the highest
             source of a positive supervision edge. Every positive must go
             from a user to an item. (default: :obj:`None`)
+        pair_chunk (int, optional): Pairs scored at a time; in training each
+            chunk's activations are recomputed in the backward, so memory
+            holds one chunk's (a chunk's sum enters the loss in its turn, so
+            the loss may differ from one sum in the last bits).
+            (default: :data:`PAIR_CHUNK`)
 
     Attributes:
         splits (dict[str, SupervisionEdges]): This rank's supervision edges.
@@ -136,7 +150,10 @@ class LinkTask(Task):
     def __init__(self, data: Any, negatives: str = "uniform", num_negatives: int = 1,
                  seed: int = 0, loss: str = "bce", lambda_reg: float = 1e-4,
                  features: bool = True, metric: str = "auc", eval_negatives: int = 100,
-                 num_users: int | None = None) -> None:
+                 num_users: int | None = None, pair_chunk: int = PAIR_CHUNK) -> None:
+        if isinstance(pair_chunk, bool) or not isinstance(pair_chunk, int) or pair_chunk < 1:
+            raise ValueError(f"'LinkTask' got pair_chunk={pair_chunk!r}; pass an int >= 1 "
+                             f"(pairs scored at a time)")
         if metric not in ("auc", "mrr") and not (_at_k(metric, "hits")
                                                  or _at_k(metric, "recall")):
             raise ValueError(f"'LinkTask' got metric='{metric}'; use 'auc', 'mrr', "
@@ -165,6 +182,7 @@ class LinkTask(Task):
         self.inputs = (data.x, data.edge_index) if features else (data.edge_index,)
         self.loss_kind, self.lambda_reg = loss, lambda_reg
         self.metric, self.eval_negatives = metric, eval_negatives
+        self.pair_chunk = pair_chunk
         self.y = None  # type: ignore[assignment]
         self.train_mask = self.val_mask = self.test_mask = None  # type: ignore[assignment]
         self._keys = []
@@ -210,10 +228,23 @@ class LinkTask(Task):
     def scores(self, model: nn.Module, h: Tensor, edges: SupervisionEdges,
                direction: str = GATHER) -> Tensor:
         """The logit of each edge: its ends' rows gathered from their owners
-        (booked in ``direction``), then decoded. Collective."""
+        (booked in ``direction``), then decoded, :attr:`pair_chunk` edges at
+        a time. Collective."""
+        rows, src, dst = self._rows(h, edges, direction)
+        return torch.cat([decode(model, rows[src[lo:hi]], rows[dst[lo:hi]])
+                          for lo, hi in _chunks(src.numel(), self.pair_chunk)])
+
+    def _rows(self, h: Tensor, edges: SupervisionEdges,
+              direction: str = GATHER) -> tuple[Tensor, Tensor, Tensor]:
+        """The rows of the edges' distinct ends (gathered from their owners,
+        each once), and each edge's source and target among them. Collective."""
+        if h.dim() != 2:
+            raise ValueError(f"'LinkTask' scores node embeddings [nodes, width]; the model gave "
+                             f"shape {tuple(h.shape)}. A model that scores pairs itself (PyG's "
+                             f"LightGCN) goes through pyg_dist.nn.to_distributed(model) first")
+        unique, inverse = torch.unique(_ends(edges), return_inverse=True)
         num = edges.num_edges
-        rows = gather(h, _ends(edges), self.graph, direction)
-        return decode(model, rows[:num], rows[num:])
+        return gather(h, unique, self.graph, direction), inverse[:num], inverse[num:]
 
     def gather_bytes(self, epochs: range, row_bytes: int) -> list[int]:
         """Bytes the training steps of ``epochs`` book gathering rows (ledger
@@ -247,18 +278,38 @@ class LinkTask(Task):
         negatives of all ranks: this rank's share and the global value.
         Collective."""
         edges = self.edges("train")
-        score = self.scores(model, out, edges)
+        rows, src, dst = self._rows(out, edges)
         if self.loss_kind == "bpr":
-            return self._bpr(model, score, edges)
-        local = F.binary_cross_entropy_with_logits(score, edges.label.to(score.dtype),
-                                                   reduction="sum")
-        return mean_over_ranks(local, edges.num_edges)
+            return self._bpr(model, rows, src, dst, edges)
+        label = edges.label.to(out.dtype)
 
-    def _bpr(self, model: nn.Module, score: Tensor,
+        def bce(rows: Tensor, lo: int, hi: int) -> Tensor:
+            score = decode(model, rows[src[lo:hi]], rows[dst[lo:hi]])
+            return F.binary_cross_entropy_with_logits(score, label[lo:hi], reduction="sum")
+
+        return mean_over_ranks(self._summed(bce, rows, edges.num_edges), edges.num_edges)
+
+    def _summed(self, part: Any, rows: Tensor, total: int, per: int = 1) -> Tensor:
+        """``part(rows, lo, hi)`` summed over chunks of ``total`` items of
+        ``per`` pairs each; a chunk's activations are recomputed in the
+        backward, not kept, where there is more than one."""
+        spans = _chunks(total, max(1, self.pair_chunk // per))
+        if len(spans) == 1:
+            return part(rows, 0, total)
+        return torch.stack([checkpoint(part, rows, lo, hi, use_reentrant=False)
+                            for lo, hi in spans]).sum()
+
+    def _bpr(self, model: nn.Module, rows: Tensor, src: Tensor, dst: Tensor,
              edges: SupervisionEdges) -> tuple[Tensor, float]:
-        num = self.splits["train"].num_edges
-        pos, neg = score[:num], score[num:].view(num, self.num_negatives)
-        local = -F.logsigmoid(pos.view(-1, 1) - neg).sum()
+        num, k = self.splits["train"].num_edges, self.num_negatives
+
+        def bpr(rows: Tensor, lo: int, hi: int) -> Tensor:
+            pos = decode(model, rows[src[lo:hi]], rows[dst[lo:hi]])
+            a, b = num + lo * k, num + hi * k  # the negatives of positives lo..hi
+            neg = decode(model, rows[src[a:b]], rows[dst[a:b]]).view(hi - lo, k)
+            return -F.logsigmoid(pos.view(-1, 1) - neg).sum()
+
+        local = self._summed(bpr, rows, num, 1 + k)
         if self.lambda_reg:
             embedding = model.get_submodule("embedding")
             assert isinstance(embedding, nn.Embedding), "BPR regularises an embedding table"
@@ -268,7 +319,7 @@ class LinkTask(Task):
             rows = weight if gid is None or cut else weight[gid]
             named = referenced(_ends(edges), self.graph, rows.size(0))
             local = local + self.lambda_reg * rows[named].pow(2).sum()
-        return mean_over_ranks(local, neg.numel())
+        return mean_over_ranks(local, num * k)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> tuple[float, float, float]:
@@ -391,6 +442,11 @@ class LinkTask(Task):
                              f"user-item graph, users first (num_users=U), or use "
                              f"metric='auc' for link prediction")
         return users
+
+
+def _chunks(total: int, size: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` spans of ``size`` covering ``range(total)`` (one, empty, for 0)."""
+    return [(lo, min(lo + size, total)) for lo in range(0, total, size)] or [(0, 0)]
 
 
 def _ends(edges: SupervisionEdges) -> Tensor:

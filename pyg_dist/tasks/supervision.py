@@ -22,6 +22,7 @@ computed where its row lives.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,12 +81,14 @@ def is_link_split(data: Any) -> bool:
     return isinstance(data, (tuple, list))
 
 
-def link_split(data: Any) -> tuple[Any, dict[str, SupervisionEdges]]:
+def link_split(data: Any, what: str = "'partition'") -> tuple[Any, dict[str, SupervisionEdges]]:
     """The graph messages pass along and each split's supervision edges.
 
     Args:
         data (tuple): ``(train_data, val_data, test_data)`` from
             ``RandomLinkSplit``, or ``(data, split_edge)`` as OGB gives them.
+        what (str, optional): The call that errors name.
+            (default: :obj:`"'partition'"`)
 
     Returns:
         The message-passing graph (a ``Data`` without ``edge_label*``) and the
@@ -93,18 +96,18 @@ def link_split(data: Any) -> tuple[Any, dict[str, SupervisionEdges]]:
     """
     if len(data) == 3:
         graph = _without_labels(data[0])
-        splits = {name: _from_data(name, d) for name, d in zip(SPLITS, data)}
+        splits = {name: _from_data(name, d, what) for name, d in zip(SPLITS, data)}
     elif len(data) == 2 and isinstance(data[1], dict):
-        graph, splits = _without_labels(data[0]), _from_ogb(data[1])
+        graph, splits = _without_labels(data[0]), _from_ogb(data[1], what)
     else:
-        raise ValueError(f"'partition' got a sequence of {len(data)} items; pass a graph, the "
+        raise ValueError(f"{what} got a sequence of {len(data)} items; pass a graph, the "
                          f"(train_data, val_data, test_data) of RandomLinkSplit, or OGB's "
                          f"(data, split_edge)")
     num_nodes = int(graph.num_nodes)
     for name, edges in splits.items():
         if edges.num_edges and (int(edges.index.min()) < 0
                                 or int(edges.index.max()) >= num_nodes):
-            raise ValueError(f"'partition' found {name} supervision edges outside the "
+            raise ValueError(f"{what} found {name} supervision edges outside the "
                              f"{num_nodes} nodes of the graph; pass edges between its nodes")
     return graph, splits
 
@@ -117,9 +120,9 @@ def _without_labels(data: Any) -> Any:
     return graph
 
 
-def _from_data(name: str, data: Any) -> SupervisionEdges:
+def _from_data(name: str, data: Any, what: str) -> SupervisionEdges:
     if "edge_label_index" not in data:
-        raise ValueError(f"'partition' got a {name} graph without edge_label_index; pass the "
+        raise ValueError(f"{what} got a {name} graph without edge_label_index; pass the "
                          f"three graphs RandomLinkSplit returns (train, val, test)")
     index = data.edge_label_index.to(torch.int64)
     label = (data.edge_label.float() if "edge_label" in data
@@ -127,14 +130,14 @@ def _from_data(name: str, data: Any) -> SupervisionEdges:
     return SupervisionEdges(index, label, torch.arange(index.size(1)))
 
 
-def _from_ogb(split_edge: dict[str, Any]) -> dict[str, SupervisionEdges]:
+def _from_ogb(split_edge: dict[str, Any], what: str) -> dict[str, SupervisionEdges]:
     out = {}
     for key, name in (("train", "train"), ("valid", "val"), ("test", "test")):
         if key not in split_edge:
             continue
         parts = split_edge[key]
         if "edge" not in parts:
-            raise ValueError(f"'partition' reads OGB splits of 'edge' (and 'edge_neg') pairs; "
+            raise ValueError(f"{what} reads OGB splits of 'edge' (and 'edge_neg') pairs; "
                              f"split '{key}' has {', '.join(parts)}")
         pos = torch.as_tensor(parts["edge"]).to(torch.int64).t()
         neg = torch.as_tensor(parts.get("edge_neg", torch.empty(0, 2))).to(torch.int64).t()
@@ -146,9 +149,11 @@ def _from_ogb(split_edge: dict[str, Any]) -> dict[str, SupervisionEdges]:
 
 def split_links(data: Any, seed: int = 0, num_val: float = 0.05,
                 num_test: float = 0.1) -> tuple[Any, Any, Any]:
-    """PyG's ``RandomLinkSplit`` of ``data`` under ``seed`` (the global
-    random state is left as it was): undirected when ``data`` is, no
-    training negatives (the task draws them each epoch).
+    """PyG's ``RandomLinkSplit`` of ``data`` under ``seed`` (torch's and
+    Python's global random states are left as they were; PyG draws the
+    validation and test negatives with Python's ``random``): undirected
+    when ``data`` is, no training negatives (the task draws them each
+    epoch). The same ``seed`` gives the same split in any process.
 
     Args:
         data (torch_geometric.data.Data): The graph.
@@ -157,9 +162,14 @@ def split_links(data: Any, seed: int = 0, num_val: float = 0.05,
             (default: :obj:`0.05`)
         num_test (float, optional): Share held out for testing. (default: :obj:`0.1`)
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        split = RandomLinkSplit(num_val=num_val, num_test=num_test,
-                                is_undirected=bool(data.is_undirected()),
-                                add_negative_train_samples=False)
-        return split(data)
+    state = random.getstate()
+    try:
+        random.seed(seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            split = RandomLinkSplit(num_val=num_val, num_test=num_test,
+                                    is_undirected=bool(data.is_undirected()),
+                                    add_negative_train_samples=False)
+            return split(data)
+    finally:
+        random.setstate(state)

@@ -11,7 +11,7 @@ from torch_geometric.nn.models import GCN, GraphSAGE, LightGCN
 from torch_geometric.transforms import RandomLinkSplit
 
 import pyg_dist
-from pyg_dist.config import GraphParallel
+from pyg_dist.config import GradSync, GraphParallel
 from pyg_dist.halo.gather import gather
 from pyg_dist.models.link import LinkModel, LinkPredictor
 from pyg_dist.nn import to_distributed
@@ -173,6 +173,7 @@ def rank_body(cases):
         found["policies"] = {} if light else _policies(data, case)
         if light:
             found["recall_ndcg"] = _recall_ndcg(net, data)
+            found["compressed"] = _compressed(case)
         else:
             found["hits@3"] = LinkTask(data, metric="hits@3").evaluate(net)
             found["mrr"] = LinkTask(data, metric="mrr", eval_negatives=5).evaluate(net)
@@ -196,6 +197,21 @@ def _gather_check(data, case):
                      if e.layer == "gather/rows")
     return {"rows": rows.detach(), "grad": h.grad.clone(),
             "bytes_gather": ledger["bytes_gather"], "rows_bytes": rows_bytes}
+
+
+def _compressed(case):
+    """LightGCN with fp16 gradient compression: its only parameter holds the
+    rank's own rows, so nothing is summed (DDP is never built for it) and
+    the run is the uncompressed one's, with no gradient bytes."""
+    data = pyg_dist.DistData.load(case["parts"])
+    net = to_distributed(model("lightgcn", data.meta.num_nodes))
+    net.load_state_dict(case["state"])
+    opt = torch.optim.Adam(net.parameters(), lr=LR)
+    result = train(net, data, EPOCHS, grad_sync=GradSync(compress="fp16"), optimizer=opt,
+                   progress=False)
+    return {"losses": [s.loss for s in result.history],
+            "grad_bytes": sum(s.grad_bytes for s in result.history),
+            "state": copy.deepcopy(net.state_dict())}
 
 
 #: Every halo policy trains the link task (two steps each, from the same weights).

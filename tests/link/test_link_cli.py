@@ -1,8 +1,8 @@
 """``pyg-dist train --task link``: a seeded RandomLinkSplit of the graph is
 cut, the job's model encodes, the dot product scores; the JSON line holds the
 AUCs and the config (which reruns the job); ``pyg-dist embed`` writes the
-checkpointed model's embeddings; cutting a link split with --distributed is
-refused naming the fix."""
+checkpointed model's embeddings; ``convert --task link`` writes the split
+and ``partition --distributed --task link`` cuts it on the ranks."""
 import json
 import os
 import subprocess
@@ -15,6 +15,7 @@ import pyg_dist
 from pyg_dist.datasets import load_dataset
 from pyg_dist.models import GNN
 from pyg_dist.models.link import LinkModel
+from pyg_dist.partitioning import read_meta, read_part
 from pyg_dist.tasks.supervision import split_links
 
 CLI = [sys.executable, "-m", "pyg_dist.cli"]
@@ -69,12 +70,64 @@ def test_embed_writes_the_checkpoint_model_embeddings(tmp_path):
     assert "name the trained run's checkpoint folder with --checkpoint DIR" in bare.stderr
 
 
-def test_distributed_cut_of_a_link_split_is_refused(tmp_path):
-    out = run("partition", "--task", "link", "--distributed", "--input", str(tmp_path),
+def supervision_by_id(folder):
+    """Each split's edges of every part of ``folder`` in the split's order,
+    after checking that each part holds only edges whose source it owns."""
+    meta = read_meta(folder)
+    parts = [read_part(folder, p, meta) for p in range(meta.num_parts)]
+    owner = torch.empty(meta.num_nodes, dtype=torch.long)
+    for p, content in enumerate(parts):
+        owner[content["graph"]["global_id"]] = p
+    out = {}
+    for name in meta.link_splits:
+        for p, content in enumerate(parts):
+            assert bool((owner[content["link"][name]["index"][0]] == p).all()), (name, p)
+        ids = torch.cat([c["link"][name]["id"] for c in parts])
+        order = ids.argsort()
+        assert torch.equal(ids[order], torch.arange(ids.numel())), f"{name}: each edge once"
+        out[name] = (torch.cat([c["link"][name]["index"] for c in parts], 1)[:, order],
+                     torch.cat([c["link"][name]["label"] for c in parts])[order])
+    return out
+
+
+def test_distributed_cut_of_a_converted_link_split(tmp_path):
+    """``convert --task link`` writes the seeded split that ``partition --task
+    link`` cuts in one process; ``partition --distributed --task link`` cuts
+    the folder on the ranks: another cut, the same supervision edges."""
+    graph = ["--task", "link", "--dataset", "synthetic", "--num-nodes", "300", "--seed", "1"]
+    out = run("convert", *graph, "--out", str(tmp_path / "graph"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = run("partition", "--distributed", "--task", "link", "--input", str(tmp_path / "graph"),
+              "--parts", "2", "--out", str(tmp_path / "ranks"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    assert summary["method"] == "metis-coarse"
+    assert summary["link_splits"] == ["train", "val", "test"]
+    out = run("partition", *graph, "--parts", "2", "--out", str(tmp_path / "one"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    ranks, one = supervision_by_id(tmp_path / "ranks"), supervision_by_id(tmp_path / "one")
+    assert ranks.keys() == one.keys()
+    for name in one:
+        assert torch.equal(ranks[name][0], one[name][0]) and torch.equal(ranks[name][1],
+                                                                         one[name][1]), name
+
+
+def test_distributed_link_cut_of_a_folder_without_a_split_is_refused(tmp_path):
+    out = run("convert", "--dataset", "synthetic", "--num-nodes", "300", "--out",
+              str(tmp_path / "graph"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = run("partition", "--task", "link", "--distributed", "--input", str(tmp_path / "graph"),
               "--out", str(tmp_path / "parts"))
     assert out.returncode != 0
-    assert ("pyg-dist partition --distributed cuts node tasks; cut --task link in one process "
-            "(leave out --distributed and --input)") in out.stderr
+    assert (f"pyg-dist partition --task link: --input {tmp_path / 'graph'} holds no link split; "
+            f"write one with 'pyg-dist convert --task link --dataset NAME --out "
+            f"{tmp_path / 'graph'}'") in out.stderr, out.stderr
+    assert not (tmp_path / "parts").exists()
+    out = run("partition", "--task", "link", "--distributed", "--grid", "1x1x2", "--input",
+              str(tmp_path / "graph"), "--out", str(tmp_path / "parts"))
+    assert out.returncode != 0
+    assert "pyg-dist partition --grid writes the 3D grid's folder, which trains node tasks; " \
+           "drop --task link" in out.stderr, out.stderr
 
 
 def test_plan_and_auto_train_the_link_task():

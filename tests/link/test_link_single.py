@@ -35,6 +35,39 @@ def test_train_on_a_link_split_equals_pyg(kind, undirected):
     assert result.history[-1].test_acc == pytest.approx(aucs["test"], abs=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["sage-mlp", "lightgcn"])
+def test_pairs_scored_in_chunks_train_as_in_one(kind):
+    """BCE with the MLP decoder and BPR with two negatives each: pairs scored
+    7 at a time (recomputed in the backward) give one chunk's losses,
+    gradients and weights, and the same evaluation."""
+    split = link_split(graph(undirected=kind == "lightgcn"), kind == "lightgcn")
+    light = kind == "lightgcn"
+    runs = []
+    for chunk in (1 << 20, 7):
+        net = model(kind, split[0].num_nodes if light else split[0].x.size(1))
+        net = to_distributed(net) if light else net  # its embeddings, not PyG's scores
+        task = LinkTask(split, negatives="structured" if light else "uniform",
+                        num_negatives=2 if light else 1, loss="bpr" if light else "bce",
+                        features=not light, pair_chunk=chunk)
+        result = train(net, task, EPOCHS, optimizer=torch.optim.Adam(net.parameters(), lr=LR),
+                       progress=False)
+        runs.append((result, net))
+    (one, net_one), (chunked, net_chunked) = runs
+    assert task.splits["train"].num_edges > 7 * 3, "more than a few chunks"
+    assert [s.loss for s in chunked.history] == pytest.approx(
+        [s.loss for s in one.history], rel=TOL[torch.float32])
+    for (name, p), q in zip(net_chunked.named_parameters(), net_one.parameters()):
+        assert_close(p.grad, q.grad, what=f"grad {name}")
+        assert_close(p.detach(), q.detach(), what=f"weight {name}")
+    assert chunked.history[-1].val_acc == pytest.approx(one.history[-1].val_acc, abs=1e-6)
+
+
+def test_pair_chunk_must_be_a_positive_int():
+    split = link_split(graph(), True)
+    with pytest.raises(ValueError, match="pair_chunk=0; pass an int >= 1"):
+        LinkTask(split, pair_chunk=0)
+
+
 def test_negatives_by_hand():
     index = torch.tensor([[0, 3, 5], [1, 4, 2]])
     ids = torch.tensor([0, 1, 2])

@@ -113,6 +113,18 @@ def test_lightgcn_ranks_hold_their_own_rows_alone(world):
         assert sum(held) == data.num_nodes
 
 
+def test_lightgcn_with_gradient_compression_sums_nothing(world):
+    """fp16 compression of a model whose one parameter is the rank's own rows:
+    the same losses and weights as without it, and no gradient bytes."""
+    for case, _, found in _each(world):
+        if case["kind"] != "lightgcn":
+            continue
+        for f in found:
+            got = f["compressed"]
+            assert got["losses"] == f["losses"] and got["grad_bytes"] == 0, got
+            assert torch.equal(got["state"][TABLE], f["state"][TABLE])
+
+
 def test_every_halo_policy_trains_edges(world):
     for case, (_, _, (losses, _, _, _)), found in _each(world):
         for f in found:

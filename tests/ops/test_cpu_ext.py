@@ -2,9 +2,11 @@
 several threads, and a fallback that warns once when they are missing."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -250,6 +252,30 @@ def fake_compile(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(cpp_extension, "load", load)
     return calls
+
+
+def test_the_build_runs_the_environments_ninja(tmp_path, monkeypatch):
+    """Another ninja first on PATH (a system one of another version) is not
+    the one the build runs: two versions sharing a build folder rebuilt the
+    kernels from scratch at every switch. PATH is the caller's again after."""
+    import ninja
+    from torch.utils import cpp_extension
+
+    other = tmp_path / "bin"
+    other.mkdir()
+    (other / "ninja").write_text("#!/bin/sh\necho 1.0.0\n")
+    (other / "ninja").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{other}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
+    seen = []
+
+    def load(name, **kwargs):
+        seen.append(shutil.which("ninja"))
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    cpu_ext._build_and_load()
+    assert seen == [str(Path(ninja.BIN_DIR) / "ninja")]
+    assert shutil.which("ninja") == str(other / "ninja")
 
 
 def test_a_first_use_compile_says_so_once_before_it_starts(fake_compile, capsys):

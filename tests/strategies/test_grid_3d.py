@@ -2,10 +2,12 @@
 whole graph: every grid of 2 and 4 real gloo ranks and 2x2x2, GCN with and without
 edge weights (two and three layers: every layout of the rotation), SAGE
 with mean and sum, GIN (epsilon fixed and learnt); a directed graph with self-loops, duplicates and
-isolated nodes; dropout on. Outputs and parameter gradients; three epochs of
+isolated nodes; dropout on. Each sum kept scattered (the default) and, for
+some cases, whole. Outputs and parameter gradients; three epochs of
 train() end with PyG's weights; the planner's bytes are the ledger's; a
-graph folder and a partition folder (3 parts, edge weights) read in small
-chunks give what the graph in memory gives.
+scattered rank keeps no gathered rows for the backward; a graph folder and a
+partition folder (3 parts, edge weights) read in small chunks give what the
+graph in memory gives.
 
 One rank battery per world size (tests/worlds.py) runs every case; the test
 process builds the references."""
@@ -28,6 +30,7 @@ import pyg_dist
 from pyg_dist.config import Adam, Grid3D
 from pyg_dist.datasets import write_graph_folder
 from pyg_dist.datasets.community import CommunityGraphConfig, community_graph
+from pyg_dist.halo.ledger import Ledger
 from pyg_dist.models import GNN
 from pyg_dist.nn import DistGCNConv, DistSAGEConv, to_distributed
 from pyg_dist.strategies import strategy_from_dict
@@ -57,6 +60,11 @@ P_DROP = 0.5
 SEED = 4242  # the shared dropout seed, set on every rank
 EPOCHS = 3
 CASES = ("gcn", "gcn-weighted", "gcn3", "sage-mean", "sage-sum", "gin", "gin-eps")
+#: The cases also run with every sum kept whole (Grid3D(sums="whole")).
+WHOLE = ("gcn3", "sage-mean", "gin-eps")
+#: The cases whose bytes are compared with the planner's, each way of keeping the sums.
+BYTES = [(name, sums) for name in ("gcn3", "sage-mean", "gin-eps")
+         for sums in ("scatter", "whole")]
 
 
 def graph():
@@ -157,30 +165,30 @@ def reference_training(name):
 
 # --- on the ranks ---------------------------------------------------------------------------
 
-def run_case(data, name):
+def run_case(data, name, sums="scatter"):
     """One forward and backward of case ``name``: the logits' rows (on the
     ranks that count them), the gradients summed over the grid, the ledger."""
     data.dropout.seed, data.dropout.calls = SEED, 0
     model, weighted = model_of(name)
-    net = Grid3DModel(model, data, edge_weight=weighted)
+    net = Grid3DModel(model, data, edge_weight=weighted, sums=sums)
     model.train()
     value = net.output()
     logits = net.logits(value)
-    ids = data.global_id(value.layout.rows)
-    counts = 1.0 if net.counts() else 0.0
+    ids = net.rows(value)
+    counts = 1.0 if net.counts(value) else 0.0
     (logits * upstream(data.num_nodes)[ids] * counts).sum().backward()
     net.sum_gradients()
-    return {"rows": ids if net.counts() else None, "out": logits.detach(),
+    return {"rows": ids if net.counts(value) else None, "out": logits.detach(),
             "grads": {n: p.grad.clone() for n, p in model.named_parameters()},
             "layouts": [str(layout) for layout in layouts(net.steps)]}
 
 
-def bytes_case(source, shape, name):
-    """One training step of case ``name`` on a fresh share: the bytes each
-    direction of the ledger booked."""
-    data = load_grid_3d(source, shape)
+def bytes_case(data, name, sums):
+    """One training step of case ``name`` with a fresh ledger: the bytes
+    each direction of the ledger booked."""
+    data.ledger = Ledger()
     model, _ = model_of(name)
-    net = Grid3DModel(model, data)
+    net = Grid3DModel(model, data, sums=sums)
     model.train()
     loss, _ = net.loss(net.output())
     loss.backward()
@@ -191,11 +199,31 @@ def bytes_case(source, shape, name):
     return out
 
 
-def train_case(source, shape, name):
+def saved_case(data, name, sums):
+    """The bytes of the largest node matrix (a 2-D float tensor's storage)
+    that one forward of case ``name`` kept for its backward."""
+    data.dropout.seed, data.dropout.calls = SEED, 0
+    model, _ = model_of(name)
+    net = Grid3DModel(model, data, sums=sums)
+    model.train()
+    kept = [0]
+
+    def pack(tensor):
+        if tensor.dim() == 2 and tensor.is_floating_point():
+            kept.append(tensor.untyped_storage().nbytes())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss, _ = net.loss(net.output())
+    loss.backward()
+    return max(kept)
+
+
+def train_case(source, shape, name, sums="scatter"):
     data = load_grid_3d(source, shape)
     data.dropout.seed = SEED
     model, _ = model_of(name)
-    train(model, data, EPOCHS, strategy=Grid3D(*shape), progress=False,
+    train(model, data, EPOCHS, strategy=Grid3D(*shape, sums=sums), progress=False,
           optimizer=Adam(lr=0.01, weight_decay=5e-4))
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -215,8 +243,14 @@ def battery(folder, parts, world):
         data = load_grid_3d(source, shape)
         for name in CASES:
             out[shape, name] = run_case(data, name)
+        for name in WHOLE:
+            out[shape, name, "whole"] = run_case(data, name, "whole")
+        out[shape, "saved"] = {sums: saved_case(data, "gcn3", sums)
+                               for sums in ("scatter", "whole")}
         out[shape, "train"] = train_case(source, shape, "gcn")
-        out[shape, "bytes"] = bytes_case(source, shape, "gcn3")
+        if shape == GRIDS[world][0]:
+            out[shape, "train", "whole"] = train_case(source, shape, "gcn", "whole")
+        out[shape, "bytes"] = {case: bytes_case(data, *case) for case in BYTES}
         if world not in FULL:
             continue
         out[shape, "folder"] = run_case(load_grid_3d(folder, shape), "gcn")
@@ -265,8 +299,10 @@ def test_every_grid_equals_pyg_on_the_whole_graph(runs, world):
     per_rank, refs, n = runs(world), references(), graph().num_nodes
     extra = [("gcn", "folder"), ("gcn-weighted", "parts"), ("gcn3", "unbalanced")]
     for shape in GRIDS[world]:
-        for name, case in [(c, c) for c in CASES] + (extra if world in FULL else []):
-            key, what = (shape, case), f"{case} on {'x'.join(map(str, shape))}"
+        keys = ([(c, (shape, c)) for c in CASES] + [(c, (shape, c, "whole")) for c in WHOLE]
+                + [(c, (shape, e)) for c, e in (extra if world in FULL else [])])
+        for name, key in keys:
+            what = f"{' '.join(map(str, key[1:]))} on {'x'.join(map(str, shape))}"
             assert_close(gather(per_rank, key, n), refs[name]["out"], what=f"{what}: output")
             for param, grad in refs[name]["grads"].items():
                 for r in range(world):
@@ -284,11 +320,12 @@ def test_the_layouts_rotate_from_layer_to_layer(runs):
 @pytest.mark.parametrize("world", sorted(GRIDS))
 def test_training_ends_with_the_weights_of_one_process(runs, world):
     expected = reference_training("gcn")
-    for shape in GRIDS[world]:
+    keys = [(shape, "train") for shape in GRIDS[world]] + [(GRIDS[world][0], "train", "whole")]
+    for key in keys:
         for r, ranks in enumerate(runs(world)):
             for name, value in expected.items():
-                assert_close(ranks[shape, "train"][name], value,
-                             what=f"{name} after {EPOCHS} epochs on {shape}, rank {r}")
+                assert_close(ranks[key][name], value,
+                             what=f"{name} after {EPOCHS} epochs, {key}, rank {r}")
 
 
 @pytest.mark.parametrize("world", FULL)
@@ -303,16 +340,51 @@ def test_training_on_a_ranks_part_reads_it_again_as_blocks(runs, world):
 
 @pytest.mark.parametrize("world", sorted(GRIDS))
 def test_the_planners_bytes_are_the_ledgers(runs, world):
-    model, _ = model_of("gcn3")
-    program = program_of(model, F_IN)
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    for name, sums in BYTES:
+        model, _ = model_of(name)
+        program = program_of(model, F_IN)
+        params = sum(p.numel() * p.element_size() for p in model.parameters())
+        for shape in GRIDS[world]:
+            booked = {}
+            for ranks in runs(world):
+                for way, sent in ranks[shape, "bytes"][name, sums].items():
+                    booked[way] = booked.get(way, 0) + sent
+            predicted = step_bytes(program, shape, graph().num_nodes, params, sums)
+            assert booked == {k: v for k, v in predicted.items() if v}, (name, sums, shape)
+
+
+def test_scattered_sums_cost_a_transforms_gather_again_in_the_backward():
+    """Worked by hand: one GCN layer (7 -> 3 columns) on 2x2x1 of 10 nodes.
+    The aggregation's partial sums, 5 rows (a run of x) x 7, sum over y: whole,
+    a ring all-reduce of 35 elements sends 2 x (35 - 17) and 2 x (35 - 18)
+    float32 from the two ranks (144 + 136 bytes); scattered, a reduce-scatter
+    into pieces of 2 and 3 rows sends (5 - 2) x 7 and (5 - 3) x 7 (84 + 56
+    bytes), and the transform's all-gather as many: 280 either way, for each
+    of the 2 runs of x. The transform sums over z (one rank: nothing); the
+    logits (5 x 3) all-reduce over y both ways, 2 x (15 - 7) + 2 x (15 - 8)
+    elements (120 bytes) a run. The input takes no gradient: the whole step
+    has no backward of the aggregation; the scattered step gathers its
+    pieces again for the transform's weight (140 bytes a run)."""
+    program = [["agg", 7, 1, 0], ["linear", 7, 3]]
+    assert step_bytes(program, (2, 2, 1), 10, 0, "whole") == {
+        "fwd": 2 * (280 + 120), "bwd": 2 * 120, "grad": 0}
+    assert step_bytes(program, (2, 2, 1), 10, 0, "scatter") == {
+        "fwd": 2 * (280 + 120), "bwd": 2 * (140 + 120), "grad": 0}
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_a_scattered_rank_keeps_its_piece_of_the_rows_for_the_backward(runs, world):
+    """No node matrix a forward keeps for its backward is larger than the
+    rank's piece of one (its run cut again over the third axis). On 2x2x2
+    the widest is the first transform's input, 4 of the 7 features: whole,
+    a run of 75 of the 150 rows; scattered, a piece of 38."""
     for shape in GRIDS[world]:
-        booked = {}
-        for ranks in runs(world):
-            for way, sent in ranks[shape, "bytes"].items():
-                booked[way] = booked.get(way, 0) + sent
-        predicted = step_bytes(program, shape, graph().num_nodes, params)
-        assert booked == {k: v for k, v in predicted.items() if v}, shape
+        saved = [ranks[shape, "saved"] for ranks in runs(world)]
+        for kept in saved:
+            assert kept["scatter"] <= kept["whole"], shape
+        if shape == (2, 2, 2):
+            assert max(k["scatter"] for k in saved) == 38 * 4 * 4
+            assert max(k["whole"] for k in saved) == 75 * 4 * 4
 
 
 # --- in this process --------------------------------------------------------------------------
@@ -347,9 +419,10 @@ def test_the_node_order_is_a_permutation_dealt_into_equal_runs():
 
 
 def test_options_read_back_from_configs():
-    strategy = Grid3D(grid="2x1x2", seed=3)
+    strategy = Grid3D(grid="2x1x2", seed=3, sums="whole")
     assert (strategy.x, strategy.y, strategy.z) == (2, 1, 2)
-    assert strategy_from_dict(strategy.describe()) == strategy == Grid3D(x=2, y=1, z=2, seed=3)
+    assert strategy_from_dict(strategy.describe()) == strategy == Grid3D(x=2, y=1, z=2, seed=3,
+                                                                          sums="whole")
     assert Grid3D().shape(8) == (2, 2, 2) and Grid3D().shape(4) == (2, 2, 1)
     assert grids(4) == [(1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)]
 
@@ -360,6 +433,7 @@ def test_options_read_back_from_configs():
     ({"x": 2, "y": 1}, "give all three sizes"),
     ({"x": 2, "y": 1, "z": 1, "grid": "2x1x1"}, "not both"),
     ({"x": 0, "y": 1, "z": 1}, r"x must be an integer >= 1"),
+    ({"sums": "reduce"}, r"Grid3D\(sums='reduce'\): use one of scatter, whole"),
 ])
 def test_bad_grids_are_refused_naming_the_fix(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -420,7 +494,8 @@ def test_the_cli_trains_a_grid_as_one_process_trains_the_whole_graph(tmp_path):
     grid = cli(args, tmp_path)[-1]
     assert grid["strategy"] == "grid-3d" and grid["grid"] == "1x1x2"
     assert grid["config"]["strategy"] == {"name": "grid-3d", "x": 1, "y": 1, "z": 2,
-                                          "grid": None, "seed": 0, "edge_weight": False}
+                                          "grid": None, "seed": 0, "edge_weight": False,
+                                          "sums": "scatter"}
     (tmp_path / "run.json").write_text(json.dumps(grid))
     one = cli(["train", "--config", "run.json", "--parts", "1", "--strategy", "graph-parallel",
                "--no-progress"], tmp_path)[-1]

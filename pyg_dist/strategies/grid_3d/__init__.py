@@ -6,18 +6,24 @@ order by a double permutation (``permute.py``: random, then dealt by
 degree) that balances every block's edges. A node matrix lies in a layout
 ``(rows, cols)`` of two axes (:class:`Layout`): rank
 :math:`(c_x, c_y, c_z)` holds its rows' run :math:`c_{rows}` and its
-columns' block :math:`c_{cols}`, replicated over the third (spare) axis.
+columns' block :math:`c_{cols}`; of the run, the piece :math:`c_{spare}`
+of the third (spare) axis when the sum that made it is kept scattered
+(``Grid3D(sums="scatter")``, the default: :math:`N W / P` a rank), all of
+it, replicated over that axis, when it is kept whole (``sums="whole"``;
+the input features, which no sum made, too).
 
 One layer :math:`\mathbf{H}' = \hat{\mathbf{A}}\mathbf{H}\mathbf{W}` that
 starts in layout :math:`(a, b)`, spare axis :math:`e`:
 
 1. aggregate: :math:`\hat{\mathbf{A}}_{e a}\mathbf{H}_{a b}` with this
    rank's adjacency block (targets' run on :math:`e`, sources' run on
-   :math:`a`), summed over axis :math:`a` (an all-reduce): layout
-   :math:`(e, b)`, spare :math:`a`;
+   :math:`a`; a scattered :math:`\mathbf{H}` gathered over :math:`e`
+   first), summed over axis :math:`a` (a reduce-scatter, or an all-reduce):
+   layout :math:`(e, b)`, spare :math:`a`;
 2. transform: :math:`(\hat{\mathbf{A}}\mathbf{H})_{e b}\mathbf{W}_{b a}`
    with this rank's block of :math:`\mathbf{W}` (input columns' block on
-   :math:`b`, output columns' on :math:`a`), summed over axis :math:`b`:
+   :math:`b`, output columns' on :math:`a`; the pieces gathered over
+   :math:`a` first, and again in the backward), summed over axis :math:`b`:
    layout :math:`(e, a)`, spare :math:`b`.
 
 The output is laid out as the next layer's input, with the axes' roles
@@ -30,13 +36,15 @@ MLP turns the roles the other way, and uses the mirrored blocks), each about
 :math:`E / (XY)`, :math:`E / (ZX)` or :math:`E / (YZ)` edges: :math:`E /
 P^{2/3}` on a cube.
 
-Every sum's backward is the same all-reduce of the gradients (each replica
-of a sum is used with another block). Elementwise steps run on any layout;
+A scattered sum's backward gathers its pieces' gradients and a gather's
+sums the gradients of every rank's copy (each copy is used with another
+block); a whole sum's is the same all-reduce of the gradients
+(``ops.py``). Elementwise steps run on any layout and on pieces;
 dropout masks come from the hash of (global node, global column), so every
 grid draws the masks of one process. The loss and the accuracies run where
 the logits end: their column blocks are gathered along the cols axis (an
 all-reduce of zero-padded blocks; its backward gives each block its
-gradient) and one rank of each row run counts it. A rank's gradient is
+gradient) and one rank of each piece (or row run) counts it. A rank's gradient is
 nonzero only in its blocks of the weights, from its rows: every parameter's
 gradient is summed over all ranks.
 

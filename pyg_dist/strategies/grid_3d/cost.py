@@ -2,15 +2,22 @@ r"""The planner's measurements and predictions for 3D grids: the model's
 collectives as plain values, the bytes of a step (the ledger's own count,
 exact) and its seconds.
 
-A training step books, per all-reduce of an :math:`n`-element float32
-tensor over an axis of :math:`g` ranks, :math:`2 (n - n_i) \cdot 4` bytes
-sent by rank :math:`i` (``ops.ring_bytes``),
-once forward and once backward: an aggregation's partial sums
+Every sum of a step, an aggregation's partial sums
 (:math:`|\text{run}_r| \times |\text{block}_k(F)|`, twice as wide for a
-SAGE root), a transform's (:math:`|\text{run}_r| \times
-|\text{block}_e(F_{out})|`), the logits' gather (:math:`|\text{run}_r|
-\times C`), then every parameter's bytes for the gradients' sum. The first
-aggregation (of the input features, which take no gradient) has no backward.
+SAGE root) or a transform's (:math:`|\text{run}_r| \times
+|\text{block}_e(F_{out})|`), is booked as ``ops.py`` books it: kept
+**whole**, an all-reduce of :math:`n` elements over :math:`g` ranks sends
+:math:`2 (n - n_i) \cdot 4` bytes from rank :math:`i` (``ops.ring_bytes``),
+once forward and once backward; kept **scattered**, a reduce-scatter forward
+(an all-gather of the gradients backward) and, where the next aggregation or
+transform reads it, an all-gather forward (a reduce-scatter of the
+gradients backward), each :math:`(r - r_i) w \cdot 4` bytes for :math:`r`
+rows of width :math:`w` (``ops.piece_bytes``), plus a transform's second
+all-gather in the backward (its weight's gradient reads the rows it did not
+keep). Then the logits' gather (an all-reduce of this rank's rows :math:`\times
+C`, both ways) and every parameter's bytes for the gradients' sum. A sum of
+the input features alone (a first aggregation without a learnt
+:math:`\epsilon`) takes no gradient: no backward of its own.
 """
 from __future__ import annotations
 
@@ -19,18 +26,22 @@ from typing import Any
 
 from torch import nn
 
+from pyg_dist.runtime.distributed import row_piece
 from pyg_dist.strategies.cost import Probe
-from pyg_dist.strategies.grid_3d.grid import INPUT, bounds
-from pyg_dist.strategies.grid_3d.ops import ring_bytes
+from pyg_dist.strategies.grid_3d.grid import INPUT, Layout, bounds
+from pyg_dist.strategies.grid_3d.ops import piece_bytes, ring_bytes
 from pyg_dist.strategies.grid_3d.program import Step, compile_model
 
 __all__ = ["program_of", "collectives", "step_bytes", "measure", "predict"]
 
+Coords = tuple[int, ...]
+
 
 def program_of(model: nn.Module, num_features: int) -> list[list[Any]]:
-    """The model's collectives in order, as plain values: ``["agg", width,
-    copies]`` (copies 2: a SAGE root beside the aggregate) and ``["linear",
-    f_in, f_out]``.
+    """The model's sums in order, as plain values: ``["agg", width, copies,
+    grad]`` (copies 2: a SAGE root beside the aggregate; grad 1: the
+    aggregation takes a gradient of its own, GIN's learnt epsilon) and
+    ``["linear", f_in, f_out]``.
 
     Args:
         model (torch.nn.Module): The model.
@@ -47,13 +58,13 @@ def program_of(model: nn.Module, num_features: int) -> list[list[Any]]:
             return width
         conv = step.module
         if step.layer == "gin":
-            out.append(["agg", width, 1])
+            out.append(["agg", width, 1, int(bool(conv.eps.requires_grad))])
             for inner in step.inner:
                 width = add(inner, width)
             return width
         lin = conv.lin if step.layer == "gcn" else conv.lin_l
         root = step.layer == "sage" and bool(conv.root_weight)
-        out.append(["agg", width, 2 if root else 1])
+        out.append(["agg", width, 2 if root else 1, 0])
         f_out = int(lin.weight.size(0))
         out.append(["linear", width, f_out])
         return f_out
@@ -64,60 +75,99 @@ def program_of(model: nn.Module, num_features: int) -> list[list[Any]]:
     return out
 
 
-def collectives(program: list[list[Any]], shape: tuple[int, int, int],
-                num_nodes: int) -> list[tuple[int, list[int]]]:
-    """Every all-reduce of a forward as ``(axis, [elements of each rank])``
-    (ranks in global order), the logits' gather last.
+def collectives(program: list[list[Any]], shape: tuple[int, int, int], num_nodes: int,
+                sums: str = "scatter") -> list[tuple[str, int, list[int]]]:
+    """Every collective of a training step as ``(direction, axis, [bytes
+    each rank sends])`` (``"fwd"`` or ``"bwd"``; ranks in global order), the
+    logits' gather last; the ledger books the same bytes.
 
     Args:
         program (list): :func:`program_of`'s.
         shape (tuple[int, int, int]): The grid.
         num_nodes (int): :math:`N`.
+        sums (str, optional): ``"scatter"`` or ``"whole"`` (``Grid3D.sums``).
+            (default: :obj:`"scatter"`)
     """
     ranks = list(itertools.product(*(range(s) for s in shape)))
-    out, layout, width = [], INPUT, 0
+    summed = _sums(program, shape, num_nodes, ranks)
+    out: list[tuple[str, int, list[int]]] = []
+    for i, (axis, _, sizes, grad) in enumerate(summed):
+        if sums == "whole" or shape[axis] == 1:
+            sent = [ring_bytes(r * w, shape[axis], c[axis]) for (r, w), c in zip(sizes, ranks)]
+            out += [("fwd", axis, sent)] + ([("bwd", axis, sent)] if grad else [])
+            continue
+        sent = [piece_bytes(r, w, shape[axis], c[axis]) for (r, w), c in zip(sizes, ranks)]
+        out.append(("fwd", axis, sent))  # reduce-scatter (its gradients' all-gather)
+        if grad:
+            out.append(("bwd", axis, sent))
+        if i + 1 < len(program):  # the reader's all-gather (its gradients' reduce-scatter)
+            out.append(("fwd", axis, sent))
+            if program[i + 1][0] == "linear":  # gathered again for the weight's gradient
+                out.append(("bwd", axis, sent))
+            if grad:
+                out.append(("bwd", axis, sent))
+    axis, layout, _, _ = summed[-1]
+    last = program[-1]
+    width = last[2] if last[0] == "linear" else last[1]
+    split = axis if sums == "scatter" and shape[axis] > 1 else None
+    logits = [ring_bytes(_rows(num_nodes, shape, layout, split, c) * width, shape[layout.cols],
+                         c[layout.cols]) for c in ranks]
+    return out + [("fwd", layout.cols, logits), ("bwd", layout.cols, logits)]
 
-    def sizes(rows: int, cols_axis: int, cols: int, copies: int = 1) -> list[int]:
-        return [_run(num_nodes, shape, rows, c) * _run(cols, shape, cols_axis, c) * copies
-                for c in ranks]
 
-    for entry in program:
+def _sums(program: list[list[Any]], shape: tuple[int, int, int], num_nodes: int,
+          ranks: list[Coords]) -> list[tuple[int, Layout, list[tuple[int, int]], bool]]:
+    """Each sum as ``(axis, its layout, [(rows, width) of each rank's
+    partial sum], whether it takes a gradient)``."""
+    out, layout = [], INPUT
+    for k, entry in enumerate(program):
         if entry[0] == "agg":
-            after = layout.aggregated()
-            out.append((layout.rows, sizes(after.rows, after.cols, entry[1], entry[2])))
-            layout, width = after, entry[1]
+            axis, after, width, copies = layout.rows, layout.aggregated(), entry[1], entry[2]
+            grad = k > 0 or bool(entry[3] if len(entry) > 3 else 0)
         else:
-            after = layout.transformed()
-            out.append((layout.cols, sizes(after.rows, after.cols, entry[2])))
-            layout, width = after, entry[2]
-    out.append((layout.cols, [_run(num_nodes, shape, layout.rows, c) * width for c in ranks]))
+            axis, after, width, copies, grad = layout.cols, layout.transformed(), entry[2], 1, True
+        sizes = [(_run(num_nodes, shape, after.rows, c), _run(width, shape, after.cols, c) * copies)
+                 for c in ranks]
+        out.append((axis, after, sizes, grad))
+        layout = after
     return out
 
 
-def _run(size: int, shape: tuple[int, int, int], axis: int, coords: tuple[int, ...]) -> int:
+def _run(size: int, shape: tuple[int, int, int], axis: int, coords: Coords) -> int:
     lo, hi = bounds(size, shape[axis], coords[axis])
     return hi - lo
 
 
+def _rows(num_nodes: int, shape: tuple[int, int, int], layout: Layout, split: int | None,
+          coords: Coords) -> int:
+    """The rows a rank holds of a matrix in ``layout``: its run, or its piece
+    of it on ``split``."""
+    run = _run(num_nodes, shape, layout.rows, coords)
+    if split is None:
+        return run
+    lo, hi = row_piece(run, shape[split], coords[split])
+    return hi - lo
+
+
 def step_bytes(program: list[list[Any]], shape: tuple[int, int, int], num_nodes: int,
-               param_bytes: int) -> dict[str, int]:
+               param_bytes: int, sums: str = "scatter") -> dict[str, int]:
     """Bytes sent by all ranks in one training step, as the ledger books
-    them: ``fwd``, ``bwd`` (the same collectives' gradients) and ``grad``.
+    them: ``fwd``, ``bwd`` (the collectives' gradients, and a transform's
+    gather again) and ``grad``.
 
     Args:
         program (list): :func:`program_of`'s.
         shape (tuple[int, int, int]): The grid.
         num_nodes (int): :math:`N`.
         param_bytes (int): The model's parameter bytes.
+        sums (str, optional): ``"scatter"`` or ``"whole"`` (``Grid3D.sums``).
+            (default: :obj:`"scatter"`)
     """
-    ranks = list(itertools.product(*(range(s) for s in shape)))
-    sums = [sum(ring_bytes(n, shape[axis], c[axis]) for n, c in zip(per_rank, ranks))
-            for axis, per_rank in collectives(program, shape, num_nodes)]
-    # the first aggregation sums the input's products: no gradient flows back there
-    first = 1 if program and program[0][0] == "agg" else 0
-    world = len(ranks)
-    return {"fwd": sum(sums), "bwd": sum(sums[first:]),
-            "grad": param_bytes * world if world > 1 else 0}
+    out = {"fwd": 0, "bwd": 0}
+    for direction, _, sent in collectives(program, shape, num_nodes, sums):
+        out[direction] += sum(sent)
+    world = shape[0] * shape[1] * shape[2]
+    return {**out, "grad": param_bytes * world if world > 1 else 0}
 
 
 def measure(model: nn.Module, data: Any) -> dict[str, Any] | None:
@@ -143,30 +193,30 @@ def measure(model: nn.Module, data: Any) -> dict[str, Any] | None:
 
 
 def predict(measured: dict[str, Any], shape: tuple[int, int, int], probe: Probe,
-            epochs: int) -> tuple[float, float]:
+            epochs: int, sums: str = "scatter") -> tuple[float, float]:
     """Seconds of a step and bytes over ``epochs`` (all ranks, the ledger's
     count) on the grid ``shape``: the probe's exact compute (every rank does
-    :math:`1/P` of the work on a balanced grid) plus each all-reduce's
-    :math:`\\alpha + B/\\beta` (:math:`B`: the busiest rank's bytes), twice
-    (forward, backward), plus the gradients' sum.
+    :math:`1/P` of the work on a balanced grid) plus each collective's
+    :math:`\\alpha + B/\\beta` (:math:`B`: the busiest rank's bytes),
+    forward and backward, plus the gradients' sum.
 
     Args:
         measured (dict): :func:`measure`'s.
         shape (tuple[int, int, int]): The grid.
         probe (Probe): The link and the exact compute.
         epochs (int): The planned epochs.
+        sums (str, optional): ``"scatter"`` or ``"whole"`` (``Grid3D.sums``).
+            (default: :obj:`"scatter"`)
     """
     if "program" not in measured:
         return float("inf"), 0.0
     program, n = measured["program"], measured["num_nodes"]
-    ranks = list(itertools.product(*(range(s) for s in shape)))
     seconds = probe.exact_compute or probe.compute
-    for axis, per_rank in collectives(program, shape, n):
+    for _, axis, sent in collectives(program, shape, n, sums):
         if shape[axis] > 1:
-            busiest = max(ring_bytes(m, shape[axis], c[axis]) for m, c in zip(per_rank, ranks))
-            seconds += 2 * (probe.latency + busiest / probe.bandwidth)  # forward, backward
-    world = len(ranks)
+            seconds += probe.latency + max(sent) / probe.bandwidth
+    world = shape[0] * shape[1] * shape[2]
     if world > 1:
         seconds += probe.latency + 2 * measured["param_bytes"] / probe.bandwidth
-    nbytes = sum(step_bytes(program, shape, n, measured["param_bytes"]).values())
+    nbytes = sum(step_bytes(program, shape, n, measured["param_bytes"], sums).values())
     return seconds, float(nbytes * epochs)

@@ -17,13 +17,16 @@ from typing import Any
 from pyg_dist.runtime import distributed
 from pyg_dist.runtime.grids import process_grid
 
-__all__ = ["NAME", "AXES", "Layout", "Grid3DPlace", "grid_place", "bounds", "third",
+__all__ = ["NAME", "AXES", "SUMS", "Layout", "Grid3DPlace", "grid_place", "bounds", "third",
            "parse_grid", "INPUT"]
 
 #: The strategy's name (``--strategy grid-3d``).
 NAME = "grid-3d"
 #: The axes' names, in the order of the grid's shape.
 AXES = ("x", "y", "z")
+#: How each sum over an axis is kept: reduce-scattered (each rank of the axis
+#: keeps a piece of its rows, gathered where it is read) or all-reduced whole.
+SUMS = ("scatter", "whole")
 
 
 def bounds(size: int, pieces: int, index: int) -> tuple[int, int]:

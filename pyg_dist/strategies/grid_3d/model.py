@@ -1,6 +1,12 @@
 r"""The model on the 3D grid: each step of the model (``program.py``) on
 its layout, the aggregations on the adjacency blocks, the transforms on
-blocks of the weights, the loss and the accuracies where the logits end."""
+blocks of the weights, the loss and the accuracies where the logits end.
+
+Each sum is kept as ``sums`` says (``ops.py``): ``"scatter"``, each rank of
+the summed axis keeps a piece of the rows (an :class:`Output` with
+``split``, :math:`N W / P` a rank), gathered where an aggregation or a
+transform reads it; elementwise steps, the loss and the accuracies run on
+the pieces. ``"whole"``, the sum is replicated over its axis."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,9 +19,15 @@ from torch import Tensor, nn
 from pyg_dist.metrics import mean_over_ranks
 from pyg_dist.ops import spmm
 from pyg_dist.runtime import distributed
-from pyg_dist.strategies.grid_3d.grid import INPUT, Layout
+from pyg_dist.strategies.grid_3d.grid import INPUT, SUMS, Layout
 from pyg_dist.strategies.grid_3d.load import Grid3DData
-from pyg_dist.strategies.grid_3d.ops import Coefficients, sum_over
+from pyg_dist.strategies.grid_3d.ops import (
+    Coefficients,
+    gather_linear,
+    gather_over,
+    scatter_over,
+    sum_over,
+)
 from pyg_dist.strategies.grid_3d.program import Step, compile_model, layouts
 from pyg_dist.utils.dropout import DroppedInput, next_call
 
@@ -28,14 +40,20 @@ class Output:
 
     Args:
         tensor (torch.Tensor): This rank's block (its run of rows on
-            ``layout.rows``, its block of columns on ``layout.cols``).
+            ``layout.rows``, or its piece of that run, its block of columns
+            on ``layout.cols``).
         layout (Layout): Where the matrix lies.
         width (int): Its columns in all.
+        split (int, optional): The axis the run of rows is cut over further
+            (``distributed.row_piece``, by this rank's coordinate there):
+            a scattered sum's; :obj:`None`: the whole run. (default:
+            :obj:`None`)
     """
 
     tensor: Tensor
     layout: Layout
     width: int
+    split: int | None = None
 
 
 class Grid3DModel:
@@ -48,6 +66,10 @@ class Grid3DModel:
         data (Grid3DData): This rank's share of the graph.
         edge_weight (bool, optional): Whether GCN layers read the graph's
             edge weights. (default: :obj:`False`)
+        sums (str, optional): How each sum is kept: ``"scatter"`` (a piece
+            of its rows a rank, gathered where it is read) or ``"whole"``
+            (all-reduced, replicated over its axis). (default:
+            :obj:`"scatter"`)
 
     Attributes:
         steps (list[Step]): The model's steps.
@@ -55,9 +77,12 @@ class Grid3DModel:
             logits' last.
     """
 
-    def __init__(self, model: nn.Module, data: Grid3DData, edge_weight: bool = False) -> None:
+    def __init__(self, model: nn.Module, data: Grid3DData, edge_weight: bool = False,
+                 sums: str = "scatter") -> None:
         self.model, self.data, self.place = model, data, data.place
-        self.edge_weight = edge_weight
+        self.edge_weight, self.sums = edge_weight, sums
+        if sums not in SUMS:
+            raise ValueError(f"Grid3DModel(sums={sums!r}): use one of {', '.join(SUMS)}")
         if edge_weight and not data.weighted:
             raise ValueError("Grid3DModel(edge_weight=True) on a graph without edge weights; "
                              "load a graph with edge_weight or leave edge_weight out")
@@ -84,14 +109,14 @@ class Grid3DModel:
         if step.kind == "dropout":
             return self._dropout(value, step.p)
         if step.kind == "act":
-            return Output(step.module(value.tensor), value.layout, value.width)
+            return Output(step.module(value.tensor), value.layout, value.width, value.split)
         if step.kind == "linear":
-            return self._linear(value, step.module.weight, step.module.bias, step.name)
+            return self._linear(value, [step.module.weight], step.module.bias, step.name)
         conv = step.module
         if step.layer == "gcn":
             agg = self._aggregate(value, Coefficients("gcn", self.edge_weight,
                                                      bool(conv.improved)), step.name)
-            return self._linear(agg, conv.lin.weight, conv.bias, step.name)
+            return self._linear(agg, [conv.lin.weight], conv.bias, step.name)
         if step.layer == "sage":
             return self._sage(step, value)
         return self._gin(step, value)
@@ -101,13 +126,8 @@ class Grid3DModel:
         kind = "mean" if conv.aggr == "mean" else "sum"
         both = self._aggregate(value, Coefficients(kind), step.name,
                                root_apart=bool(conv.root_weight))
-        if not conv.root_weight:
-            return self._linear(both, conv.lin_l.weight, conv.lin_l.bias, step.name)
-        h = both.tensor.size(1) // 2
-        agg = Output(both.tensor[:, :h], both.layout, value.width)
-        root = Output(both.tensor[:, h:], both.layout, value.width)
-        return self._linear(agg, conv.lin_l.weight, conv.lin_l.bias, step.name,
-                            extra=(root, conv.lin_r.weight))
+        weights = [conv.lin_l.weight] + ([conv.lin_r.weight] if conv.root_weight else [])
+        return self._linear(both, weights, conv.lin_l.bias, step.name)
 
     def _gin(self, step: Step, value: Output) -> Output:
         conv = step.module
@@ -121,26 +141,67 @@ class Grid3DModel:
         r""":math:`\mathbf{A}\mathbf{H}`, summed over the sources' axis;
         plus ``root`` times the diagonal block :math:`\mathbf{I}\mathbf{H}`
         (GIN's :math:`1 + \epsilon`), or with :math:`\mathbf{I}\mathbf{H}`
-        beside it (``root_apart``: SAGE's root, in the same sum)."""
+        beside it (``root_apart``: SAGE's root, in the same sum). A scattered
+        input is gathered and dropped after use (``spmm`` keeps its shape
+        alone)."""
         layout = value.layout
         r, c = layout.spare, layout.rows
         block = self.data.block(layout)
         rowptr, col, entry = self._entries(coefficients, layout)
-        h = value.tensor
+        h = self._whole(value, name)
         out = spmm(rowptr, col, h, entry.to(h.dtype), "sum")
         lo, hi = block.diagonal()
-        index = torch.arange(lo - block.rows[0], hi - block.rows[0])
+        start = lo - block.rows[0]  # the diagonal's rows of the output: one run
         own = h[lo - block.cols[0] : hi - block.cols[0]]
-        if coefficients.kind == "gcn":  # into spmm's own output: nothing else reads it
+        # into spmm's own output, in place (nothing else reads it; an add keeps
+        # nothing for its backward, as an index_add would keep its source)
+        if coefficients.kind == "gcn":
             diagonal = coefficients.diagonal(self.data, r, lo, hi).to(h.dtype)
-            out.index_add_(0, index, own * diagonal.unsqueeze(1))
-        if root_apart:
-            eye = h.new_zeros(out.shape).index_add(0, index, own)
-            out = torch.cat([out, eye], dim=1)
+            out.narrow(0, start, hi - lo).add_(own * diagonal.unsqueeze(1))
         if root is not None:
-            out = out.index_add(0, index, own * root)
-        return Output(sum_over(out, self.place, c, self.data.ledger, name,
-                               self.model.training), Layout(r, layout.cols), value.width)
+            if torch.is_tensor(root) and root.requires_grad and value.split is not None:
+                own = own.clone()  # epsilon's gradient reads it: the gathered rows go
+            out.narrow(0, start, hi - lo).add_(own * root)
+        if root_apart:
+            eye = F.pad(own, (0, 0, start, out.size(0) - start - (hi - lo)))
+            out = torch.cat([out, eye], dim=1)
+        return self._sum(out, c, Layout(r, layout.cols), value.width, name)
+
+    def _sum(self, partial: Tensor, axis: int, layout: Layout, width: int,
+             name: str) -> Output:
+        """``partial`` summed over ``axis``, kept as :attr:`sums` says."""
+        ledger, training = self.data.ledger, self.model.training
+        if self.sums == "whole" or self.place.shape[axis] == 1:
+            return Output(sum_over(partial, self.place, axis, ledger, name, training), layout,
+                          width)
+        return Output(scatter_over(partial, self.place, axis, ledger, name, training), layout,
+                      width, axis)
+
+    def _whole(self, value: Output, name: str) -> Tensor:
+        """The whole run of ``value``'s rows: its pieces gathered over its
+        split axis (differentiably, kept by nothing), or its tensor."""
+        if value.split is None:
+            return value.tensor
+        return gather_over(value.tensor, self.place, value.split, self._run_rows(value),
+                           self.data.ledger, name, self.model.training)
+
+    def _run_rows(self, value: Output) -> int:
+        lo, hi = self.data.run(value.layout.rows)
+        return hi - lo
+
+    def piece(self, value: Output) -> tuple[int, int]:
+        """``[lo, hi)`` of ``value``'s rows within its run on
+        ``value.layout.rows``."""
+        rows = self._run_rows(value)
+        if value.split is None:
+            return 0, rows
+        return distributed.row_piece(rows, self.place.shape[value.split],
+                                     self.place.coords[value.split])
+
+    def rows(self, value: Output) -> Tensor:
+        """``[rows]`` global id of each of ``value``'s rows on this rank."""
+        lo, hi = self.piece(value)
+        return self.data.global_id(value.layout.rows)[lo:hi]
 
     def _entries(self, coefficients: Coefficients,
                  layout: Layout) -> tuple[Tensor, Tensor, Tensor]:
@@ -152,23 +213,25 @@ class Grid3DModel:
             self._entry[key] = coefficients.edges(self.data, block, layout.spare, layout.rows)
         return block.rowptr, block.col, self._entry[key]
 
-    def _linear(self, value: Output, weight: Tensor, bias: Tensor | None, name: str,
-                extra: tuple[Output, Tensor] | None = None) -> Output:
-        r""":math:`\mathbf{H}\mathbf{W}^\top (+ \mathbf{b})` with this rank's
-        block of :math:`\mathbf{W}` (its rows over the spare axis, its columns
-        over the cols axis), summed over the cols axis; ``extra`` adds
-        another input times its weight to the same sum."""
+    def _linear(self, value: Output, weights: list[Tensor], bias: Tensor | None,
+                name: str) -> Output:
+        r""":math:`\sum_j \mathbf{H}_j\mathbf{W}_j^\top (+ \mathbf{b})`
+        with this rank's block of each :math:`\mathbf{W}_j` (its rows over
+        the spare axis, its columns over the cols axis), summed over the cols
+        axis; :math:`\mathbf{H}_j` are the equal column blocks of ``value``
+        (SAGE's aggregate and root side by side), gathered first when it is
+        scattered (and again in the backward, not kept)."""
         layout, place = value.layout, self.place
-        f_out, f_in = weight.shape
+        f_out, f_in = weights[0].shape
         lo, hi = place.block(f_in, layout.cols)
         out_lo, out_hi = place.block(f_out, layout.spare)
-        partial = value.tensor @ weight[out_lo:out_hi, lo:hi].t()
-        if extra is not None:
-            partial = partial + extra[0].tensor @ extra[1][out_lo:out_hi, lo:hi].t()
-        out = sum_over(partial, place, layout.cols, self.data.ledger, name, self.model.training)
+        blocks = [weight[out_lo:out_hi, lo:hi] for weight in weights]
+        partial = gather_linear(value.tensor, blocks, place, value.split, self._run_rows(value),
+                                self.data.ledger, name, self.model.training)
+        out = self._sum(partial, layout.cols, layout.transformed(), f_out, name)
         if bias is not None:
-            out = out + bias[out_lo:out_hi]
-        return Output(out, layout.transformed(), f_out)
+            out.tensor = out.tensor + bias[out_lo:out_hi]
+        return out
 
     def _dropout(self, value: Output, p: float) -> Output:
         """Dropout drawn from the hash of (global node, global column): one
@@ -182,23 +245,30 @@ class Grid3DModel:
         seed, call = next_call(None, state)
         lo, hi = self.place.block(value.width, value.layout.cols)
         columns = torch.arange(lo, hi)
-        rows = self.data.global_id(value.layout.rows)
         made = DroppedInput(value.tensor, p, seed, call, None, columns)
-        dropped = made.scale(rows, hi - lo) == 0  # kept for the backward: a byte an entry
+        dropped = made.scale(self.rows(value), hi - lo) == 0  # kept: a byte an entry
         out = (value.tensor * (1.0 / (1.0 - p))).masked_fill_(dropped, 0.0)
-        return Output(out, value.layout, value.width)
+        return Output(out, value.layout, value.width, value.split)
 
-    def counts(self) -> bool:
-        """Whether this rank counts its run's rows in the loss and the
-        accuracies (one rank of those that hold them: the first on the
-        logits' cols and spare axes)."""
-        end, coords = self.end, self.place.coords
-        return coords[end.cols] == 0 and coords[end.spare] == 0
+    def counts(self, value: Output) -> bool:
+        """Whether this rank counts ``value``'s rows (the logits') in the loss
+        and the accuracies: one rank of those that hold them, the first on
+        the cols axis and, for a whole run, on the spare axis (each rank of
+        the split axis holds its own piece)."""
+        end, coords = value.layout, self.place.coords
+        return coords[end.cols] == 0 and (value.split is not None or coords[end.spare] == 0)
+
+    def labels(self, value: Output) -> dict[str, Tensor]:
+        """``y`` and the masks of ``value``'s rows on this rank."""
+        lo, hi = self.piece(value)
+        return {key: labels[lo:hi] for key, labels in
+                self.data.labels(value.layout.rows).items()}
 
     def logits(self, value: Output) -> Tensor:
-        """``[run, classes]`` the whole logits of this rank's run on the
-        logits' rows axis: the column blocks summed over the cols axis
-        (differentiably: the backward gives each block its gradient)."""
+        """``[rows, classes]`` the whole logits of ``value``'s rows on this
+        rank (its run on the logits' rows axis, or its piece): the column
+        blocks summed over the cols axis (differentiably: the backward gives
+        each block its gradient)."""
         lo, hi = self.place.block(value.width, value.layout.cols)
         full = F.pad(value.tensor, (lo, value.width - hi))
         return sum_over(full, self.place, value.layout.cols, self.data.ledger, "logits",
@@ -208,19 +278,19 @@ class Grid3DModel:
         """The cross entropy averaged over the training nodes of the whole
         graph: this rank's differentiable share and the global value
         (collective)."""
-        labels = self.data.labels(value.layout.rows)
+        labels = self.labels(value)
         logits = self.logits(value)
-        mask = labels["train_mask"] if self.counts() else torch.zeros_like(
+        mask = labels["train_mask"] if self.counts(value) else torch.zeros_like(
             labels["train_mask"])
         share = F.cross_entropy(logits[mask], labels["y"][mask], reduction="sum")
         return mean_over_ranks(share, int(mask.sum()))
 
     def predictions(self) -> tuple[Tensor | None, dict[str, Tensor]]:
-        """The predicted class of this rank's run (:obj:`None` on ranks that
-        do not count) and its labels (collective)."""
+        """The predicted class of this rank's rows of the logits (:obj:`None`
+        on ranks that do not count) and their labels (collective)."""
         value = self.output()
         pred = self.logits(value).argmax(dim=-1)
-        return (pred if self.counts() else None), self.data.labels(value.layout.rows)
+        return (pred if self.counts(value) else None), self.labels(value)
 
     def sum_gradients(self) -> None:
         """Sums every parameter's gradient over all ranks. Each rank's

@@ -37,14 +37,17 @@ class Grid3DRun(Runner):
         settings (Settings): The run's settings.
         edge_weight (bool, optional): Whether GCN layers read the graph's
             edge weights. (default: :obj:`False`)
+        sums (str, optional): How each sum is kept (``"scatter"`` or
+            ``"whole"``, :class:`~pyg_dist.strategies.grid_3d.Grid3DModel`).
+            (default: :obj:`"scatter"`)
     """
 
     def __init__(self, strategy: Strategy, model: nn.Module, task: Task, settings: Settings,
-                 edge_weight: bool = False) -> None:
+                 edge_weight: bool = False, sums: str = "scatter") -> None:
         super().__init__(strategy, model, task, settings, sync=False)
         data = task.data
         assert isinstance(data, Grid3DData), "the strategy loads the grid's share"
-        self.net = Grid3DModel(model, data, edge_weight)
+        self.net = Grid3DModel(model, data, edge_weight, sums)
 
     def step(self, epoch: int, optimizer: torch.optim.Optimizer) -> Step:
         return grid_step(self.model, optimizer, lambda: self.net.loss(self.net.output()),
@@ -58,7 +61,7 @@ class Grid3DRun(Runner):
 
     def describe(self) -> dict[str, Any]:
         place = self.net.place
-        return {"halo": None, "input_cache": False, "grid": str(place),
+        return {"halo": None, "input_cache": False, "grid": str(place), "sums": self.net.sums,
                 "layouts": [str(layout) for layout in self.net.layouts]}
 
     def state_dict(self) -> dict[str, Any]:

@@ -12,11 +12,11 @@ from pyg_dist.strategies.base import Runner, Strategy
 from pyg_dist.strategies.cost import Candidate, Probe
 from pyg_dist.strategies.grid_3d.cost import measure, predict
 from pyg_dist.strategies.grid_3d.folder import is_grid_folder, read_grid_folder
-from pyg_dist.strategies.grid_3d.grid import NAME, parse_grid
+from pyg_dist.strategies.grid_3d.grid import NAME, SUMS, parse_grid
 from pyg_dist.strategies.grid_3d.load import Grid3DData, load_grid_3d
 from pyg_dist.strategies.grid_3d.program import MODELS, RUNS
 from pyg_dist.strategies.grid_3d.runner import Grid3DRun
-from pyg_dist.strategies.options import check_int, option
+from pyg_dist.strategies.options import check_choice, check_int, option
 from pyg_dist.strategies.settings import GradSync, Settings
 from pyg_dist.strategies.task import Task
 
@@ -51,6 +51,12 @@ class Grid3D(Strategy):
             (default: :obj:`0`)
         edge_weight (bool, optional): Whether GCN layers read the graph's
             edge weights. (default: :obj:`False`)
+        sums (str, optional): How each layer's sums are kept:
+            ``"scatter"``, reduce-scattered over their axis (a rank keeps
+            :math:`N W / P` of a node matrix, gathered where it is read and
+            gathered again in the backward) or ``"whole"``, all-reduced and
+            replicated over their axis (:math:`P^{1/3}` times that on a cube,
+            and a third fewer backward bytes). (default: :obj:`"scatter"`)
     """
 
     name: ClassVar[str] = NAME
@@ -63,6 +69,9 @@ class Grid3D(Strategy):
                               type=str, metavar="XxYxZ")
     seed: int = 0
     edge_weight: bool = False
+    sums: str = option("scatter", "keep each sum as a piece of its rows a rank (scatter, "
+                       "less memory) or all-reduced whole (fewer bytes)", choices=SUMS,
+                       metavar="|".join(SUMS))
 
     def check(self) -> None:
         if self.grid is not None:
@@ -84,6 +93,7 @@ class Grid3D(Strategy):
             if getattr(self, name) is not None:
                 check_int(type(self), name, getattr(self, name), 1,
                           "it counts the ranks along one axis")
+        check_choice(type(self), "sums", self.sums, SUMS)
 
     def shape(self, world_size: int) -> tuple[int, int, int]:
         """The grid on ``world_size`` ranks: the given one, else the most
@@ -141,7 +151,7 @@ class Grid3D(Strategy):
                                  f"graph (a torch_geometric Data) on every rank")
             data = self.load(source)
             task = Task(data)
-        return Grid3DRun(self, model, task, settings, self.edge_weight)
+        return Grid3DRun(self, model, task, settings, self.edge_weight, self.sums)
 
     @classmethod
     def measure(cls, model: nn.Module, data: Any) -> Any:
