@@ -228,7 +228,7 @@ class LinkTask(Task):
     def scores(self, model: nn.Module, h: Tensor, edges: SupervisionEdges,
                direction: str = GATHER) -> Tensor:
         """The logit of each edge: its ends' rows gathered from their owners
-        (booked in ``direction``), then decoded, :attr:`pair_chunk` edges at
+        (booked in ``direction``), then decoded, ``pair_chunk`` edges at
         a time. Collective."""
         rows, src, dst = self._rows(h, edges, direction)
         return torch.cat([decode(model, rows[src[lo:hi]], rows[dst[lo:hi]])
