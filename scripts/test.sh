@@ -6,4 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >&2
+# Every rank, command and docs example the suite starts imports pyg_dist anew:
+# compiled once into .venv/pycache rather than from source in each process
+# (where PYTHONDONTWRITEBYTECODE is set), the suite's processes start about
+# 0.7 s of CPU sooner each, and the clone gets no __pycache__ folders.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-$PWD/.venv/pycache}"
 exec .venv/bin/python -m pytest -q -n "${PYG_DIST_TEST_WORKERS:-2}" "$@"
