@@ -23,9 +23,10 @@ __all__ = ["launch", "RankFailed"]
 _GRACE_SECONDS = 5.0  # SIGTERM -> SIGKILL for ranks that are being stopped
 #: What the process that forks the ranks imports once, before any rank starts:
 #: a rank then starts in a fraction of a second instead of importing torch and
-#: PyG again (seconds each). pyg_dist itself is not among them: it reads
-#: settings such as ``TRITON_INTERPRET`` from the environment as it is imported.
-_PRELOAD = ("torch", "torch_geometric")
+#: PyG again (seconds each), nor SciPy's graph routines (a quarter of a second;
+#: the vertex cover's). pyg_dist itself is not among them: it reads settings
+#: such as ``TRITON_INTERPRET`` from the environment as it is imported.
+_PRELOAD = ("torch", "torch_geometric", "scipy.sparse.csgraph")
 #: After a rank reports a peer lost or failed, how long the launcher waits for
 #: that peer's own error (the cause) before raising the report.
 _CAUSE_SECONDS = 2.0
