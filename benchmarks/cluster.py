@@ -21,6 +21,9 @@ its bytes are the parameter gradients'), every other row graph-parallel.
 ``feature-parallel`` adds a row per grid of the H ranks (``feature-parallel
 DxT``, D = H/T graph parts x T feature slices, every host holding the whole
 partition folder; its bytes include the all-to-alls).
+``grid-3d`` adds a row per 3D grid of the H ranks (``grid-3d XxYxZ``, every
+host holding the whole partition folder, each rank reading its blocks; its
+bytes are the grid's collectives).
 ``--input-dropout 0`` trains the GCN without dropout on its input features
 (default: the model's dropout 0.5 there too), where feature-parallel grids
 keep layer 0's aggregate after the first step.
@@ -75,6 +78,7 @@ POLICIES = [
     ("gradient-only", "exact", None, True),
     ("planned:stale", "exact", None, True),
     ("feature-parallel", "exact", None, True),
+    ("grid-3d", "exact", None, True),
 ]
 EXACT = "exact"
 #: Model per dataset: (hidden width, layers).
@@ -83,6 +87,10 @@ MODELS = {"cora": (16, 2), "community": (128, 2)}
 GRADIENT_ONLY = "gradient-only"
 #: Label of the rows trained feature parallel, one per grid ("feature-parallel DxT").
 FEATURE_PARALLEL = "feature-parallel"
+#: Label of the rows trained on a 3D grid, one per grid ("grid-3d XxYxZ").
+GRID_3D = "grid-3d"
+#: The labels whose rows are grids of the ranks, each reading the whole partition folder.
+GRIDS = (FEATURE_PARALLEL, GRID_3D)
 #: Label of the row trained with strategy="auto" (Planned(accept="stale")).
 PLANNED = "planned:stale"
 #: The planner's label of each row's strategy (rows it does not rank are absent).
@@ -109,20 +117,28 @@ def worker(args):
     """Every policy and seed on this rank's part; rank 0 prints one JSON row
     each (``--calibrate``: the calibration's one row instead)."""
     import pyg_dist
-    from pyg_dist.config import Evaluation, FeatureParallel, GradientOnly, GraphParallel, Planned
+    from pyg_dist.config import (
+        Evaluation,
+        FeatureParallel,
+        GradientOnly,
+        GraphParallel,
+        Grid3D,
+        Planned,
+    )
     from pyg_dist.halo import parse_policy
+    from pyg_dist.strategies.grid_3d import grids as grids_3d
 
     pyg_dist.init()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if args.calibrate:
         return calibrate(args)
     chosen = [p for p in POLICIES if p[0] in args.policies]
-    if any(p[0] == FEATURE_PARALLEL for p in chosen):  # a row per grid
-        world = int(os.environ["WORLD_SIZE"])
-        grids = [(f"{FEATURE_PARALLEL} {world // t}x{t}", *p[1:])
-                 for p in chosen if p[0] == FEATURE_PARALLEL
-                 for t in range(1, world + 1) if world % t == 0]
-        chosen = [p for p in chosen if p[0] != FEATURE_PARALLEL] + grids
+    world = int(os.environ["WORLD_SIZE"])
+    shapes = {FEATURE_PARALLEL: [f"{world // t}x{t}" for t in range(1, world + 1)
+                                 if world % t == 0],
+              GRID_3D: ["x".join(map(str, g)) for g in grids_3d(world)]}
+    chosen = [p for p in chosen if p[0] not in GRIDS] + [  # a row per grid
+        (f"{p[0]} {shape}", *p[1:]) for p in chosen if p[0] in GRIDS for shape in shapes[p[0]]]
     predictions(args)
     for seed in range(args.seeds):  # seeds outside: a change of machine load hits every policy
         # odd seeds run the policies in reverse order, so a drift in load evens out
@@ -131,6 +147,9 @@ def worker(args):
             if label.startswith(FEATURE_PARALLEL):
                 strategy = FeatureParallel(slices=int(label.split("x")[-1]))
                 data = strategy.load(args.whole_dir)
+            elif label.startswith(GRID_3D):
+                strategy = Grid3D(grid=label.split()[-1])
+                data = strategy.load(args.whole_dir)
             else:
                 strategy = (GradientOnly() if label == GRADIENT_ONLY
                             else Planned(accept="stale") if label == PLANNED
@@ -138,7 +157,7 @@ def worker(args):
                 data = pyg_dist.DistData.load(folder, halo=parse_policy(spec, compress, cache))
             result = run_policy(data, args, seed, strategy, Evaluation(every=args.eval_every))
             summary = result.summary()
-            if data.rank == 0:
+            if torch.distributed.get_rank() == 0:
                 print("ROW " + json.dumps({
                     "policy": label, "seed": seed, "test_acc": result.test_acc,
                     "train_bytes": (summary["halo_bytes_fwd"] + summary["halo_bytes_bwd"]
@@ -175,7 +194,7 @@ def predictions(args):
     measured = dataclasses.replace(planner.probe(model, data), clusters=True)
     candidates = planner.predict(measured, args.epochs)
     measurable = [c for c in candidates if c.label in PLANNER_LABELS.values()
-                  or c.label.startswith(FEATURE_PARALLEL)]
+                  or c.label.startswith(GRIDS)]
     if data.rank == 0:
         print("PLAN " + json.dumps({
             "rows": [c.row() for c in candidates],
@@ -194,7 +213,7 @@ def run_policy(data, args, seed, strategy, evaluation):
     width = getattr(data, "num_features", None) or data.x.size(1)
     model = GNN("gcn", width, args.hidden, data.meta.num_classes, layers=args.layers,
                 input_dropout=args.input_dropout)
-    torch.manual_seed(seed * 1000 + data.rank)
+    torch.manual_seed(seed * 1000 + torch.distributed.get_rank())
     return train(model, data, args.epochs, strategy=strategy, progress=False,
                  evaluation=evaluation)
 
@@ -264,7 +283,7 @@ def run_job(dataset, hosts, link, folders, epochs, seeds, args, calibrate=False)
         cluster.distribute(folders["floor"], nproc_per_node=per_host, name="floor")
         for host in cluster.hosts:  # regrouping may read any cluster
             shutil.copytree(folders["clusters"], host.workdir / "clusters", dirs_exist_ok=True)
-            if FEATURE_PARALLEL in args.policies and not calibrate:  # a grid merges parts
+            if set(GRIDS) & set(args.policies) and not calibrate:  # a grid reads every part
                 shutil.copytree(folders["parts"], host.workdir / "whole", dirs_exist_ok=True)
         command = cluster.torchrun(worker_args, nproc_per_node=per_host)
         results = cluster.run(command, env={"OMP_NUM_THREADS": "1",
@@ -357,7 +376,7 @@ def table(dataset, hosts, link, rows, extra=None, plan=None):
             "choice": _choice(runs[0]["choices"]), "choices": runs[0]["choices"],
             **(extra or {}),
         }
-        guess = predicted.get(label if label.startswith(FEATURE_PARALLEL)
+        guess = predicted.get(label if label.startswith(GRIDS)
                               else PLANNER_LABELS.get(label, ""))
         if label == PLANNED and runs[0].get("plan"):
             line["choice"] = runs[0]["plan"]["choice"]
@@ -385,9 +404,9 @@ def _plan_verdict(lines, plan):
              "pipelined": "stale", "pipelined + int8": "stale", "sampled:0.1": "approximate",
              "isolated": "approximate", "gradient-only": "approximate"}
     risks.update({x["policy"]: "exact" for x in lines
-                  if x["policy"].startswith(FEATURE_PARALLEL)})
+                  if x["policy"].startswith(GRIDS)})
     by_planner = {PLANNER_LABELS.get(x["policy"], x["policy"]): x for x in lines
-                  if x["policy"] in PLANNER_LABELS or x["policy"].startswith(FEATURE_PARALLEL)}
+                  if x["policy"] in PLANNER_LABELS or x["policy"].startswith(GRIDS)}
     order = ["exact", "compressed", "stale", "approximate"]
     parts = []
     for risk in order:
