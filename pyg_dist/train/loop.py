@@ -18,7 +18,6 @@ from pyg_dist.config import Adam, Checkpoint, Evaluation, GradSync
 from pyg_dist.metrics import accuracies, evaluate, global_loss
 from pyg_dist.nn.drift import mark_summed
 from pyg_dist.nn.owned import own_rows, owned_parameters
-from pyg_dist.partitioning.arrays import map_large_allocations
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies import (
     Settings,
@@ -142,8 +141,6 @@ def train(
     cleans up after an error is local, so no rank waits for the others.
     """
     task = task_for(data, model)
-    if task.links:  # a link step's blocks of pairs' rows go back to the system once freed
-        map_large_allocations()
     graph: Any = getattr(task.data, "edge_index", None) if task.links else None
     if getattr(graph, "channel", None) is not None:  # each rank keeps its nodes' rows alone
         own_rows(model, graph.global_id)
