@@ -19,10 +19,7 @@ The rows are gathered once per distinct node; the pairs are scored
 :data:`PAIR_CHUNK` at a time, each chunk's rows, products and decoder
 activations recomputed in the backward instead of kept (activation
 checkpointing), so a rank's memory grows with its distinct nodes, not with
-its pairs. BPR on a model without a decoder (LightGCN: the dot product)
-scores its pairs with :func:`~pyg_dist.ops.pair_dot.pair_dot`, which keeps
-nothing per pair and sums every pair's gradient into one gradient of the
-rows.
+its pairs.
 
 Evaluation reports the global ROC-AUC of the training, validation and test
 edges (:func:`~pyg_dist.tasks.roc_auc`; or OGB's Hits@K or MRR, or a
@@ -49,7 +46,6 @@ from pyg_dist.halo.ledger import GATHER
 from pyg_dist.metrics import data_keys, mean_over_ranks
 from pyg_dist.models.link import decode
 from pyg_dist.nn.lightgcn import DistLightGCN
-from pyg_dist.ops.pair_dot import pair_dot
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.task import Task, task_of
 from pyg_dist.tasks.link_metrics import hits_at_k, mrr, recall_ndcg_at_k, roc_auc
@@ -138,10 +134,9 @@ class LinkTask(Task):
             source of a positive supervision edge. Every positive must go
             from a user to an item. (default: :obj:`None`)
         pair_chunk (int, optional): Pairs scored at a time; in training each
-            chunk's activations are recomputed in the backward (or, for BPR
-            with the dot product, not kept at all), so memory holds one
-            chunk's (a chunk's sum enters the loss in its turn, so the loss
-            may differ from one sum in the last bits).
+            chunk's activations are recomputed in the backward, so memory
+            holds one chunk's (a chunk's sum enters the loss in its turn, so
+            the loss may differ from one sum in the last bits).
             (default: :data:`PAIR_CHUNK`)
 
     Attributes:
@@ -314,12 +309,7 @@ class LinkTask(Task):
             neg = decode(model, rows[src[a:b]], rows[dst[a:b]]).view(hi - lo, k)
             return -F.logsigmoid(pos.view(-1, 1) - neg).sum()
 
-        if getattr(model, "decode", None) is None:  # the dot product: no rows copied per pair
-            pos = pair_dot(rows, src[:num], dst[:num], self.pair_chunk)
-            neg = pair_dot(rows, src[num:], dst[num:], self.pair_chunk).view(num, k)
-            local = -F.logsigmoid(pos.view(-1, 1) - neg).sum()
-        else:
-            local = self._summed(bpr, rows, num, 1 + k)
+        local = self._summed(bpr, rows, num, 1 + k)
         if self.lambda_reg:
             embedding = model.get_submodule("embedding")
             assert isinstance(embedding, nn.Embedding), "BPR regularises an embedding table"
