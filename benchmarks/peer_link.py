@@ -48,9 +48,10 @@ through :func:`~pyg_dist.nn.to_distributed` (``LinkModel`` on the encoder,
 ``DistLightGCN``), :func:`~pyg_dist.train.train` with exact halos, one
 full-graph step per epoch over all training edges with one negative each
 (uniform pairs, or per-source for BPR), ``Adam`` at the graph's ``ours_lr``
-(chosen on validation, see ``GRAPHS``), evaluated on the same cadence: ``LinkTask``'s
-Hits@50, and for recommendation :func:`pyg_dist.tasks.recall_ndcg_at_k`
-(distributed, no rank holds every score). Negatives on both sides are
+(chosen on validation, see ``GRAPHS``), evaluated on the same cadence by ``LinkTask``
+(``metric=`` the graph's: Hits@50, or ``"recall@20"`` with ``num_users``, BPR and
+per-user negatives, ranked by :func:`pyg_dist.tasks.recall_ndcg_at_k`: distributed, no
+rank holds every score). Negatives on both sides are
 uniform over all nodes (users and items alike for recommendation), false
 negatives kept.
 
@@ -98,11 +99,10 @@ from pyg_dist.models.link import LinkModel
 from pyg_dist.nn import to_distributed
 from pyg_dist.ops import cpu_ext
 from pyg_dist.strategies.link_task import LinkTask
-from pyg_dist.tasks import recall_ndcg_at_k
 from pyg_dist.train import train
 
 __all__ = ["GRAPHS", "Setup", "train_chunk", "hits_at", "recall_at", "subgraph_embedding",
-           "RecallTask", "peer_rank", "ours_rank"]
+           "peer_rank", "ours_rank"]
 
 SEED = 12345
 #: The recipe's loader (``examples/multi_gpu/taobao.py``).
@@ -306,26 +306,6 @@ def peer_rank(graph_file: str, setup: Setup, epochs: int, time_budget: float | N
 
 # -- ours, on every rank -------------------------------------------------------------------
 
-class RecallTask(LinkTask):
-    """``LinkTask`` with BPR and per-user negatives whose evaluation is
-    recall@``k`` of the validation and test interactions over every item
-    (the training items left out), distributed
-    (:func:`~pyg_dist.tasks.recall_ndcg_at_k`; no training figure: nan)."""
-
-    def __init__(self, data, num_users: int, k: int = 20) -> None:
-        super().__init__(data, negatives="structured", loss="bpr", features=False)
-        self.num_users, self.k = num_users, k
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> tuple[float, float, float]:
-        model.eval()
-        h = model(*self.inputs)
-        trained = self.data.edge_index.global_edges()
-        val, test = (recall_ndcg_at_k(h, self.data.global_id, trained, self.splits[s].index,
-                                      self.num_users, self.k)[0] for s in ("val", "test"))
-        return float("nan"), val, test
-
-
 def ours_rank(parts: str, setup: Setup, epochs: int, time_budget: float | None,
               eval_every: int, num_users: int) -> dict:
     """One rank of pyg_dist's full-graph link training; its record, with
@@ -334,7 +314,8 @@ def ours_rank(parts: str, setup: Setup, epochs: int, time_budget: float | None,
     data = pyg_dist.DistData.load(parts)
     if setup.model == "lightgcn":
         model = to_distributed(build_model(setup, 0, data.meta.num_nodes))
-        task = RecallTask(data, num_users)
+        task = LinkTask(data, negatives="structured", loss="bpr", features=False,
+                        metric=setup.metric, num_users=num_users)
     else:
         model = to_distributed(LinkModel(build_model(setup, data.x.size(1), 0)))
         task = LinkTask(data, metric=setup.metric)

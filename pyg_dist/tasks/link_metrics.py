@@ -32,9 +32,10 @@ __all__ = ["roc_auc", "hits_at_k", "mrr", "recall_ndcg_at_k"]
 #: The message tag of the metrics' exchanges (evaluation runs no other
 #: exchange under it).
 _TAG = MAX_TAG
-#: Users scored at a time by :func:`recall_ndcg_at_k`: the block of scores is
-#: at most this many users times the rank's items (4096 x 5,000 items: 80 MB).
-USER_CHUNK = 4096
+#: Users and items scored at a time by :func:`recall_ndcg_at_k`: a block of
+#: scores is at most USER_CHUNK x ITEM_CHUNK floats (16 MB), whatever the graph.
+USER_CHUNK = 1024
+ITEM_CHUNK = 4096
 
 
 def roc_auc(pos: Tensor, neg: Tensor) -> float:
@@ -150,15 +151,19 @@ def mrr(pos: Tensor, neg: Tensor) -> float:
 
 
 def recall_ndcg_at_k(h: Tensor, global_id: Tensor, train_edges: tuple[Tensor, Tensor],
-                     test_edges: Tensor, num_users: int, k: int) -> tuple[float, float]:
+                     test_edges: Tensor, num_users: int, k: int, user_chunk: int = USER_CHUNK,
+                     item_chunk: int = ITEM_CHUNK) -> tuple[float, float]:
     r"""Recall@K and NDCG@K of every user over every item, across the ranks:
     each user's items ranked by :math:`h_u^\top h_i` among all items but
-    those it trained on, averaged over the users with test items. Each rank
-    scores the users against the items it owns and keeps the :math:`K` best
-    per user; the user's owner merges the ranks' :math:`K` best into the
-    global top-:math:`K` (no rank holds every score; each rank scores
-    ``USER_CHUNK`` users at a time). Every rank receives every user's
-    embedding (:math:`U \times F`). Collective.
+    those it trained on (equal scores by item id, the lowest first), averaged
+    over the users with test items. Each rank scores every user against the
+    items it owns, a block of ``user_chunk`` users times ``item_chunk`` items
+    at a time, and keeps the :math:`K` best of each user from block to
+    block; each user's owner then merges the ranks' :math:`K` best into the
+    global top-:math:`K`. No rank holds more scores than one block; every
+    rank receives every user's embedding (:math:`U \times F`) and its own
+    users' offers from every rank (:math:`P \times U_{own} \times K`).
+    Collective.
 
     Args:
         h (torch.Tensor): ``[N_own, F]`` this rank's embeddings.
@@ -171,53 +176,156 @@ def recall_ndcg_at_k(h: Tensor, global_id: Tensor, train_edges: tuple[Tensor, Te
             interactions of the users this rank owns.
         num_users (int): Users.
         k (int): :math:`K`.
+        user_chunk (int, optional): Users scored at a time.
+            (default: :data:`USER_CHUNK`)
+        item_chunk (int, optional): Items scored at a time.
+            (default: :data:`ITEM_CHUNK`)
     """
     if k < 1:
         raise ValueError(f"'recall_ndcg_at_k' got k={k}; use k >= 1")
+    for name, value in (("user_chunk", user_chunk), ("item_chunk", item_chunk)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"'recall_ndcg_at_k' got {name}={value!r}; pass an int >= 1 "
+                             f"(scored at a time)")
     h, global_id = h.detach().float().cpu(), global_id.cpu()
     is_user = global_id < num_users
     users_here = global_id[is_user]
-    blocks = [(users_here, h[is_user])]
-    if distributed.is_distributed():
-        blocks = distributed.all_gather_objects((users_here, h[is_user]))
-    users = torch.cat([b[0] for b in blocks])
-    user_rows = torch.cat([b[1] for b in blocks])
-    items, item_rows = global_id[~is_user], h[~is_user]
-    slot_user = torch.full((num_users,), -1, dtype=torch.long)
-    slot_user[users] = torch.arange(users.numel())
-    slot_item = torch.full((int(global_id.max()) + 1 if global_id.numel() else 0,), -1,
-                           dtype=torch.long)
-    slot_item[items] = torch.arange(items.numel())
+    users, user_rows, counts = _every_user(users_here, h[is_user])
+    items, order = torch.sort(global_id[~is_user])  # columns in id order: ties by id
+    item_rows = h[~is_user][order]
+    excluded = _excluded(train_edges, users, items, num_users)
+    values, ids = _top_k(user_rows, item_rows, items, excluded, k, user_chunk, item_chunk)
+    values, ids = _at_owners(values, ids, counts, k)
+    return _scored(values, ids, users_here, test_edges.cpu(), num_users)
+
+
+def _every_user(users_here: Tensor, rows_here: Tensor) -> tuple[Tensor, Tensor, list[int]]:
+    """Every rank's users (global ids) and their rows, in rank order, and
+    how many each rank owns."""
+    if not distributed.is_distributed():
+        return users_here, rows_here, [users_here.numel()]
+    world, rank = distributed.world_size(), distributed.rank()
+    counts = [int(c) for c in distributed.all_gather_objects(users_here.numel())]
+    out = [counts[rank] if q != rank else 0 for q in range(world)]  # own rows to every peer
+    into = [c if q != rank else 0 for q, c in enumerate(counts)]
+    got_ids, got_rows = (exchange_rows(t.repeat(world - 1, 1), out, into, tag=_TAG)
+                         for t in (users_here.view(-1, 1), rows_here))
+    assert isinstance(got_ids, Tensor) and isinstance(got_rows, Tensor), "synchronous exchanges"
+    before = sum(counts[:rank])
+    users = torch.cat([got_ids[:before].view(-1), users_here, got_ids[before:].view(-1)])
+    rows = torch.cat([got_rows[:before], rows_here, got_rows[before:]])
+    return users, rows, counts
+
+
+def _excluded(train_edges: tuple[Tensor, Tensor], users: Tensor, items: Tensor,
+              num_users: int) -> tuple[Tensor, Tensor]:
+    """The (row of ``users``, column of ``items``) of each training
+    interaction between a user and an item of this rank, by row then column."""
     u, i = train_edges[0].cpu(), train_edges[1].cpu()
-    mine = (u < num_users) & (i >= num_users)
-    row, col = slot_user[u[mine]], slot_item[i[mine]]
-    values, indices = [], []
-    for lo in range(0, users.numel(), USER_CHUNK):  # a block of users at a time
-        scores = user_rows[lo:lo + USER_CHUNK] @ item_rows.t()  # [B, I_own]
-        here = (row >= lo) & (row < lo + USER_CHUNK)
-        scores[row[here] - lo, col[here]] = float("-inf")
-        top = torch.topk(scores, min(k, items.numel()), dim=1)
-        values.append(top.values)
-        indices.append(top.indices)
-    width = min(k, items.numel())
-    top_values = torch.cat(values) if values else user_rows.new_empty(0, width)
-    top_items = items[torch.cat(indices)] if indices else items.new_empty(0, width)
-    offers = [(users, top_values, top_items)]
-    if distributed.is_distributed():
-        offers = distributed.all_gather_objects(offers[0])
-    return _merge(offers, users_here, test_edges.cpu(), num_users, k)
+    keep = (u >= 0) & (u < num_users) & (i >= num_users)
+    u, i = u[keep], i[keep]
+    slot = torch.full((num_users,), -1, dtype=torch.long)
+    slot[users] = torch.arange(users.numel())
+    col = torch.searchsorted(items, i)
+    found = col < items.numel()
+    found[found.clone()] = items[col[found]] == i[found]
+    row, col = slot[u[found]], col[found]
+    row, col = row[row >= 0], col[row >= 0]
+    order = torch.argsort(row * max(items.numel(), 1) + col)
+    return row[order], col[order]
 
 
-def _merge(offers: list[tuple[Tensor, Tensor, Tensor]], users_here: Tensor, test: Tensor,
-           num_users: int, k: int) -> tuple[float, float]:
-    """Each of this rank's users' global top-K from every rank's K best,
-    scored against its test items; the sums over all ranks' users."""
-    values = torch.cat([_rows_of(o[0], o[1], users_here, num_users, float("-inf"))
-                        for o in offers], 1)
-    ids = torch.cat([_rows_of(o[0], o[2], users_here, num_users, -1) for o in offers], 1)
-    best = torch.topk(values, min(k, values.size(1)), dim=1)
-    ranked = ids.gather(1, best.indices)
-    ranked[best.values == float("-inf")] = -1
+def _top_k(user_rows: Tensor, item_rows: Tensor, items: Tensor, excluded: tuple[Tensor, Tensor],
+           k: int, user_chunk: int, item_chunk: int) -> tuple[Tensor, Tensor]:
+    """``[U, k]`` each user's best scores against this rank's items and
+    their ids (``-inf`` and ``-1`` past the items there are), the
+    ``excluded`` pairs left out, scored ``user_chunk x item_chunk`` at a time.
+
+    Args:
+        user_rows (torch.Tensor): ``[U, F]`` the users' embeddings.
+        item_rows (torch.Tensor): ``[I, F]`` the items', by id.
+        items (torch.Tensor): ``[I]`` the items' global ids, ascending.
+        excluded (tuple): ``([E], [E])`` the user row and item column of
+            each pair left out, by row.
+        k (int): Items kept per user.
+        user_chunk (int): Users of a block.
+        item_chunk (int): Items of a block.
+    """
+    num = user_rows.size(0)
+    values = torch.full((num, k), float("-inf"))
+    ids = torch.full((num, k), -1, dtype=torch.long)
+    row, col = excluded
+    starts = torch.arange(0, num + user_chunk, user_chunk)
+    bounds = torch.searchsorted(row, starts).tolist()
+    for b, lo in enumerate(starts[:-1].tolist()):
+        hi = min(lo + user_chunk, num)
+        brow, bcol = row[bounds[b]:bounds[b + 1]] - lo, col[bounds[b]:bounds[b + 1]]
+        for ilo in range(0, items.numel(), item_chunk):
+            ihi = min(ilo + item_chunk, items.numel())
+            scores = user_rows[lo:hi] @ item_rows[ilo:ihi].t()  # [hi - lo, ihi - ilo]
+            here = (bcol >= ilo) & (bcol < ihi)
+            scores[brow[here], bcol[here] - ilo] = float("-inf")
+            best, column = _block_best(scores, k)
+            values[lo:hi], ids[lo:hi] = _best(torch.cat([values[lo:hi], best], 1),
+                                              torch.cat([ids[lo:hi], items[ilo + column]], 1),
+                                              k)
+    return values, ids
+
+
+def _block_best(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``min(k, columns)`` best of each row of ``scores`` and their
+    columns: highest first, equal scores by column, the lowest first (a
+    row whose equal scores straddle the cut is sorted whole)."""
+    top = torch.topk(scores, min(k, scores.size(1)), dim=1)
+    values, columns = _best(top.values, top.indices, k)
+    kth = values[:, -1:]
+    straddles = ((kth > float("-inf"))
+                 & ((scores == kth).sum(1, keepdim=True) > (values == kth).sum(1, keepdim=True)))
+    rows = straddles.view(-1).nonzero().view(-1)
+    if rows.numel():
+        whole = torch.sort(scores[rows], dim=1, descending=True, stable=True)
+        values[rows] = whole.values[:, :values.size(1)]
+        columns[rows] = whole.indices[:, :values.size(1)]
+    return values, columns
+
+
+def _best(values: Tensor, ids: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` best of each row: highest value first, equal values by id,
+    the lowest first."""
+    by_id = torch.argsort(ids, dim=1, stable=True)
+    values, ids = values.gather(1, by_id), ids.gather(1, by_id)
+    order = torch.sort(values, dim=1, descending=True, stable=True).indices[:, :k]
+    return values.gather(1, order), ids.gather(1, order)
+
+
+def _at_owners(values: Tensor, ids: Tensor, counts: list[int], k: int) -> tuple[Tensor, Tensor]:
+    """This rank's users' global top-``k`` from every rank's ``k`` best of
+    every user (rows of all users in rank order, ``counts`` a rank): each
+    rank sends each user's offer to its owner only."""
+    if not distributed.is_distributed():
+        return values, ids
+    world, rank = distributed.world_size(), distributed.rank()
+    lo = sum(counts[:rank])
+    hi = lo + counts[rank]
+    rows = torch.cat([values.double(), ids.double()], 1)  # ids < 2**53: exact
+    out = [c if q != rank else 0 for q, c in enumerate(counts)]  # each user's to its owner
+    into = [counts[rank] if q != rank else 0 for q in range(world)]
+    got = exchange_rows(torch.cat([rows[:lo], rows[hi:]]), out, into, tag=_TAG)
+    assert isinstance(got, Tensor), "a synchronous exchange returns a tensor"
+    offers = torch.cat([got.view(world - 1, counts[rank], 2 * k), rows[lo:hi].unsqueeze(0)])
+    every_values = offers[:, :, :k].permute(1, 0, 2).reshape(counts[rank], world * k)
+    every_ids = offers[:, :, k:].permute(1, 0, 2).reshape(counts[rank], world * k).long()
+    best, best_ids = _best(every_values.float(), every_ids, k)
+    return best, best_ids
+
+
+def _scored(values: Tensor, ids: Tensor, users_here: Tensor, test: Tensor,
+            num_users: int) -> tuple[float, float]:
+    """Recall and NDCG of this rank's users' top items (``-inf``: no
+    item) against their test items, averaged over the users of all ranks
+    that have test items."""
+    ranked = ids.clone()
+    ranked[values == float("-inf")] = -1
     slot = torch.full((num_users,), -1, dtype=torch.long)
     slot[users_here] = torch.arange(users_here.numel())
     rows = slot[test[0]]
@@ -237,15 +345,3 @@ def _merge(offers: list[tuple[Tensor, Tensor, Tensor]], users_here: Tensor, test
     if seen == 0:
         return float("nan"), float("nan")
     return recall / seen, ndcg / seen
-
-
-def _rows_of(users: Tensor, rows: Tensor, wanted: Tensor, num_users: int,
-             fill: float) -> Tensor:
-    """The rows of ``rows`` (one per user of ``users``) of the users ``wanted``."""
-    slot = torch.full((num_users,), -1, dtype=torch.long)
-    slot[users] = torch.arange(users.numel())
-    out = torch.full((wanted.numel(), rows.size(1)), fill, dtype=rows.dtype)
-    at = slot[wanted]
-    present = at >= 0
-    out[present] = rows[at[present]]
-    return out

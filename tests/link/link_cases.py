@@ -145,10 +145,33 @@ def metrics(rank=0, world=1):
     return out
 
 
+#: A ranking counted by hand: users 0 and 1 (embedding 1), items 2 to 6
+#: scored 1, 2, 2, 2, 0 by both; user 0 trained on item 3. K = 2, ties by
+#: item id: user 0 ranks [4, 5] (its test item 5 second: recall 1, NDCG
+#: 1 / log2 3), user 1 ranks [3, 4] (its test items 2 and 5 missed: 0, 0).
+RANKED = {"z": [1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 0.0], "train": [[0], [3]],
+          "test": [[0, 1, 1], [5, 5, 2]], "users": 2, "k": 2}
+RANKING = (0.5, 0.5 / math.log2(3))
+
+
+def hand_ranking(rank=0, world=1, **chunks):
+    """Recall and NDCG@2 of :data:`RANKED` with this rank's share: the
+    nodes ``g`` with ``g % world == rank``, the training pairs of their
+    items, the test pairs of their users."""
+    z = torch.tensor(RANKED["z"]).view(-1, 1)
+    own = torch.arange(rank, z.size(0), world)
+    train, test = torch.tensor(RANKED["train"]), torch.tensor(RANKED["test"])
+    train = train[:, train[1] % world == rank]
+    test = test[:, test[0] % world == rank]
+    return recall_ndcg_at_k(z[own], own, (train[0], train[1]), test, RANKED["users"],
+                            RANKED["k"], **chunks)
+
+
 def rank_body(cases):
     """Every case on this rank; returns what the test compares, per case,
-    and the hand-counted metrics."""
-    out = [metrics(torch.distributed.get_rank(), torch.distributed.get_world_size())]
+    and the hand-counted metrics (first) and ranking (last)."""
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    out = [metrics(rank, world)]
     for case in cases:
         data = pyg_dist.DistData.load(case["parts"])
         found = {"global_id": data.global_id.clone(),
@@ -178,6 +201,8 @@ def rank_body(cases):
             found["hits@3"] = LinkTask(data, metric="hits@3").evaluate(net)
             found["mrr"] = LinkTask(data, metric="mrr", eval_negatives=5).evaluate(net)
         out.append(found)
+    out.append({"whole": hand_ranking(rank, world),
+                "blocks": hand_ranking(rank, world, user_chunk=1, item_chunk=2)})
     return out
 
 
@@ -238,12 +263,38 @@ USERS, K = 60, 5
 
 
 def _recall_ndcg(net, data):
+    """Recall and NDCG of the trained model's embeddings, at once and in
+    blocks of 7 users x 13 items (neither divides the users or the items)."""
     net.eval()
     with torch.no_grad():
         h = net(data.edge_index)
     src, dst = data.edge_index.global_edges()
-    return recall_ndcg_at_k(h, data.global_id, (src, dst), data.supervision("test").index,
-                            USERS, K)
+    args = (h, data.global_id, (src, dst), data.supervision("test").index, USERS, K)
+    return {"whole": recall_ndcg_at_k(*args, user_chunk=10**6, item_chunk=10**6),
+            "blocks": recall_ndcg_at_k(*args, user_chunk=7, item_chunk=13)}
+
+
+def recommended_recall_ndcg(net, split, users=USERS, k=K):
+    """Recall and NDCG@k from PyG's ``LightGCN.recommend`` on the training
+    graph, one user at a time over every item but its training ones,
+    counted against its test items."""
+    train, test = split[0].edge_label_index, split[2].edge_label_index
+    items = torch.arange(users, split[0].num_nodes)
+    recall = ndcg = seen = 0.0
+    for u in range(users):
+        wanted = set(test[1, test[0] == u].tolist())
+        if not wanted:
+            continue
+        allowed = items[~torch.isin(items, train[1, train[0] == u])]
+        with torch.no_grad():
+            ranked = net.recommend(split[0].edge_index, src_index=torch.tensor([u]),
+                                   dst_index=allowed, k=k)[0].tolist()
+        hits = [1.0 if i in wanted else 0.0 for i in ranked]
+        recall += sum(hits) / len(wanted)
+        dcg = sum(h / math.log2(j + 2) for j, h in enumerate(hits))
+        ndcg += dcg / sum(1 / math.log2(j + 2) for j in range(min(k, len(wanted))))
+        seen += 1
+    return recall / seen, ndcg / seen
 
 
 def brute_recall_ndcg(z, split, users=USERS, k=K):

@@ -5,9 +5,17 @@ import math
 
 import pytest
 import torch
-from link_cases import brute_recall_ndcg, hand_hits_mrr, metrics
+from link_cases import (
+    RANKING,
+    USERS,
+    brute_recall_ndcg,
+    hand_hits_mrr,
+    hand_ranking,
+    metrics,
+    recommended_recall_ndcg,
+)
 
-from pyg_dist.tasks import hits_at_k, mrr, roc_auc
+from pyg_dist.tasks import hits_at_k, mrr, recall_ndcg_at_k, roc_auc
 
 # pos 0.9 beats 5 negatives, each 0.5 beats 3 and ties 1 (3.5), 0.1 beats 1:
 # (5 + 3.5 + 3.5 + 1) / (4 * 5)
@@ -39,6 +47,7 @@ def test_degenerate_inputs():
 
 
 def test_recall_and_ndcg_over_every_item_equal_the_definitions(world):
+    """At once and in blocks of 7 users x 13 items, on every rank."""
     size, cases, refs, results = world
     c = [case["kind"] for case in cases].index("lightgcn")
     _, split, (_, grads, _, _) = refs[c]
@@ -46,24 +55,51 @@ def test_recall_and_ndcg_over_every_item_equal_the_definitions(world):
     assert 0 < recall < 1 and 0 < ndcg < 1, "the case must rank some test items, not all"
     for rank, r in enumerate(results):
         got = r[c + 1]["recall_ndcg"]
-        assert got == pytest.approx((recall, ndcg), abs=1e-5), f"rank {rank} of {size}"
+        assert got["whole"] == pytest.approx((recall, ndcg), abs=1e-5), f"rank {rank} of {size}"
+        assert got["blocks"] == got["whole"], f"rank {rank} of {size}"
 
 
-def test_recall_and_ndcg_score_users_a_block_at_a_time(monkeypatch):
-    """Blocks of 7 users (the last one short) rank as all users at once."""
-    from link_cases import USERS
+def test_ties_rank_by_item_id_in_one_process():
+    assert hand_ranking() == pytest.approx(RANKING, abs=1e-7)
+    assert hand_ranking(user_chunk=1, item_chunk=2) == hand_ranking()
+
+
+def test_ties_rank_by_item_id_across_ranks(world):
+    size, _, _, results = world
+    for rank, r in enumerate(results):
+        assert r[-1]["whole"] == pytest.approx(RANKING, abs=1e-7), f"rank {rank} of {size}"
+        assert r[-1]["blocks"] == r[-1]["whole"], f"rank {rank} of {size}"
+
+
+@pytest.mark.parametrize("user_chunk,item_chunk", [(7, 13), (1, 1), (100, 7), (60, 40)])
+def test_recall_and_ndcg_in_blocks_are_pygs_recommend(user_chunk, item_chunk):
+    """Blocks that do not divide the 60 users or the 40 items rank as one
+    block does, and as PyG's LightGCN.recommend."""
+    from torch_geometric.nn.models import LightGCN
 
     from pyg_dist.datasets import synthetic_recommendation
-    from pyg_dist.tasks import link_metrics
 
-    split = synthetic_recommendation(USERS, 200, avg_degree=3, seed=0)
-    z = torch.randn(split[0].num_nodes, 4, generator=torch.Generator().manual_seed(0))
+    split = synthetic_recommendation(USERS, 40, avg_degree=4, seed=0)
+    torch.manual_seed(0)
+    net = LightGCN(split[0].num_nodes, 4, 2)
+    expected = recommended_recall_ndcg(net, split, k=8)
+    assert 0.05 < expected[0] < 0.95 and 0.05 < expected[1] < 0.95, "rank some, not all"
+    with torch.no_grad():
+        z = net.get_embedding(split[0].edge_index)
     train = split[0].edge_label_index
-    expected = brute_recall_ndcg(z, split)
-    monkeypatch.setattr(link_metrics, "USER_CHUNK", 7)
-    got = link_metrics.recall_ndcg_at_k(z, torch.arange(z.size(0)), (train[0], train[1]),
-                                        split[2].edge_label_index, USERS, 5)
-    assert got == pytest.approx(expected, abs=1e-6)
+    args = (z, torch.arange(z.size(0)), (train[0], train[1]), split[2].edge_label_index,
+            USERS, 8)
+    whole = recall_ndcg_at_k(*args, user_chunk=10**6, item_chunk=10**6)
+    assert whole == pytest.approx(expected, abs=1e-6)
+    assert recall_ndcg_at_k(*args, user_chunk=user_chunk, item_chunk=item_chunk) == whole
+
+
+def test_recall_and_ndcg_refuse_empty_blocks():
+    z, ids = torch.ones(3, 1), torch.arange(3)
+    pairs = (torch.tensor([0]), torch.tensor([2]))
+    with pytest.raises(ValueError, match=r"'recall_ndcg_at_k' got item_chunk=0; pass an int "
+                                         r">= 1 \(scored at a time\)"):
+        recall_ndcg_at_k(z, ids, pairs, torch.tensor([[0], [1]]), 1, 1, item_chunk=0)
 
 
 def test_trained_models_hits_and_mrr_equal_the_definitions(world):
