@@ -65,6 +65,12 @@ WHOLE = ("gcn3", "sage-mean", "gin-eps")
 #: The cases whose bytes are compared with the planner's, each way of keeping the sums.
 BYTES = [(name, sums) for name in ("gcn3", "sage-mean", "gin-eps")
          for sums in ("scatter", "whole")]
+#: Scattered cases run in chunks that divide no width: (case, an aggregation's
+#: columns at a time, a transform's rows at a time). A rank's 3 or 4 of the 7
+#: input columns and 2 or 3 of the 5 hidden ones (all of them on an axis of one
+#: rank) in chunks of 2 or 3; runs of 75 or 150 rows in ranges of 5 or 7, which
+#: straddle the pieces' boundaries (37 or 38 rows, 75).
+CHUNKED = (("gcn3", 3, 7), ("gcn-weighted", 2, 5), ("sage-mean", 2, 7), ("gin-eps", 3, 5))
 
 
 def graph():
@@ -165,12 +171,13 @@ def reference_training(name):
 
 # --- on the ranks ---------------------------------------------------------------------------
 
-def run_case(data, name, sums="scatter"):
+def run_case(data, name, sums="scatter", **chunks):
     """One forward and backward of case ``name``: the logits' rows (on the
-    ranks that count them), the gradients summed over the grid, the ledger."""
+    ranks that count them), the gradients summed over the grid, the ledger
+    (``chunks``: the aggregations' columns and the transforms' rows at a time)."""
     data.dropout.seed, data.dropout.calls = SEED, 0
     model, weighted = model_of(name)
-    net = Grid3DModel(model, data, edge_weight=weighted, sums=sums)
+    net = Grid3DModel(model, data, edge_weight=weighted, sums=sums, **chunks)
     model.train()
     value = net.output()
     logits = net.logits(value)
@@ -183,12 +190,12 @@ def run_case(data, name, sums="scatter"):
             "layouts": [str(layout) for layout in layouts(net.steps)]}
 
 
-def bytes_case(data, name, sums):
+def bytes_case(data, name, sums, **chunks):
     """One training step of case ``name`` with a fresh ledger: the bytes
     each direction of the ledger booked."""
     data.ledger = Ledger()
     model, _ = model_of(name)
-    net = Grid3DModel(model, data, sums=sums)
+    net = Grid3DModel(model, data, sums=sums, **chunks)
     model.train()
     loss, _ = net.loss(net.output())
     loss.backward()
@@ -251,6 +258,10 @@ def battery(folder, parts, world):
         if shape == GRIDS[world][0]:
             out[shape, "train", "whole"] = train_case(source, shape, "gcn", "whole")
         out[shape, "bytes"] = {case: bytes_case(data, *case) for case in BYTES}
+        for name, columns, rows in CHUNKED:
+            out[shape, name, "chunked"] = run_case(data, name, columns=columns, rows=rows)
+            out[shape, "bytes", "chunked", name] = bytes_case(data, name, "scatter",
+                                                              columns=columns, rows=rows)
         if world not in FULL:
             continue
         out[shape, "folder"] = run_case(load_grid_3d(folder, shape), "gcn")
@@ -308,6 +319,32 @@ def test_every_grid_equals_pyg_on_the_whole_graph(runs, world):
                 for r in range(world):
                     assert_close(per_rank[r][key]["grads"][param], grad,
                                  what=f"{what}: gradient of {param} on rank {r}")
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_sums_in_chunks_that_divide_no_width_equal_one_chunk_and_pyg(runs, world):
+    """Aggregations a few columns at a time and transforms a few rows at a
+    time (CHUNKED): the outputs and every gradient of one chunk (the
+    default's, wider than these widths and runs) and of PyG, and the bytes
+    of one chunk, the planner's."""
+    per_rank, refs, n = runs(world), references(), graph().num_nodes
+    for shape in GRIDS[world]:
+        for name, columns, rows in CHUNKED:
+            what = f"{name} in chunks of {columns} columns, {rows} rows on {shape}"
+            chunked, whole = (shape, name, "chunked"), (shape, name)
+            out = gather(per_rank, chunked, n)
+            assert_close(out, gather(per_rank, whole, n), what=f"{what}: output, one chunk")
+            assert_close(out, refs[name]["out"], what=f"{what}: output, PyG")
+            for param, grad in refs[name]["grads"].items():
+                for r in range(world):
+                    ours = per_rank[r][chunked]["grads"][param]
+                    assert_close(ours, per_rank[r][whole]["grads"][param],
+                                 what=f"{what}: gradient of {param} on rank {r}, one chunk")
+                    assert_close(ours, grad, what=f"{what}: gradient of {param} on rank {r}")
+            booked = [ranks[shape, "bytes", "chunked", name] for ranks in per_rank]
+            if (name, "scatter") in BYTES:
+                assert booked == [ranks[shape, "bytes"][name, "scatter"]
+                                  for ranks in per_rank], what
 
 
 def test_the_layouts_rotate_from_layer_to_layer(runs):
