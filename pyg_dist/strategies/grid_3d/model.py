@@ -254,8 +254,8 @@ class Grid3DModel:
         lo, hi = self.place.block(value.width, value.layout.cols)
         columns = torch.arange(lo, hi)
         made = DroppedInput(value.tensor, p, seed, call, None, columns)
-        dropped = made.scale(self.rows(value), hi - lo) == 0  # kept: a byte an entry
-        out = (value.tensor * (1.0 / (1.0 - p))).masked_fill_(dropped, 0.0)
+        kept = made.keep(self.rows(value), hi - lo)  # kept for the backward: a byte an entry
+        out = (value.tensor * (1.0 / (1.0 - p))).mul_(kept)
         return Output(out, value.layout, value.width, value.split)
 
     def counts(self, value: Output) -> bool:
