@@ -392,21 +392,25 @@ def test_the_planners_bytes_are_the_ledgers(runs, world):
 
 def test_scattered_sums_cost_a_transforms_gather_again_in_the_backward():
     """Worked by hand: one GCN layer (7 -> 3 columns) on 2x2x1 of 10 nodes.
-    The aggregation's partial sums, 5 rows (a run of x) x 7, sum over y: whole,
-    a ring all-reduce of 35 elements sends 2 x (35 - 17) and 2 x (35 - 18)
-    float32 from the two ranks (144 + 136 bytes); scattered, a reduce-scatter
-    into pieces of 2 and 3 rows sends (5 - 2) x 7 and (5 - 3) x 7 (84 + 56
-    bytes), and the transform's all-gather as many: 280 either way, for each
-    of the 2 runs of x. The transform sums over z (one rank: nothing); the
-    logits (5 x 3) all-reduce over y both ways, 2 x (15 - 7) + 2 x (15 - 8)
-    elements (120 bytes) a run. The input takes no gradient: the whole step
-    has no backward of the aggregation; the scattered step gathers its
-    pieces again for the transform's weight (140 bytes a run)."""
+    The input features lie in a run of y (5 rows) cut over x into pieces of 2
+    and 3 rows: the aggregation gathers them, (5 - 2) x 7 and (5 - 3) x 7
+    float32 from the two ranks of x (84 + 56 bytes), for each of the 2 runs of
+    y. The aggregation's partial sums, 5 rows (a run of x) x 7, sum over y:
+    whole, a ring all-reduce of 35 elements sends 2 x (35 - 17) and 2 x
+    (35 - 18) float32 from the two ranks (144 + 136 bytes); scattered, a
+    reduce-scatter into pieces of 2 and 3 rows sends (5 - 2) x 7 and
+    (5 - 3) x 7 (84 + 56 bytes), and the transform's all-gather as many: 280
+    either way, for each of the 2 runs of x. The transform sums over z (one
+    rank: nothing); the logits (5 x 3) all-reduce over y both ways,
+    2 x (15 - 7) + 2 x (15 - 8) elements (120 bytes) a run. The input takes
+    no gradient: the whole step has no backward of the aggregation; the
+    scattered step gathers its pieces again for the transform's weight (140
+    bytes a run)."""
     program = [["agg", 7, 1, 0], ["linear", 7, 3]]
     assert step_bytes(program, (2, 2, 1), 10, 0, "whole") == {
-        "fwd": 2 * (280 + 120), "bwd": 2 * 120, "grad": 0}
+        "fwd": 2 * (140 + 280 + 120), "bwd": 2 * 120, "grad": 0}
     assert step_bytes(program, (2, 2, 1), 10, 0, "scatter") == {
-        "fwd": 2 * (280 + 120), "bwd": 2 * (140 + 120), "grad": 0}
+        "fwd": 2 * (140 + 280 + 120), "bwd": 2 * (140 + 120), "grad": 0}
 
 
 @pytest.mark.parametrize("world", sorted(GRIDS))

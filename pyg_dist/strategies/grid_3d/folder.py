@@ -31,8 +31,9 @@ __all__ = ["GRID_FILE", "FORMAT", "rank_file", "write_grid_folder", "read_grid_f
 
 #: The file naming the grid of a grid folder.
 GRID_FILE = "grid.json"
-#: The version of a grid folder's format.
-FORMAT = 1
+#: The version of a grid folder's format (2: a rank keeps its piece of the
+#: input features' rows, cut over the spare axis).
+FORMAT = 2
 _NAME = "'write_grid_folder'"
 
 
@@ -126,6 +127,10 @@ def read_grid_folder(folder: str | os.PathLike,
     if seed is not None and seed != grid["seed"]:
         raise ValueError(f"'{folder}' orders the nodes with seed {grid['seed']}, not {seed}; "
                          f"train with Grid3D(seed={grid['seed']}) or write the folder again")
+    if grid.get("format") != FORMAT:
+        raise ValueError(f"'{folder}' is a grid folder of format {grid.get('format')}, not "
+                         f"{FORMAT} (each rank's piece of the input features); write the "
+                         f"grid folder again")
     written = tuple(grid["shape"])
     text = "x".join(map(str, written))
     if shape is not None and tuple(shape) != written:

@@ -149,7 +149,8 @@ class Grid3DData:
             ids alone: :meth:`global_id`).
         x (torch.Tensor): Its block of the input features in layout
             :data:`~pyg_dist.strategies.grid_3d.INPUT` (rows over y,
-            columns over z).
+            columns over z): the piece of its run's rows cut again over
+            x (:meth:`x_rows`), gathered where a layer reads it.
         y, train_mask, val_mask, test_mask (torch.Tensor): Labels and masks
             of its run of the x axis (:meth:`labels` gives any axis's).
         ledger (Ledger): Bytes its collectives moved.
@@ -176,8 +177,9 @@ class Grid3DData:
         self._sums: dict[int, NodeSums] = {}
         self._labels: dict[int, dict[str, Tensor]] = {}
         self.block(INPUT)  # layer 0's, and the node sums
-        rows = self.run(INPUT.rows)
-        self.x = reader.nodes("x", self.order[rows[0] : rows[1]],
+        start = self.run(INPUT.rows)[0]
+        lo, hi = self.x_rows()
+        self.x = reader.nodes("x", self.order[start + lo : start + hi],
                               place.block(self.num_features, INPUT.cols))
         for key, value in self.labels(0).items():
             setattr(self, key, value)
@@ -190,6 +192,15 @@ class Grid3DData:
         """This rank's run of positions ``[lo, hi)`` on ``axis``."""
         return self.place.block(self.num_nodes, axis)
 
+    def x_rows(self) -> tuple[int, int]:
+        """``[lo, hi)`` of the rows of this rank's run on the input's rows
+        axis that its block of the input features holds: its piece over the
+        spare axis (``distributed.row_piece``; the whole run on an axis of
+        one rank)."""
+        lo, hi = self.run(INPUT.rows)
+        spare = INPUT.spare
+        return distributed.row_piece(hi - lo, self.place.shape[spare], self.place.coords[spare])
+
     def global_id(self, axis: int) -> Tensor:
         """``[run]`` global id of each position of this rank's run on ``axis``."""
         if self.order is None:  # read from a grid folder: the runs' ids alone
@@ -200,7 +211,7 @@ class Grid3DData:
     def share(self) -> dict[str, Any]:
         """This rank's whole share as plain values (what a grid folder keeps
         of it): its runs' global ids, node sums and labels on every axis, its
-        blocks read so far and its block of the input features."""
+        blocks read so far and its piece of the input features."""
         meta = dataclasses.asdict(self.meta)
         return {"shape": list(self.place.shape), "coords": list(self.place.coords),
                 "num_nodes": self.num_nodes, "num_features": self.num_features,

@@ -27,6 +27,7 @@ from pyg_dist.strategies.grid_3d.ops import (
     Aggregation,
     Coefficients,
     aggregate,
+    gather_rows,
     products,
     sum_over,
     transform,
@@ -112,7 +113,7 @@ class Grid3DModel:
 
     def output(self) -> Output:
         """This rank's block of the model's output (collective)."""
-        value = Output(self.data.x, INPUT, self.data.num_features)
+        value = Output(self.data.x, INPUT, self.data.num_features, self._split(INPUT.spare))
         for step in self.steps:
             value = self._run(step, value)
         return value
@@ -163,7 +164,11 @@ class Grid3DModel:
             out = aggregate(value.tensor, agg, self.place, value.split, c, ledger, name,
                             training, root, self.columns)
             return Output(out, after, value.width, self._split(c))
-        partial = agg.partial(value.tensor, root)  # autograd runs through spmm
+        h = value.tensor  # whole but for the input features, which take no gradient
+        if value.split is not None:
+            h = gather_rows(h, self.place, value.split, self._run_rows(value), ledger, name,
+                            training)
+        partial = agg.partial(h, root)  # autograd runs through spmm
         return Output(sum_over(partial, self.place, c, ledger, name, training), after,
                       value.width)
 

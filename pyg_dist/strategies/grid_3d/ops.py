@@ -47,7 +47,8 @@ from pyg_dist.strategies.grid_3d.grid import Grid3DPlace, bounds
 from pyg_dist.strategies.grid_3d.load import Block, Grid3DData
 
 __all__ = ["COLUMNS", "ROWS", "SumOver", "Aggregation", "Aggregate", "Transform", "sum_over",
-           "aggregate", "transform", "products", "ring_bytes", "piece_bytes", "Coefficients"]
+           "aggregate", "transform", "gather_rows", "products", "ring_bytes", "piece_bytes",
+           "Coefficients"]
 
 #: Columns of an aggregation's input gathered, multiplied and reduce-scattered
 #: at a time: a multiple of 16 (the CPU kernel's vector width). On a 200,000 x
@@ -461,6 +462,26 @@ def aggregate(h: Tensor, agg: Aggregation, place: Grid3DPlace, split: int | None
         raise ValueError(f"'aggregate' takes columns >= 1 at a time (got {columns})")
     booking = _Booking(ledger, name, "fwd" if training else "eval")
     return Aggregate.apply(h, root, agg, place, split, axis, booking, columns)
+
+
+def gather_rows(piece: Tensor, place: Grid3DPlace, axis: int, rows: int, ledger: Ledger,
+                name: str, training: bool) -> Tensor:
+    """``[rows, width]`` the whole run of a matrix that takes no gradient
+    (the input features) from its pieces over ``axis``, booked as
+    :func:`sum_over` books.
+
+    Args:
+        piece (torch.Tensor): This rank's piece.
+        place (Grid3DPlace): The grid.
+        axis (int): The axis the pieces lie over.
+        rows (int): The rows of all pieces.
+        ledger (Ledger): Where bytes are booked.
+        name (str): The entry's name (the layer's).
+        training (bool): Whether the model trains.
+    """
+    assert not piece.requires_grad, "gathered whole: a matrix that takes no gradient"
+    booking = _Booking(ledger, name, "fwd" if training else "eval")
+    return _read_columns(piece, 0, piece.size(1), place, axis, rows, booking, booking.direction)
 
 
 def transform(h: Tensor, weights: list[Tensor], place: Grid3DPlace, split: int | None,
