@@ -113,18 +113,21 @@ class NodeSums:
     aggregations normalise by), summed over every block that holds them.
 
     Attributes:
-        in_edges (torch.Tensor): ``[run]`` in-edges (self-loops and duplicates counted).
-        in_other (torch.Tensor): ``[run]`` in-edges that are no self-loop.
-        weight_other (torch.Tensor): ``[run]`` the weights of those (float64).
+        in_edges (torch.Tensor): ``[run]`` in-edges (self-loops and duplicates
+            counted; int32).
+        in_other (torch.Tensor): ``[run]`` in-edges that are no self-loop (int32).
         loop (torch.Tensor): ``[run]`` whether the node has a self-loop.
-        loop_weight (torch.Tensor): ``[run]`` the weight of its last self-loop.
+        weight_other (torch.Tensor, optional): ``[run]`` the weights of the
+            in-edges that are no self-loop (float64; a weighted graph's only).
+        loop_weight (torch.Tensor, optional): ``[run]`` the weight of its last
+            self-loop (float64; a weighted graph's only).
     """
 
     in_edges: Tensor
     in_other: Tensor
-    weight_other: Tensor
     loop: Tensor
-    loop_weight: Tensor
+    weight_other: Tensor | None = None
+    loop_weight: Tensor | None = None
 
 
 class Grid3DData:
@@ -170,8 +173,6 @@ class Grid3DData:
         self.ledger, self.dropout = Ledger(), DropoutState()
         self.registry = None
         self.order: Tensor | None = node_order(self._degrees(), place.shape, seed, permute)
-        self.position: Tensor | None = torch.empty_like(self.order)
-        self.position[self.order] = torch.arange(self.num_nodes)
         self._blocks: dict[tuple[int, int], Block] = {}
         self._ids: dict[int, Tensor] = {}
         self._sums: dict[int, NodeSums] = {}
@@ -238,7 +239,7 @@ class Grid3DData:
         data.num_nodes, data.num_features = int(share["num_nodes"]), int(share["num_features"])
         data.weighted, data.meta = bool(share["weighted"]), PartitionMeta(**share["meta"])
         data.ledger, data.dropout, data.registry = Ledger(), DropoutState(), None
-        data.order = data.position = None
+        data.order = None
         data._ids = {int(a): ids for a, ids in share["ids"].items()}
         data._sums = {int(a): NodeSums(**sums) for a, sums in share["sums"].items()}
         data._labels = {int(a): labels for a, labels in share["labels"].items()}
@@ -295,8 +296,9 @@ class Grid3DData:
         rows, cols = self.run(r), self.run(c)
         small = index_dtype(self.num_nodes)  # the chunks kept, in the smallest dtype
         kept: list[tuple[Tensor, Tensor, Tensor | None]] = []
-        position = self.position
-        assert position is not None, "a share read from a graph knows every node's position"
+        assert self.order is not None, "a share read from a graph knows the node order"
+        position = torch.empty_like(self.order)  # made per block: not kept beside the order
+        position[self.order] = torch.arange(self.num_nodes)
         for edges, weight in self._source().edges(0, 1):
             dst, src = position[edges[1]], position[edges[0]]
             mine = (dst >= rows[0]) & (dst < rows[1]) & (src >= cols[0]) & (src < cols[1])
@@ -337,11 +339,13 @@ class Grid3DData:
         sums[3][has] = 1.0
         sums[4][has] = weight[last[has]]
         sums = distributed.all_reduce(sums, group=self.place.group(r, c))
-        for axis in range(3):
+        weighted = block.weight is not None
+        for axis in range(3):  # copies of the runs: the [5, N] sums go
             lo, hi = self.run(axis)
             part = sums[:, lo:hi]
-            self._sums[axis] = NodeSums(part[0].long(), part[1].long(), part[2],
-                                        part[3] > 0, part[4])
+            self._sums[axis] = NodeSums(part[0].int(), part[1].int(), part[3] > 0,
+                                        part[2].clone() if weighted else None,
+                                        part[4].clone() if weighted else None)
 
     def sums(self, axis: int) -> NodeSums:
         """The node sums of this rank's run on ``axis``."""

@@ -26,6 +26,8 @@ from pyg_dist.strategies.grid_3d.ops import (
     ROWS,
     Aggregation,
     Coefficients,
+    Dropping,
+    ReLU,
     aggregate,
     gather_rows,
     products,
@@ -52,12 +54,17 @@ class Output:
             (``distributed.row_piece``, by this rank's coordinate there):
             a scattered sum's; :obj:`None`: the whole run. (default:
             :obj:`None`)
+        dropout (DroppedInput, optional): A dropout not applied yet:
+            ``tensor`` is the matrix before it, and what reads the matrix
+            applies it (a scattered aggregation a chunk at a time).
+            (default: :obj:`None`)
     """
 
     tensor: Tensor
     layout: Layout
     width: int
     split: int | None = None
+    dropout: DroppedInput | None = None
 
 
 class Grid3DModel:
@@ -116,13 +123,16 @@ class Grid3DModel:
         value = Output(self.data.x, INPUT, self.data.num_features, self._split(INPUT.spare))
         for step in self.steps:
             value = self._run(step, value)
-        return value
+        return self._dropped(value)
 
     def _run(self, step: Step, value: Output) -> Output:
+        if value.dropout is not None and not (step.kind == "conv" and self.sums == "scatter"):
+            value = self._dropped(value)
         if step.kind == "dropout":
             return self._dropout(value, step.p)
         if step.kind == "act":
-            return Output(step.module(value.tensor), value.layout, value.width, value.split)
+            act = ReLU.apply if _is_relu(step.module) else step.module
+            return Output(act(value.tensor), value.layout, value.width, value.split)
         if step.kind == "linear":
             return self._linear(value, [step.module.weight], step.module.bias, step.name)
         conv = step.module
@@ -161,9 +171,14 @@ class Grid3DModel:
         agg = self._aggregation(coefficients, layout, root_apart)
         ledger, training = self.data.ledger, self.model.training
         if self.sums == "scatter":
+            drop = None
+            if value.dropout is not None:
+                lo, hi = self.piece(value)
+                drop = Dropping(value.dropout, self.data.global_id(layout.rows), lo, hi)
             out = aggregate(value.tensor, agg, self.place, value.split, c, ledger, name,
-                            training, root, self.columns)
+                            training, root, self.columns, drop)
             return Output(out, after, value.width, self._split(c))
+        value = self._dropped(value)
         h = value.tensor  # whole but for the input features, which take no gradient
         if value.split is not None:
             h = gather_rows(h, self.place, value.split, self._run_rows(value), ledger, name,
@@ -248,7 +263,8 @@ class Grid3DModel:
 
     def _dropout(self, value: Output, p: float) -> Output:
         """Dropout drawn from the hash of (global node, global column): one
-        process's masks on every grid."""
+        process's masks on every grid. Left pending (:class:`Output`'s
+        ``dropout``) for what reads the matrix to apply."""
         if not self.model.training or p == 0.0:
             return value
         state = self.data.dropout
@@ -257,10 +273,18 @@ class Grid3DModel:
                 torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)))
         seed, call = next_call(None, state)
         lo, hi = self.place.block(value.width, value.layout.cols)
-        columns = torch.arange(lo, hi)
-        made = DroppedInput(value.tensor, p, seed, call, None, columns)
-        kept = made.keep(self.rows(value), hi - lo)  # kept for the backward: a byte an entry
-        out = (value.tensor * (1.0 / (1.0 - p))).mul_(kept)
+        # no source kept: what reads the matrix holds it, the draw must not
+        made = DroppedInput(value.tensor.new_empty(0), p, seed, call, None, torch.arange(lo, hi))
+        return Output(value.tensor, value.layout, value.width, value.split, made)
+
+    def _dropped(self, value: Output) -> Output:
+        """``value`` with its pending dropout applied (the mask kept for the
+        backward: a byte an entry)."""
+        made = value.dropout
+        if made is None:
+            return value
+        kept = made.keep(self.rows(value), value.tensor.size(1))
+        out = (value.tensor * (1.0 / (1.0 - made.p))).mul_(kept)
         return Output(out, value.layout, value.width, value.split)
 
     def counts(self, value: Output) -> bool:
@@ -321,3 +345,10 @@ class Grid3DModel:
         if distributed.is_distributed():
             self.data.ledger.record("gradients", "grad", bytes_sent=sent, bytes_recv=sent,
                                     exchanges=1)
+
+
+def _is_relu(module: Any) -> bool:
+    """Whether ``module`` is ReLU (run as ``ops.ReLU``, which keeps a byte an
+    entry for its backward)."""
+    return module in (torch.relu, F.relu) or (isinstance(module, nn.ReLU)
+                                               and not module.inplace)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,21 +41,24 @@ from torch import Tensor
 
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.ops import spmm
-from pyg_dist.ops.csr import csr_transpose, csr_transpose_values
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import Grid3DPlace, bounds
 from pyg_dist.strategies.grid_3d.load import Block, Grid3DData
+from pyg_dist.utils.dropout import DroppedInput
 
-__all__ = ["COLUMNS", "ROWS", "SumOver", "Aggregation", "Aggregate", "Transform", "sum_over",
-           "aggregate", "transform", "gather_rows", "products", "ring_bytes", "piece_bytes",
-           "Coefficients"]
+__all__ = ["COLUMNS", "ROWS", "SumOver", "Aggregation", "Dropping", "Aggregate", "Transform",
+           "ReLU",
+           "sum_over", "aggregate", "transform", "gather_rows", "products", "ring_bytes",
+           "piece_bytes", "Coefficients"]
 
 #: Columns of an aggregation's input gathered, multiplied and reduce-scattered
-#: at a time: a multiple of 16 (the CPU kernel's vector width). On a 200,000 x
-#: 1.37M-edge block the CPU kernel took 0.08 s for 64 columns 16 at a time,
-#: 0.13 s 8 at a time and 0.06 s all at once; the chunks' transients are
-#: 2 x rows x COLUMNS floats.
-COLUMNS = 16
+#: at a time. On the memory benchmark's 400k-node graph (2x2x2, blocks of
+#: 200,000 x 1.37M edges, 64 columns a rank) the largest rank peaked at 229 MiB
+#: above its imports 8 at a time against 246 MiB 16 at a time (the chunk's
+#: gathered rows and partial sums, 2 x rows x COLUMNS floats, are live beside
+#: the layer's pieces); the CPU kernel took 0.13 s for the 64 columns 8 at a
+#: time, 0.08 s 16 at a time, 0.45 s 4 at a time.
+COLUMNS = 8
 #: Rows of a transform's input gathered, multiplied and reduced at a time
 #: (4 MiB of 64 float32 columns).
 ROWS = 16384
@@ -131,6 +134,7 @@ class Aggregation:
     length: int
     diagonal: Tensor | None = None
     apart: bool = False
+    _transpose: list[Tensor] = field(default_factory=list, compare=False, repr=False)
 
     def partial(self, h: Tensor, root: Tensor | None) -> Tensor:
         """``[targets, width]`` (twice as wide ``apart``) this rank's partial
@@ -151,9 +155,8 @@ class Aggregation:
         from its output's ``grad`` (the transposed block, made once)."""
         width = grad.size(1) // (2 if self.apart else 1)
         summed = grad[:, :width].contiguous()
-        colptr, row, perm = csr_transpose(self.rowptr, self.col, self.sources)
-        entry = csr_transpose_values(self.entry, perm).to(grad.dtype)
-        out = spmm(colptr, row, summed, entry, "sum")
+        colptr, row, entry = self.transposed()
+        out = spmm(colptr, row, summed, entry.to(grad.dtype), "sum")
         rows, diagonal = out.narrow(0, self.first, self.length), self._own(summed, self.start)
         if self.diagonal is not None:
             rows.add_(diagonal * self.diagonal.to(grad.dtype).unsqueeze(1))
@@ -163,9 +166,61 @@ class Aggregation:
             rows.add_(grad[self.start : self.start + self.length, width:])
         return out
 
+    def transposed(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``(colptr, row, entry)``: the block's transpose as CSR, made at the
+        first call and kept (its indices in the block's dtype and its
+        entries; the permutation that made it is not kept)."""
+        if not self._transpose:
+            targets = self.rowptr.numel() - 1
+            perm = torch.sort(self.col, stable=True).indices
+            colptr = torch.zeros(self.sources + 1, dtype=torch.long)
+            torch.cumsum(torch.bincount(self.col.long(), minlength=self.sources), 0,
+                         out=colptr[1:])
+            counts = (self.rowptr[1:] - self.rowptr[:-1]).long()
+            row = torch.repeat_interleave(torch.arange(targets, dtype=self.col.dtype), counts)
+            self._transpose.extend([colptr.to(self.col.dtype), row[perm], self.entry[perm]])
+        colptr, row, entry = self._transpose
+        return colptr, row, entry
+
     def _own(self, h: Tensor, first: int | None = None) -> Tensor:
         first = self.first if first is None else first
         return h[first : first + self.length]
+
+
+@dataclass(frozen=True)
+class Dropping:
+    """Dropout of an aggregation's input, applied where the aggregation reads
+    each chunk of it (no dropped copy of the input is made, and no mask kept:
+    the backward draws the chunk's mask again). The masks are those of
+    ``made`` (keyed on global node and global column).
+
+    Attributes:
+        made (DroppedInput): The draw: its ``p``, seed, call and the global
+            columns of the input's block.
+        ids (torch.Tensor): ``[run]`` global id of each row of the input's run.
+        lo (int): This rank's first row of the run (its piece's).
+        hi (int): The row after its piece's last.
+    """
+
+    made: DroppedInput
+    ids: Tensor
+    lo: int
+    hi: int
+
+    def apply(self, chunk: Tensor, a: int, b: int, piece: bool = False) -> Tensor:
+        """``chunk`` (columns ``[a, b)`` of the whole run, or of this rank's
+        piece) dropped: scaled by :math:`1 / (1 - p)`, then masked; the
+        backward's order too (masked, then scaled), in place on a piece's
+        gradient."""
+        made = self.made
+        columns = None if made.columns is None else made.columns[a:b]
+        ids = self.ids[self.lo : self.hi] if piece else self.ids
+        keep = DroppedInput(made.source, made.p, made.seed, made.call, None,
+                            columns).keep(ids, b - a)
+        scale = 1.0 / (1.0 - made.p)
+        if piece:
+            return chunk.mul_(keep).mul_(scale)
+        return (chunk * scale).mul_(keep)
 
 
 class Aggregate(torch.autograd.Function):
@@ -176,15 +231,17 @@ class Aggregate(torch.autograd.Function):
     so no whole block of the input or of the partial sums is held. The
     backward the same way: each chunk's gradient gathered, multiplied by
     the transposed block and reduce-scattered into the input's piece.
-    Keeps nothing but the diagonal's input rows when ``root`` (GIN's
-    :math:`1 + \epsilon`) takes a gradient."""
+    A dropout of the input (``drop``) is applied to each chunk as it is
+    read, and to each chunk of the input's gradient. Keeps nothing but the
+    diagonal's input rows when ``root`` (GIN's :math:`1 + \epsilon`) takes a
+    gradient."""
 
     @staticmethod
     def forward(ctx: Any, h: Tensor, root: Tensor | None,  # type: ignore[override]
                 agg: Aggregation, place: Grid3DPlace, split: int | None, axis: int,
-                booking: _Booking, columns: int) -> Tensor:
+                booking: _Booking, columns: int, drop: Dropping | None) -> Tensor:
         ctx.agg, ctx.place, ctx.split, ctx.axis = agg, place, split, axis
-        ctx.booking, ctx.columns, ctx.shape = booking, columns, h.shape
+        ctx.booking, ctx.columns, ctx.shape, ctx.drop = booking, columns, h.shape, drop
         width, copies = h.size(1), 2 if agg.apart else 1
         lo, hi = _piece(agg.rowptr.numel() - 1, place, axis)
         out = h.new_empty(hi - lo, copies * width)
@@ -193,6 +250,8 @@ class Aggregate(torch.autograd.Function):
         for a, b in _chunks(width, columns):
             chunk = _read_columns(h, a, b, place, split, agg.sources, booking,
                                   booking.direction)
+            if drop is not None:
+                chunk = drop.apply(chunk, a, b)
             if keep:
                 owns.append(chunk[agg.first : agg.first + agg.length].clone())
             piece = _scatter_to(agg.partial(chunk, root), place, axis, booking,
@@ -222,7 +281,9 @@ class Aggregate(torch.autograd.Function):
                 part = agg.partial_grad(full, root)
                 del full
                 grad_h[:, a:b] = _scatter_to(part, place, ctx.split, booking, "bwd")
-        return grad_h, grad_root, None, None, None, None, None, None
+                if ctx.drop is not None:
+                    ctx.drop.apply(grad_h[:, a:b], a, b, piece=True)
+        return grad_h, grad_root, None, None, None, None, None, None, None
 
 
 class Transform(torch.autograd.Function):
@@ -270,6 +331,22 @@ class Transform(torch.autograd.Function):
                         else torch.cat([rows @ weight for weight in weights], dim=1))
                 _reduce_to(grad_h, part, s, place, ctx.split, run, booking, "bwd")
         return (grad_h, None, None, None, None, None, None, *grads)
+
+
+class ReLU(torch.autograd.Function):
+    r""":math:`\max(x, 0)` that keeps a byte an entry for its backward (where
+    the output is positive) instead of its float output."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:  # type: ignore[override]
+        out = torch.relu(x)
+        ctx.save_for_backward(out > 0)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:  # type: ignore[override]
+        (positive,) = ctx.saved_tensors
+        return torch.where(positive, grad, grad.new_zeros(()))
 
 
 def _chunks(size: int, step: int) -> list[tuple[int, int]]:
@@ -432,7 +509,7 @@ def sum_over(x: Tensor, place: Grid3DPlace, axis: int, ledger: Ledger, name: str
 
 def aggregate(h: Tensor, agg: Aggregation, place: Grid3DPlace, split: int | None, axis: int,
               ledger: Ledger, name: str, training: bool, root: Tensor | None = None,
-              columns: int = COLUMNS) -> Tensor:
+              columns: int = COLUMNS, drop: Dropping | None = None) -> Tensor:
     r"""This rank's piece over ``axis`` (``distributed.row_piece`` by its
     coordinate there; all rows on an axis of one rank) of
     :math:`\mathbf{A}\mathbf{H}` summed over ``axis`` (differentiably,
@@ -453,6 +530,8 @@ def aggregate(h: Tensor, agg: Aggregation, place: Grid3DPlace, split: int | None
         root (torch.Tensor, optional): GIN's :math:`1 + \epsilon` times the
             diagonal's rows added. (default: :obj:`None`)
         columns (int, optional): Columns at a time. (default: :data:`COLUMNS`)
+        drop (Dropping, optional): A dropout of ``h`` to apply as it is read.
+            (default: :obj:`None`)
 
     Shapes:
         - **output:** ``[piece, width]`` (``[piece, 2 width]`` for
@@ -461,7 +540,7 @@ def aggregate(h: Tensor, agg: Aggregation, place: Grid3DPlace, split: int | None
     if columns < 1:
         raise ValueError(f"'aggregate' takes columns >= 1 at a time (got {columns})")
     booking = _Booking(ledger, name, "fwd" if training else "eval")
-    return Aggregate.apply(h, root, agg, place, split, axis, booking, columns)
+    return Aggregate.apply(h, root, agg, place, split, axis, booking, columns, drop)
 
 
 def gather_rows(piece: Tensor, place: Grid3DPlace, axis: int, rows: int, ledger: Ledger,
@@ -561,9 +640,14 @@ class Coefficients:
     def _loops(self, data: Grid3DData, axis: int) -> tuple[Tensor, Tensor]:
         sums = data.sums(axis)
         fill = 2.0 if self.improved else 1.0
-        own = sums.loop_weight if self.weighted else torch.ones_like(sums.loop_weight)
+        if self.weighted:
+            assert sums.loop_weight is not None and sums.weight_other is not None, (
+                "a weighted graph's node sums hold its weights")
+            own, other = sums.loop_weight, sums.weight_other
+        else:
+            own = torch.ones(sums.loop.numel(), dtype=torch.float64)
+            other = sums.in_other.double()
         loop = torch.where(sums.loop, own, torch.full_like(own, fill))
-        other = sums.weight_other if self.weighted else sums.in_other.double()
         return loop, other + loop
 
     def _inverse_sqrt(self, data: Grid3DData, axis: int) -> Tensor:
