@@ -1,8 +1,9 @@
 """Training on the 3D grid (``Grid3D``) against single-process PyG on the
-whole graph: every grid of 2 and 4 real gloo ranks and 2x2x2, GCN with and without
-edge weights (two and three layers: every layout of the rotation), SAGE
-with mean and sum, GIN (epsilon fixed and learnt); a directed graph with self-loops, duplicates and
-isolated nodes; dropout on. Each sum kept scattered (the default) and, for
+whole graph: every grid of 2 and 4 real gloo ranks, 2x2x2 and 4x1x2 (runs of
+axes of unequal sizes that do not meet), GCN with and without edge weights
+(two and three layers: every layout of the rotation), SAGE with mean and sum,
+GIN (epsilon fixed and learnt); a directed graph with self-loops, duplicates
+and isolated nodes; dropout on. Each sum kept scattered (the default) and, for
 some cases, whole. Outputs and parameter gradients; three epochs of
 train() end with PyG's weights; the planner's bytes are the ledger's; a
 scattered rank keeps no gathered rows for the backward; a graph folder and a
@@ -51,7 +52,7 @@ from pyg_dist.train import train
 
 #: Grids per world size.
 GRIDS = {2: [(1, 1, 2), (2, 1, 1), (1, 2, 1)], 4: [(2, 2, 1), (1, 2, 2), (2, 1, 2)],
-         8: [(2, 2, 2)]}
+         8: [(2, 2, 2), (4, 1, 2)]}
 #: The worlds that also read folders and train from a part (8 ranks on a
 #: small machine: the layer cases, train() and the bytes alone).
 FULL = (2, 4)

@@ -198,9 +198,11 @@ class Grid3DModel:
             lo, hi = block.diagonal()
             diagonal = (coefficients.diagonal(self.data, layout.spare, lo, hi)
                         if coefficients.kind == "gcn" else None)
+            # runs that do not meet (axes of unequal sizes): an empty diagonal at 0
+            start, first = (lo - block.rows[0], lo - block.cols[0]) if hi > lo else (0, 0)
             self._aggregations[key] = Aggregation(
-                rowptr, col, entry, block.cols[1] - block.cols[0], lo - block.rows[0],
-                lo - block.cols[0], hi - lo, diagonal, apart)
+                rowptr, col, entry, block.cols[1] - block.cols[0], start, first, hi - lo,
+                diagonal, apart)
         return self._aggregations[key]
 
     def _split(self, axis: int) -> int | None:
