@@ -24,7 +24,7 @@ from pyg_dist.partitioning.dist_partitioner import write_folder_together
 from pyg_dist.partitioning.io import file_sha256
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import Grid3DPlace, Layout, grid_place
-from pyg_dist.strategies.grid_3d.load import Grid3DData, load_grid_3d
+from pyg_dist.strategies.grid_3d.load import MAP_THRESHOLD, Grid3DData, load_grid_3d
 
 __all__ = ["GRID_FILE", "FORMAT", "rank_file", "write_grid_folder", "read_grid_folder",
            "is_grid_folder", "grid_ranks"]
@@ -122,7 +122,7 @@ def read_grid_folder(folder: str | os.PathLike,
         seed (int, optional): The node order's seed asked for (:obj:`None`:
             the folder's). (default: :obj:`None`)
     """
-    map_large_allocations()  # freed activations go back to the system (as load_grid_3d)
+    map_large_allocations(MAP_THRESHOLD)  # freed activations go back (as load_grid_3d)
     grid = json.loads((Path(folder) / GRID_FILE).read_text())
     if seed is not None and seed != grid["seed"]:
         raise ValueError(f"'{folder}' orders the nodes with seed {grid['seed']}, not {seed}; "

@@ -196,7 +196,7 @@ class Grid3DModel:
             block = self.data.block(layout)
             rowptr, col, entry = self._entries(coefficients, layout)
             lo, hi = block.diagonal()
-            diagonal = (coefficients.diagonal(self.data, layout.spare, lo, hi)
+            diagonal = (coefficients.diagonal(self.data, layout.spare, lo, hi).float()
                         if coefficients.kind == "gcn" else None)
             # runs that do not meet (axes of unequal sizes): an empty diagonal at 0
             start, first = (lo - block.rows[0], lo - block.cols[0]) if hi > lo else (0, 0)

@@ -207,11 +207,12 @@ class Dropping:
     lo: int
     hi: int
 
-    def apply(self, chunk: Tensor, a: int, b: int, piece: bool = False) -> Tensor:
+    def apply(self, chunk: Tensor, a: int, b: int, piece: bool = False,
+              inplace: bool = False) -> Tensor:
         """``chunk`` (columns ``[a, b)`` of the whole run, or of this rank's
-        piece) dropped: scaled by :math:`1 / (1 - p)`, then masked; the
-        backward's order too (masked, then scaled), in place on a piece's
-        gradient."""
+        piece) dropped: scaled by :math:`1 / (1 - p)`, then masked (in place
+        with ``inplace``); a piece's gradient in the backward's order (masked,
+        then scaled), in place."""
         made = self.made
         columns = None if made.columns is None else made.columns[a:b]
         ids = self.ids[self.lo : self.hi] if piece else self.ids
@@ -220,7 +221,7 @@ class Dropping:
         scale = 1.0 / (1.0 - made.p)
         if piece:
             return chunk.mul_(keep).mul_(scale)
-        return (chunk * scale).mul_(keep)
+        return (chunk.mul_(scale) if inplace else chunk * scale).mul_(keep)
 
 
 class Aggregate(torch.autograd.Function):
@@ -250,8 +251,9 @@ class Aggregate(torch.autograd.Function):
         for a, b in _chunks(width, columns):
             chunk = _read_columns(h, a, b, place, split, agg.sources, booking,
                                   booking.direction)
-            if drop is not None:
-                chunk = drop.apply(chunk, a, b)
+            if drop is not None:  # in place unless the chunk is h itself
+                fresh = chunk.untyped_storage().data_ptr() != h.untyped_storage().data_ptr()
+                chunk = drop.apply(chunk, a, b, inplace=fresh)
             if keep:
                 owns.append(chunk[agg.first : agg.first + agg.length].clone())
             piece = _scatter_to(agg.partial(chunk, root), place, axis, booking,
