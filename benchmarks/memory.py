@@ -22,9 +22,10 @@ one row per rank, and per grid the largest rank's peak above its imports.
 
 ``--grids`` adds 3D grids (``Grid3D``) on the same ``--parts`` ranks, read
 from the ``--parts`` folder a chunk at a time: one row per rank with its
-peak while it loaded, the edges of each adjacency block it holds, and per grid the largest rank's peak
-above its imports, how far a block strays from the grid's share of the
-edges and the bytes its ledger booked in the last epoch; ``--sums`` runs each
+peak while it loaded and the edges of each adjacency block it holds, and per
+grid the largest rank's peak above its imports, how far a block strays from
+the grid's share of the edges and the bytes its ledger booked in the last
+epoch; ``--sums`` runs each
 grid with each way of keeping its sums (``Grid3D(sums=...)``, default
 ``scatter``); ``--json FILE`` keeps those rows (replacing the rows of the same
 ranks, cut, grid and sums, keeping the others).

@@ -42,9 +42,9 @@ __all__ = ["Grid3DData", "Block", "NodeSums", "load_grid_3d", "index_dtype", "MA
 #: Bytes from which glibc gives an allocation a mapping of its own, returned
 #: to the system when freed (``map_large_allocations``; glibc's default
 #: starting value): a layer's chunks then leave no free pages resident in the
-#: heap. On the memory benchmark's 400k-node graph the largest 2x2x4 rank
-#: peaked at 145 MiB above its imports against 162 MiB with 1 MiB (the heap's
-#: free pages 4 MiB against 20 MiB).
+#: heap. The resident size of each 2x2x4 rank sampled while it trained the
+#: memory benchmark's model on its 400k-node graph peaked at 145 MiB above the
+#: imports against 162 MiB with 1 MiB (the heap's free pages 4 MiB against 20).
 MAP_THRESHOLD = 1 << 17
 
 

@@ -54,10 +54,10 @@ class Output:
             (``distributed.row_piece``, by this rank's coordinate there):
             a scattered sum's; :obj:`None`: the whole run. (default:
             :obj:`None`)
-        dropout (DroppedInput, optional): A dropout not applied yet:
-            ``tensor`` is the matrix before it, and what reads the matrix
-            applies it (a scattered aggregation a chunk at a time).
-            (default: :obj:`None`)
+        dropout (optional): A dropout not applied yet (a ``DroppedInput``
+            of ``pyg_dist.utils.dropout``): ``tensor`` is the matrix before
+            it, and what reads the matrix applies it (a scattered aggregation
+            a chunk at a time). (default: :obj:`None`)
     """
 
     tensor: Tensor
@@ -82,9 +82,9 @@ class Grid3DModel:
             (all-reduced, replicated over its axis). (default:
             :obj:`"scatter"`)
         columns (int, optional): Scattered, the columns an aggregation
-            gathers and sums at a time. (default: :data:`ops.COLUMNS`)
+            gathers and sums at a time. (default: ``ops.COLUMNS``)
         rows (int, optional): Scattered, the rows a transform gathers and
-            sums at a time. (default: :data:`ops.ROWS`)
+            sums at a time. (default: ``ops.ROWS``)
 
     Attributes:
         steps (list[Step]): The model's steps.

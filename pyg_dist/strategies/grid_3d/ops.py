@@ -52,12 +52,13 @@ __all__ = ["COLUMNS", "ROWS", "SumOver", "Aggregation", "Dropping", "Aggregate",
            "piece_bytes", "Coefficients"]
 
 #: Columns of an aggregation's input gathered, multiplied and reduce-scattered
-#: at a time. On the memory benchmark's 400k-node graph (2x2x2, blocks of
-#: 200,000 x 1.37M edges, 64 columns a rank) the largest rank peaked at 229 MiB
-#: above its imports 8 at a time against 246 MiB 16 at a time (the chunk's
-#: gathered rows and partial sums, 2 x rows x COLUMNS floats, are live beside
-#: the layer's pieces); the CPU kernel took 0.13 s for the 64 columns 8 at a
-#: time, 0.08 s 16 at a time, 0.45 s 4 at a time.
+#: at a time. The resident size of each rank sampled while it trained the
+#: memory benchmark's model on its 400k-node graph (2x2x2: blocks of 200,000 x
+#: 1.37M edges, 64 columns a rank) peaked at 229 MiB above the imports 8 at a
+#: time against 246 MiB 16 at a time (a chunk's gathered rows and partial sums,
+#: 2 x rows x COLUMNS floats, are live beside the layer's pieces); the CPU
+#: kernel took 0.13 s for the 64 columns 8 at a time, 0.08 s 16 at a time,
+#: 0.45 s 4 at a time.
 COLUMNS = 8
 #: Rows of a transform's input gathered, multiplied and reduced at a time
 #: (4 MiB of 64 float32 columns).
