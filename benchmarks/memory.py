@@ -21,10 +21,11 @@ a folder of its own part count, trained by
 one row per rank, and per grid the largest rank's peak above its imports.
 
 ``--grids`` adds 3D grids (``Grid3D``) on the same ``--parts`` ranks, read
-from the ``--parts`` folder a chunk at a time: one row per rank with the
-edges of each adjacency block it holds, and per grid the largest rank's peak
-above its imports, how far a block strays from the grid's share of the
-edges and the bytes its ledger booked in the last epoch; ``--sums`` runs each
+from the ``--parts`` folder a chunk at a time: one row per rank with its
+peak while it loaded and the edges of each adjacency block it holds, and per
+grid the largest rank's peak above its imports, how far a block strays from
+the grid's share of the edges and the bytes its ledger booked in the last
+epoch; ``--sums`` runs each
 grid with each way of keeping its sums (``Grid3D(sums=...)``, default
 ``scatter``); ``--json FILE`` keeps those rows (replacing the rows of the same
 ranks, cut, grid and sums, keeping the others).
@@ -189,13 +190,13 @@ def grid_3d_process(parts_dir: str, shape: tuple, sums: str, hidden: int, epochs
 
     strategy = Grid3D(*shape, sums=sums)
     data = strategy.load(parts_dir)
-    after_load = rank_rss.current()
+    after_load, load_peak = rank_rss.current(), rank_rss.peak()
     torch.manual_seed(0)
     model = GNN("gcn", data.num_features, hidden, data.meta.num_classes)
     result = train(model, data, epochs, strategy=strategy, progress=False)
     edges = data.meta.num_edges
-    return {"after_import": after_import, "after_load": after_load, "peak": rank_rss.peak(),
-            "seconds": sum(e.train_seconds for e in result.history),
+    return {"after_import": after_import, "after_load": after_load, "load_peak": load_peak,
+            "peak": rank_rss.peak(), "seconds": sum(e.train_seconds for e in result.history),
             "blocks": {f"{a}{b}": block.nnz for (a, b), block in data.blocks().items()},
             "shares": {f"{a}{b}": edges / (shape[a] * shape[b])
                        for (a, b) in data.blocks()},
@@ -369,8 +370,8 @@ def report_grid_3d(cubes: dict, ours: dict, parts: int, method: str) -> list:
         return []
     mib = 2**20
     above = max(r["peak"] - r["after_import"] for r in ours[parts])
-    print(f"{'3D grid, rank':>22} {'peak MiB':>9} {'peak-import':>11} {'x block':>12} "
-          f"{'train s':>7}  edges per block (targets' axis, sources' axis)")
+    print(f"{'3D grid, rank':>22} {'peak MiB':>9} {'peak-import':>11} {'load-import':>11} "
+          f"{'x block':>12} {'train s':>7}  edges per block (targets' axis, sources' axis)")
     axes = "xyz"
     for (text, sums), ranks in cubes.items():
         for k, r in enumerate(ranks):
@@ -378,7 +379,8 @@ def report_grid_3d(cubes: dict, ours: dict, parts: int, method: str) -> list:
                                for key, n in r["blocks"].items())
             shape = f"{r['x'][0]} x {r['x'][1]}"
             print(f"{f'{text} {sums} {k}/{parts}':>22} {r['peak'] / mib:>9.0f} "
-                  f"{(r['peak'] - r['after_import']) / mib:>11.0f} {shape:>12} "
+                  f"{(r['peak'] - r['after_import']) / mib:>11.0f} "
+                  f"{(r['load_peak'] - r['after_import']) / mib:>11.0f} {shape:>12} "
                   f"{r['seconds']:>7.1f}  {blocks}")
     rows = []
     for (text, sums), ranks in cubes.items():

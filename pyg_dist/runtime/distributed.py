@@ -34,6 +34,7 @@ __all__ = [
     "all_reduce_gradients", "new_group", "host_store", "DEFAULT_TIMEOUT", "Group", "GradBucket",
     "backend", "group_id", "all_reduce_future", "all_to_all_single", "send", "recv", "isend",
     "batch_send_recv", "wait_all", "row_piece", "reduce_scatter_rows", "all_gather_rows",
+    "reduce_row_range", "gather_row_range",
 ]
 
 #: Collectives that wait longer than this raise instead of hanging (seconds).
@@ -250,21 +251,52 @@ def reduce_scatter_rows(tensor: Tensor, group: Group = None, inplace: bool = Fal
     """
     if not is_distributed(group):
         return tensor
-    size, me = world_size(group), rank(group)
     buffer = tensor.to(collective_device(group)).contiguous()
-    pieces = [buffer.narrow(0, lo, hi - lo)
-              for lo, hi in (row_piece(buffer.size(0), size, q) for q in range(size))]
     if inplace or buffer.data_ptr() != tensor.data_ptr():  # a copy already: the buffer
-        with peers.guard("reduce"):
-            for q, piece in enumerate(pieces):
-                if piece.numel():
-                    dist.reduce(piece, dst=_global(q, group), group=group)
-        out = pieces[me].clone()
+        out = reduce_row_range(buffer, buffer.size(0), 0, group)[1].clone()
     else:
+        size, me = world_size(group), rank(group)
+        pieces = [buffer.narrow(0, lo, hi - lo)
+                  for lo, hi in (row_piece(buffer.size(0), size, q) for q in range(size))]
         out = torch.empty_like(pieces[me])
         with peers.guard("reduce_scatter"):
             dist.reduce_scatter(out, pieces, group=group)
     return out.to(tensor.device)
+
+
+def reduce_row_range(tensor: Tensor, rows: int, lo: int,
+                     group: Group = None) -> tuple[int, Tensor]:
+    """Rows ``[lo, lo + len(tensor))`` of ``rows`` rows summed over the
+    ranks, each into the rank whose piece (:func:`row_piece`) holds it: one
+    reduce per piece the range meets, ``tensor`` the buffer (its rows hold
+    partial sums afterwards). Returns where this rank's summed rows start in
+    its piece and those rows (a view of ``tensor``; none when the range
+    misses its piece); ``(lo, tensor)`` in a group of one.
+
+    Args:
+        tensor (torch.Tensor): The values of this rank, ``[hi - lo, ...]``,
+            contiguous, on the collective device (the same shape on every rank).
+        rows (int): The rows of all pieces together.
+        lo (int): The range's first row.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
+    if not is_distributed(group):
+        return lo, tensor
+    size, me = world_size(group), rank(group)
+    hi = lo + tensor.size(0)
+    at, mine = 0, tensor.narrow(0, 0, 0)
+    with peers.guard("reduce"):
+        for q in range(size):
+            start, end = row_piece(rows, size, q)
+            start, end = max(start, lo), min(end, hi)
+            if end <= start:
+                continue
+            part = tensor.narrow(0, start - lo, end - start)
+            dist.reduce(part, dst=_global(q, group), group=group)
+            if q == me:
+                at, mine = start - row_piece(rows, size, q)[0], part
+    return at, mine
 
 
 def all_gather_rows(piece: Tensor, rows: int, group: Group = None) -> Tensor:
@@ -288,12 +320,35 @@ def all_gather_rows(piece: Tensor, rows: int, group: Group = None) -> Tensor:
     if piece.size(0) != hi - lo:
         raise ValueError(f"'all_gather_rows' was given {piece.size(0)} rows on rank {me} of "
                          f"{size}; piece {me} of {rows} rows holds {hi - lo} (row_piece)")
-    out = piece.new_empty((rows, *piece.shape[1:]), device=collective_device(group))
-    out[lo:hi] = piece
+    return gather_row_range(piece, rows, 0, rows, group)
+
+
+def gather_row_range(piece: Tensor, rows: int, lo: int, hi: int, group: Group = None) -> Tensor:
+    """``[hi - lo, ...]`` rows ``[lo, hi)`` of the rows :func:`all_gather_rows`
+    joins: each piece the range meets is broadcast into its rows of the result
+    (no memory beside it); ``piece[lo:hi]`` in a group of one.
+
+    Args:
+        piece (torch.Tensor): This rank's piece (:func:`row_piece` of ``rows``).
+        rows (int): The rows of all pieces together.
+        lo (int): The range's first row.
+        hi (int): The row after its last.
+        group (torch.distributed.ProcessGroup, optional): The process group;
+            :obj:`None` for the default group. (default: :obj:`None`)
+    """
+    if not is_distributed(group):
+        return piece[lo:hi]
+    size, me = world_size(group), rank(group)
+    out = piece.new_empty((hi - lo, *piece.shape[1:]), device=collective_device(group))
     with peers.guard("broadcast"):
-        for q, (lo, hi) in enumerate(bounds):
-            if hi > lo:
-                dist.broadcast(out[lo:hi], src=_global(q, group), group=group)
+        for q in range(size):
+            first, last = row_piece(rows, size, q)
+            start, end = max(first, lo), min(last, hi)
+            if end <= start:
+                continue
+            if q == me:
+                out[start - lo : end - lo] = piece[start - first : end - first]
+            dist.broadcast(out[start - lo : end - lo], src=_global(q, group), group=group)
     return out.to(piece.device)
 
 

@@ -76,6 +76,17 @@ class DroppedInput:
             torch.mul(keep, 1.0 / (1.0 - self.p), out=out[start : start + rows])
         return out
 
+    def keep(self, global_id: Tensor, width: int) -> Tensor:
+        """``[len(global_id), width]`` bool: which entries survive (what
+        :meth:`scale` scales by ``1 / (1 - p)``), a byte an entry, drawn a
+        block of rows at a time."""
+        out = torch.empty(global_id.numel(), width, dtype=torch.bool, device=global_id.device)
+        rows = max(1, MASK_BLOCK // max(width, 1))
+        for start in range(0, global_id.numel(), rows):
+            out[start : start + rows] = _keep(global_id[start : start + rows], width, self.seed,
+                                              self.call, self.p, self.columns)
+        return out
+
     def apply(self, global_id: Tensor) -> Tensor:
         """The source dropped: entry (row ``global_id[i]``, column) masked and
         scaled; marked as made from the source when the source takes no

@@ -1,8 +1,9 @@
 """Training on the 3D grid (``Grid3D``) against single-process PyG on the
-whole graph: every grid of 2 and 4 real gloo ranks and 2x2x2, GCN with and without
-edge weights (two and three layers: every layout of the rotation), SAGE
-with mean and sum, GIN (epsilon fixed and learnt); a directed graph with self-loops, duplicates and
-isolated nodes; dropout on. Each sum kept scattered (the default) and, for
+whole graph: every grid of 2 and 4 real gloo ranks, 2x2x2 and 4x1x2 (runs of
+axes of unequal sizes that do not meet), GCN with and without edge weights
+(two and three layers: every layout of the rotation), SAGE with mean and sum,
+GIN (epsilon fixed and learnt); a directed graph with self-loops, duplicates
+and isolated nodes; dropout on. Each sum kept scattered (the default) and, for
 some cases, whole. Outputs and parameter gradients; three epochs of
 train() end with PyG's weights; the planner's bytes are the ledger's; a
 scattered rank keeps no gathered rows for the backward; a graph folder and a
@@ -51,7 +52,7 @@ from pyg_dist.train import train
 
 #: Grids per world size.
 GRIDS = {2: [(1, 1, 2), (2, 1, 1), (1, 2, 1)], 4: [(2, 2, 1), (1, 2, 2), (2, 1, 2)],
-         8: [(2, 2, 2)]}
+         8: [(2, 2, 2), (4, 1, 2)]}
 #: The worlds that also read folders and train from a part (8 ranks on a
 #: small machine: the layer cases, train() and the bytes alone).
 FULL = (2, 4)
@@ -65,6 +66,12 @@ WHOLE = ("gcn3", "sage-mean", "gin-eps")
 #: The cases whose bytes are compared with the planner's, each way of keeping the sums.
 BYTES = [(name, sums) for name in ("gcn3", "sage-mean", "gin-eps")
          for sums in ("scatter", "whole")]
+#: Scattered cases run in chunks that divide no width: (case, an aggregation's
+#: columns at a time, a transform's rows at a time). A rank's 3 or 4 of the 7
+#: input columns and 2 or 3 of the 5 hidden ones (all of them on an axis of one
+#: rank) in chunks of 2 or 3; runs of 75 or 150 rows in ranges of 5 or 7, which
+#: straddle the pieces' boundaries (37 or 38 rows, 75).
+CHUNKED = (("gcn3", 3, 7), ("gcn-weighted", 2, 5), ("sage-mean", 2, 7), ("gin-eps", 3, 5))
 
 
 def graph():
@@ -165,12 +172,13 @@ def reference_training(name):
 
 # --- on the ranks ---------------------------------------------------------------------------
 
-def run_case(data, name, sums="scatter"):
+def run_case(data, name, sums="scatter", **chunks):
     """One forward and backward of case ``name``: the logits' rows (on the
-    ranks that count them), the gradients summed over the grid, the ledger."""
+    ranks that count them), the gradients summed over the grid, the ledger
+    (``chunks``: the aggregations' columns and the transforms' rows at a time)."""
     data.dropout.seed, data.dropout.calls = SEED, 0
     model, weighted = model_of(name)
-    net = Grid3DModel(model, data, edge_weight=weighted, sums=sums)
+    net = Grid3DModel(model, data, edge_weight=weighted, sums=sums, **chunks)
     model.train()
     value = net.output()
     logits = net.logits(value)
@@ -183,12 +191,12 @@ def run_case(data, name, sums="scatter"):
             "layouts": [str(layout) for layout in layouts(net.steps)]}
 
 
-def bytes_case(data, name, sums):
+def bytes_case(data, name, sums, **chunks):
     """One training step of case ``name`` with a fresh ledger: the bytes
     each direction of the ledger booked."""
     data.ledger = Ledger()
     model, _ = model_of(name)
-    net = Grid3DModel(model, data, sums=sums)
+    net = Grid3DModel(model, data, sums=sums, **chunks)
     model.train()
     loss, _ = net.loss(net.output())
     loss.backward()
@@ -251,6 +259,10 @@ def battery(folder, parts, world):
         if shape == GRIDS[world][0]:
             out[shape, "train", "whole"] = train_case(source, shape, "gcn", "whole")
         out[shape, "bytes"] = {case: bytes_case(data, *case) for case in BYTES}
+        for name, columns, rows in CHUNKED:
+            out[shape, name, "chunked"] = run_case(data, name, columns=columns, rows=rows)
+            out[shape, "bytes", "chunked", name] = bytes_case(data, name, "scatter",
+                                                              columns=columns, rows=rows)
         if world not in FULL:
             continue
         out[shape, "folder"] = run_case(load_grid_3d(folder, shape), "gcn")
@@ -310,6 +322,32 @@ def test_every_grid_equals_pyg_on_the_whole_graph(runs, world):
                                  what=f"{what}: gradient of {param} on rank {r}")
 
 
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_sums_in_chunks_that_divide_no_width_equal_one_chunk_and_pyg(runs, world):
+    """Aggregations a few columns at a time and transforms a few rows at a
+    time (CHUNKED): the outputs and every gradient of one chunk (the
+    default's, wider than these widths and runs) and of PyG, and the bytes
+    of one chunk, the planner's."""
+    per_rank, refs, n = runs(world), references(), graph().num_nodes
+    for shape in GRIDS[world]:
+        for name, columns, rows in CHUNKED:
+            what = f"{name} in chunks of {columns} columns, {rows} rows on {shape}"
+            chunked, whole = (shape, name, "chunked"), (shape, name)
+            out = gather(per_rank, chunked, n)
+            assert_close(out, gather(per_rank, whole, n), what=f"{what}: output, one chunk")
+            assert_close(out, refs[name]["out"], what=f"{what}: output, PyG")
+            for param, grad in refs[name]["grads"].items():
+                for r in range(world):
+                    ours = per_rank[r][chunked]["grads"][param]
+                    assert_close(ours, per_rank[r][whole]["grads"][param],
+                                 what=f"{what}: gradient of {param} on rank {r}, one chunk")
+                    assert_close(ours, grad, what=f"{what}: gradient of {param} on rank {r}")
+            booked = [ranks[shape, "bytes", "chunked", name] for ranks in per_rank]
+            if (name, "scatter") in BYTES:
+                assert booked == [ranks[shape, "bytes"][name, "scatter"]
+                                  for ranks in per_rank], what
+
+
 def test_the_layouts_rotate_from_layer_to_layer(runs):
     """Three GCN layers: input yz; each layer aggregates (rows take the
     spare axis) then transforms (columns take it): xz, xy | zy, zx | yx, yz."""
@@ -355,21 +393,25 @@ def test_the_planners_bytes_are_the_ledgers(runs, world):
 
 def test_scattered_sums_cost_a_transforms_gather_again_in_the_backward():
     """Worked by hand: one GCN layer (7 -> 3 columns) on 2x2x1 of 10 nodes.
-    The aggregation's partial sums, 5 rows (a run of x) x 7, sum over y: whole,
-    a ring all-reduce of 35 elements sends 2 x (35 - 17) and 2 x (35 - 18)
-    float32 from the two ranks (144 + 136 bytes); scattered, a reduce-scatter
-    into pieces of 2 and 3 rows sends (5 - 2) x 7 and (5 - 3) x 7 (84 + 56
-    bytes), and the transform's all-gather as many: 280 either way, for each
-    of the 2 runs of x. The transform sums over z (one rank: nothing); the
-    logits (5 x 3) all-reduce over y both ways, 2 x (15 - 7) + 2 x (15 - 8)
-    elements (120 bytes) a run. The input takes no gradient: the whole step
-    has no backward of the aggregation; the scattered step gathers its
-    pieces again for the transform's weight (140 bytes a run)."""
+    The input features lie in a run of y (5 rows) cut over x into pieces of 2
+    and 3 rows: the aggregation gathers them, (5 - 2) x 7 and (5 - 3) x 7
+    float32 from the two ranks of x (84 + 56 bytes), for each of the 2 runs of
+    y. The aggregation's partial sums, 5 rows (a run of x) x 7, sum over y:
+    whole, a ring all-reduce of 35 elements sends 2 x (35 - 17) and 2 x
+    (35 - 18) float32 from the two ranks (144 + 136 bytes); scattered, a
+    reduce-scatter into pieces of 2 and 3 rows sends (5 - 2) x 7 and
+    (5 - 3) x 7 (84 + 56 bytes), and the transform's all-gather as many: 280
+    either way, for each of the 2 runs of x. The transform sums over z (one
+    rank: nothing); the logits (5 x 3) all-reduce over y both ways,
+    2 x (15 - 7) + 2 x (15 - 8) elements (120 bytes) a run. The input takes
+    no gradient: the whole step has no backward of the aggregation; the
+    scattered step gathers its pieces again for the transform's weight (140
+    bytes a run)."""
     program = [["agg", 7, 1, 0], ["linear", 7, 3]]
     assert step_bytes(program, (2, 2, 1), 10, 0, "whole") == {
-        "fwd": 2 * (280 + 120), "bwd": 2 * 120, "grad": 0}
+        "fwd": 2 * (140 + 280 + 120), "bwd": 2 * 120, "grad": 0}
     assert step_bytes(program, (2, 2, 1), 10, 0, "scatter") == {
-        "fwd": 2 * (280 + 120), "bwd": 2 * (140 + 120), "grad": 0}
+        "fwd": 2 * (140 + 280 + 120), "bwd": 2 * (140 + 120), "grad": 0}
 
 
 @pytest.mark.parametrize("world", sorted(GRIDS))

@@ -17,6 +17,7 @@ import pyg_dist
 from pyg_dist.config import Adam, Grid3D
 from pyg_dist.datasets import write_graph_folder
 from pyg_dist.models import GNN
+from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d import (
     GRID_FILE,
     Layout,
@@ -80,6 +81,14 @@ def battery(graph_dir, parts_dir, root):
             call()
         except (ValueError, FileExistsError) as exc:
             refused[key] = str(exc)
+    old = root / f"grid-format-1-{distributed.rank()}"  # one folder a rank
+    old.mkdir()
+    grid = json.loads((root / "grid-graph" / GRID_FILE).read_text())
+    (old / GRID_FILE).write_text(json.dumps({**grid, "format": 1}))
+    try:
+        read_grid_folder(old)
+    except ValueError as exc:
+        refused["format"] = str(exc)
     out["refused"] = refused
     return out
 
@@ -145,11 +154,13 @@ def test_training_from_the_folder_ends_with_the_weights_of_the_graph_folder(rank
     assert all(torch.equal(r["train"]["written"][k], first[k]) for r in ranks for k in first)
 
 
-def test_another_grid_seed_or_a_taken_folder_is_refused_naming_the_fix(ranks):
+def test_another_grid_seed_format_or_a_taken_folder_is_refused_naming_the_fix(ranks):
     refused = ranks[0]["refused"]
     assert "holds the grid 2x2x1, not 4x1x1; train with --grid 2x2x1" in refused["shape"]
     assert "seed 1, not 2; train with Grid3D(seed=1)" in refused["seed"]
     assert "would overwrite" in refused["exists"] and "overwrite=True" in refused["exists"]
+    assert "grid folder of format 1, not 2 (each rank's piece of the input features); write " \
+        "the grid folder again" in refused["format"]
 
 
 def cli(args, cwd):

@@ -17,14 +17,16 @@ starts in layout :math:`(a, b)`, spare axis :math:`e`:
 
 1. aggregate: :math:`\hat{\mathbf{A}}_{e a}\mathbf{H}_{a b}` with this
    rank's adjacency block (targets' run on :math:`e`, sources' run on
-   :math:`a`; a scattered :math:`\mathbf{H}` gathered over :math:`e`
-   first), summed over axis :math:`a` (a reduce-scatter, or an all-reduce):
-   layout :math:`(e, b)`, spare :math:`a`;
+   :math:`a`), summed over axis :math:`a` (a reduce-scatter, or an
+   all-reduce): layout :math:`(e, b)`, spare :math:`a`; scattered, a chunk
+   of columns at a time (the chunk of :math:`\mathbf{H}` gathered over
+   :math:`e`, multiplied, its sums reduce-scattered, then the next);
 2. transform: :math:`(\hat{\mathbf{A}}\mathbf{H})_{e b}\mathbf{W}_{b a}`
    with this rank's block of :math:`\mathbf{W}` (input columns' block on
-   :math:`b`, output columns' on :math:`a`; the pieces gathered over
-   :math:`a` first, and again in the backward), summed over axis :math:`b`:
-   layout :math:`(e, a)`, spare :math:`b`.
+   :math:`b`, output columns' on :math:`a`), summed over axis :math:`b`:
+   layout :math:`(e, a)`, spare :math:`b`; scattered, a range of rows at a
+   time (gathered over :math:`a`, multiplied, reduced into the pieces of
+   :math:`b` that hold them; gathered again in the backward).
 
 The output is laid out as the next layer's input, with the axes' roles
 rotated: the input starts in ``yz`` (rows over y, columns over z), layer 0
@@ -38,8 +40,8 @@ P^{2/3}` on a cube.
 
 A scattered sum's backward gathers its pieces' gradients and a gather's
 sums the gradients of every rank's copy (each copy is used with another
-block); a whole sum's is the same all-reduce of the gradients
-(``ops.py``). Elementwise steps run on any layout and on pieces;
+block), chunk by chunk as the forward; a whole sum's is the same all-reduce
+of the gradients (``ops.py``). Elementwise steps run on any layout and on pieces;
 dropout masks come from the hash of (global node, global column), so every
 grid draws the masks of one process. The loss and the accuracies run where
 the logits end: their column blocks are gathered along the cols axis (an

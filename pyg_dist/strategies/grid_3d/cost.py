@@ -17,7 +17,9 @@ all-gather in the backward (its weight's gradient reads the rows it did not
 keep). Then the logits' gather (an all-reduce of this rank's rows :math:`\times
 C`, both ways) and every parameter's bytes for the gradients' sum. A sum of
 the input features alone (a first aggregation without a learnt
-:math:`\epsilon`) takes no gradient: no backward of its own.
+:math:`\epsilon`) takes no gradient: no backward of its own. The input
+features lie in pieces over the input layout's spare axis: the first
+aggregation gathers them (an all-gather's bytes forward, none backward).
 """
 from __future__ import annotations
 
@@ -91,6 +93,12 @@ def collectives(program: list[list[Any]], shape: tuple[int, int, int], num_nodes
     ranks = list(itertools.product(*(range(s) for s in shape)))
     summed = _sums(program, shape, num_nodes, ranks)
     out: list[tuple[str, int, list[int]]] = []
+    spare = INPUT.spare
+    if shape[spare] > 1:  # the input features' pieces, gathered where the first step reads them
+        out.append(("fwd", spare, [
+            piece_bytes(_run(num_nodes, shape, INPUT.rows, c),
+                        _run(program[0][1], shape, INPUT.cols, c), shape[spare], c[spare])
+            for c in ranks]))
     for i, (axis, _, sizes, grad) in enumerate(summed):
         if sums == "whole" or shape[axis] == 1:
             sent = [ring_bytes(r * w, shape[axis], c[axis]) for (r, w), c in zip(sizes, ranks)]

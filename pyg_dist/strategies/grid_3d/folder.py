@@ -24,15 +24,16 @@ from pyg_dist.partitioning.dist_partitioner import write_folder_together
 from pyg_dist.partitioning.io import file_sha256
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import Grid3DPlace, Layout, grid_place
-from pyg_dist.strategies.grid_3d.load import Grid3DData, load_grid_3d
+from pyg_dist.strategies.grid_3d.load import MAP_THRESHOLD, Grid3DData, load_grid_3d
 
 __all__ = ["GRID_FILE", "FORMAT", "rank_file", "write_grid_folder", "read_grid_folder",
            "is_grid_folder", "grid_ranks"]
 
 #: The file naming the grid of a grid folder.
 GRID_FILE = "grid.json"
-#: The version of a grid folder's format.
-FORMAT = 1
+#: The version of a grid folder's format (2: a rank keeps its piece of the
+#: input features' rows, cut over the spare axis).
+FORMAT = 2
 _NAME = "'write_grid_folder'"
 
 
@@ -121,11 +122,15 @@ def read_grid_folder(folder: str | os.PathLike,
         seed (int, optional): The node order's seed asked for (:obj:`None`:
             the folder's). (default: :obj:`None`)
     """
-    map_large_allocations()  # freed activations go back to the system (as load_grid_3d)
+    map_large_allocations(MAP_THRESHOLD)  # freed activations go back (as load_grid_3d)
     grid = json.loads((Path(folder) / GRID_FILE).read_text())
     if seed is not None and seed != grid["seed"]:
         raise ValueError(f"'{folder}' orders the nodes with seed {grid['seed']}, not {seed}; "
                          f"train with Grid3D(seed={grid['seed']}) or write the folder again")
+    if grid.get("format") != FORMAT:
+        raise ValueError(f"'{folder}' is a grid folder of format {grid.get('format')}, not "
+                         f"{FORMAT} (each rank's piece of the input features); write the "
+                         f"grid folder again")
     written = tuple(grid["shape"])
     text = "x".join(map(str, written))
     if shape is not None and tuple(shape) != written:

@@ -37,7 +37,15 @@ from pyg_dist.strategies.grid_3d.permute import node_order
 from pyg_dist.strategies.grid_3d.readers import DataReader, FolderReader, PartsReader, Reader
 from pyg_dist.utils.dropout import DropoutState
 
-__all__ = ["Grid3DData", "Block", "NodeSums", "load_grid_3d", "index_dtype"]
+__all__ = ["Grid3DData", "Block", "NodeSums", "load_grid_3d", "index_dtype", "MAP_THRESHOLD"]
+
+#: Bytes from which glibc gives an allocation a mapping of its own, returned
+#: to the system when freed (``map_large_allocations``; glibc's default
+#: starting value): a layer's chunks then leave no free pages resident in the
+#: heap. The resident size of each 2x2x4 rank sampled while it trained the
+#: memory benchmark's model on its 400k-node graph peaked at 145 MiB above the
+#: imports against 162 MiB with 1 MiB (the heap's free pages 4 MiB against 20).
+MAP_THRESHOLD = 1 << 17
 
 
 @dataclass
@@ -113,18 +121,21 @@ class NodeSums:
     aggregations normalise by), summed over every block that holds them.
 
     Attributes:
-        in_edges (torch.Tensor): ``[run]`` in-edges (self-loops and duplicates counted).
-        in_other (torch.Tensor): ``[run]`` in-edges that are no self-loop.
-        weight_other (torch.Tensor): ``[run]`` the weights of those (float64).
+        in_edges (torch.Tensor): ``[run]`` in-edges (self-loops and duplicates
+            counted; int32).
+        in_other (torch.Tensor): ``[run]`` in-edges that are no self-loop (int32).
         loop (torch.Tensor): ``[run]`` whether the node has a self-loop.
-        loop_weight (torch.Tensor): ``[run]`` the weight of its last self-loop.
+        weight_other (torch.Tensor, optional): ``[run]`` the weights of the
+            in-edges that are no self-loop (float64; a weighted graph's only).
+        loop_weight (torch.Tensor, optional): ``[run]`` the weight of its last
+            self-loop (float64; a weighted graph's only).
     """
 
     in_edges: Tensor
     in_other: Tensor
-    weight_other: Tensor
     loop: Tensor
-    loop_weight: Tensor
+    weight_other: Tensor | None = None
+    loop_weight: Tensor | None = None
 
 
 class Grid3DData:
@@ -144,12 +155,13 @@ class Grid3DData:
         place (Grid3DPlace): Its place on the grid.
         num_nodes (int): :math:`N`.
         num_features (int): The input features' width.
-        order (torch.Tensor): ``[N]`` global id of the node at each position
-            (:obj:`None` when read from a grid folder, which keeps each run's
-            ids alone: :meth:`global_id`).
+        order (torch.Tensor): ``[N]`` global id of the node at each position,
+            int32 where :math:`N` fits (:obj:`None` when read from a grid
+            folder, which keeps each run's ids alone: :meth:`global_id`).
         x (torch.Tensor): Its block of the input features in layout
             :data:`~pyg_dist.strategies.grid_3d.INPUT` (rows over y,
-            columns over z).
+            columns over z): the piece of its run's rows cut again over
+            x (:meth:`x_rows`), gathered where a layer reads it.
         y, train_mask, val_mask, test_mask (torch.Tensor): Labels and masks
             of its run of the x axis (:meth:`labels` gives any axis's).
         ledger (Ledger): Bytes its collectives moved.
@@ -168,16 +180,16 @@ class Grid3DData:
         self.weighted, self.meta = reader.weighted, reader.meta
         self.ledger, self.dropout = Ledger(), DropoutState()
         self.registry = None
-        self.order: Tensor | None = node_order(self._degrees(), place.shape, seed, permute)
-        self.position: Tensor | None = torch.empty_like(self.order)
-        self.position[self.order] = torch.arange(self.num_nodes)
+        order = node_order(self._degrees(), place.shape, seed, permute)
+        self.order: Tensor | None = order.to(index_dtype(self.num_nodes))
         self._blocks: dict[tuple[int, int], Block] = {}
         self._ids: dict[int, Tensor] = {}
         self._sums: dict[int, NodeSums] = {}
         self._labels: dict[int, dict[str, Tensor]] = {}
         self.block(INPUT)  # layer 0's, and the node sums
-        rows = self.run(INPUT.rows)
-        self.x = reader.nodes("x", self.order[rows[0] : rows[1]],
+        start = self.run(INPUT.rows)[0]
+        lo, hi = self.x_rows()
+        self.x = reader.nodes("x", self.order[start + lo : start + hi].long(),
                               place.block(self.num_features, INPUT.cols))
         for key, value in self.labels(0).items():
             setattr(self, key, value)
@@ -190,17 +202,26 @@ class Grid3DData:
         """This rank's run of positions ``[lo, hi)`` on ``axis``."""
         return self.place.block(self.num_nodes, axis)
 
+    def x_rows(self) -> tuple[int, int]:
+        """``[lo, hi)`` of the rows of this rank's run on the input's rows
+        axis that its block of the input features holds: its piece over the
+        spare axis (``distributed.row_piece``; the whole run on an axis of
+        one rank)."""
+        lo, hi = self.run(INPUT.rows)
+        spare = INPUT.spare
+        return distributed.row_piece(hi - lo, self.place.shape[spare], self.place.coords[spare])
+
     def global_id(self, axis: int) -> Tensor:
         """``[run]`` global id of each position of this rank's run on ``axis``."""
         if self.order is None:  # read from a grid folder: the runs' ids alone
             return self._ids[axis]
         lo, hi = self.run(axis)
-        return self.order[lo:hi]
+        return self.order[lo:hi].long()
 
     def share(self) -> dict[str, Any]:
         """This rank's whole share as plain values (what a grid folder keeps
         of it): its runs' global ids, node sums and labels on every axis, its
-        blocks read so far and its block of the input features."""
+        blocks read so far and its piece of the input features."""
         meta = dataclasses.asdict(self.meta)
         return {"shape": list(self.place.shape), "coords": list(self.place.coords),
                 "num_nodes": self.num_nodes, "num_features": self.num_features,
@@ -227,7 +248,7 @@ class Grid3DData:
         data.num_nodes, data.num_features = int(share["num_nodes"]), int(share["num_features"])
         data.weighted, data.meta = bool(share["weighted"]), PartitionMeta(**share["meta"])
         data.ledger, data.dropout, data.registry = Ledger(), DropoutState(), None
-        data.order = data.position = None
+        data.order = None
         data._ids = {int(a): ids for a, ids in share["ids"].items()}
         data._sums = {int(a): NodeSums(**sums) for a, sums in share["sums"].items()}
         data._labels = {int(a): labels for a, labels in share["labels"].items()}
@@ -284,8 +305,9 @@ class Grid3DData:
         rows, cols = self.run(r), self.run(c)
         small = index_dtype(self.num_nodes)  # the chunks kept, in the smallest dtype
         kept: list[tuple[Tensor, Tensor, Tensor | None]] = []
-        position = self.position
-        assert position is not None, "a share read from a graph knows every node's position"
+        assert self.order is not None, "a share read from a graph knows the node order"
+        position = torch.empty(self.num_nodes, dtype=torch.long)  # made per block, not kept
+        position[self.order.long()] = torch.arange(self.num_nodes)
         for edges, weight in self._source().edges(0, 1):
             dst, src = position[edges[1]], position[edges[0]]
             mine = (dst >= rows[0]) & (dst < rows[1]) & (src >= cols[0]) & (src < cols[1])
@@ -326,11 +348,13 @@ class Grid3DData:
         sums[3][has] = 1.0
         sums[4][has] = weight[last[has]]
         sums = distributed.all_reduce(sums, group=self.place.group(r, c))
-        for axis in range(3):
+        weighted = block.weight is not None
+        for axis in range(3):  # copies of the runs: the [5, N] sums go
             lo, hi = self.run(axis)
             part = sums[:, lo:hi]
-            self._sums[axis] = NodeSums(part[0].long(), part[1].long(), part[2],
-                                        part[3] > 0, part[4])
+            self._sums[axis] = NodeSums(part[0].int(), part[1].int(), part[3] > 0,
+                                        part[2].clone() if weighted else None,
+                                        part[4].clone() if weighted else None)
 
     def sums(self, axis: int) -> NodeSums:
         """The node sums of this rank's run on ``axis``."""
@@ -362,7 +386,7 @@ def load_grid_3d(source: Any, shape: tuple[int, int, int], seed: int = 0,
             ``"double"``, ``"random"`` or ``"none"`` (the graph's own).
             (default: :obj:`"double"`)
     """
-    map_large_allocations()  # each pass's chunks go back to the system once freed
+    map_large_allocations(MAP_THRESHOLD)  # each pass's and each layer's chunks go back
     place = grid_place(shape)
     reader: Reader | None = None
     error: Exception | None = None

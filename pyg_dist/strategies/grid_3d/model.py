@@ -4,9 +4,10 @@ blocks of the weights, the loss and the accuracies where the logits end.
 
 Each sum is kept as ``sums`` says (``ops.py``): ``"scatter"``, each rank of
 the summed axis keeps a piece of the rows (an :class:`Output` with
-``split``, :math:`N W / P` a rank), gathered where an aggregation or a
-transform reads it; elementwise steps, the loss and the accuracies run on
-the pieces. ``"whole"``, the sum is replicated over its axis."""
+``split``, :math:`N W / P` a rank), gathered where an aggregation (a chunk
+of columns at a time) or a transform (a range of rows at a time) reads it;
+elementwise steps, the loss and the accuracies run on the pieces.
+``"whole"``, the sum is replicated over its axis."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,16 +18,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pyg_dist.metrics import mean_over_ranks
-from pyg_dist.ops import spmm
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.grid_3d.grid import INPUT, SUMS, Layout
 from pyg_dist.strategies.grid_3d.load import Grid3DData
 from pyg_dist.strategies.grid_3d.ops import (
+    COLUMNS,
+    ROWS,
+    Aggregation,
     Coefficients,
-    gather_linear,
-    gather_over,
-    scatter_over,
+    Dropping,
+    ReLU,
+    aggregate,
+    gather_rows,
+    products,
     sum_over,
+    transform,
 )
 from pyg_dist.strategies.grid_3d.program import Step, compile_model, layouts
 from pyg_dist.utils.dropout import DroppedInput, next_call
@@ -48,12 +54,17 @@ class Output:
             (``distributed.row_piece``, by this rank's coordinate there):
             a scattered sum's; :obj:`None`: the whole run. (default:
             :obj:`None`)
+        dropout (optional): A dropout not applied yet (a ``DroppedInput``
+            of ``pyg_dist.utils.dropout``): ``tensor`` is the matrix before
+            it, and what reads the matrix applies it (a scattered aggregation
+            a chunk at a time). (default: :obj:`None`)
     """
 
     tensor: Tensor
     layout: Layout
     width: int
     split: int | None = None
+    dropout: DroppedInput | None = None
 
 
 class Grid3DModel:
@@ -70,6 +81,10 @@ class Grid3DModel:
             of its rows a rank, gathered where it is read) or ``"whole"``
             (all-reduced, replicated over its axis). (default:
             :obj:`"scatter"`)
+        columns (int, optional): Scattered, the columns an aggregation
+            gathers and sums at a time. (default: ``ops.COLUMNS``)
+        rows (int, optional): Scattered, the rows a transform gathers and
+            sums at a time. (default: ``ops.ROWS``)
 
     Attributes:
         steps (list[Step]): The model's steps.
@@ -78,11 +93,15 @@ class Grid3DModel:
     """
 
     def __init__(self, model: nn.Module, data: Grid3DData, edge_weight: bool = False,
-                 sums: str = "scatter") -> None:
+                 sums: str = "scatter", columns: int = COLUMNS, rows: int = ROWS) -> None:
         self.model, self.data, self.place = model, data, data.place
         self.edge_weight, self.sums = edge_weight, sums
+        self.columns, self.rows_at_a_time = columns, rows
         if sums not in SUMS:
             raise ValueError(f"Grid3DModel(sums={sums!r}): use one of {', '.join(SUMS)}")
+        if columns < 1 or rows < 1:
+            raise ValueError(f"Grid3DModel(columns={columns}, rows={rows}): give each at "
+                             f"least 1")
         if edge_weight and not data.weighted:
             raise ValueError("Grid3DModel(edge_weight=True) on a graph without edge weights; "
                              "load a graph with edge_weight or leave edge_weight out")
@@ -92,6 +111,7 @@ class Grid3DModel:
             if step.kind == "conv":
                 data.block(layout)  # read every block now, on every rank alike
         self._entry: dict[tuple[Any, ...], Tensor] = {}
+        self._aggregations: dict[tuple[Any, ...], Aggregation] = {}
 
     @property
     def end(self) -> Layout:
@@ -100,16 +120,19 @@ class Grid3DModel:
 
     def output(self) -> Output:
         """This rank's block of the model's output (collective)."""
-        value = Output(self.data.x, INPUT, self.data.num_features)
+        value = Output(self.data.x, INPUT, self.data.num_features, self._split(INPUT.spare))
         for step in self.steps:
             value = self._run(step, value)
-        return value
+        return self._dropped(value)
 
     def _run(self, step: Step, value: Output) -> Output:
+        if value.dropout is not None and not (step.kind == "conv" and self.sums == "scatter"):
+            value = self._dropped(value)
         if step.kind == "dropout":
             return self._dropout(value, step.p)
         if step.kind == "act":
-            return Output(step.module(value.tensor), value.layout, value.width, value.split)
+            act = ReLU.apply if _is_relu(step.module) else step.module
+            return Output(act(value.tensor), value.layout, value.width, value.split)
         if step.kind == "linear":
             return self._linear(value, [step.module.weight], step.module.bias, step.name)
         conv = step.module
@@ -141,49 +164,50 @@ class Grid3DModel:
         r""":math:`\mathbf{A}\mathbf{H}`, summed over the sources' axis;
         plus ``root`` times the diagonal block :math:`\mathbf{I}\mathbf{H}`
         (GIN's :math:`1 + \epsilon`), or with :math:`\mathbf{I}\mathbf{H}`
-        beside it (``root_apart``: SAGE's root, in the same sum). A scattered
-        input is gathered and dropped after use (``spmm`` keeps its shape
-        alone)."""
+        beside it (``root_apart``: SAGE's root, in the same sum). Scattered, a
+        chunk of :attr:`columns` columns at a time (``ops.aggregate``)."""
         layout = value.layout
-        r, c = layout.spare, layout.rows
-        block = self.data.block(layout)
-        rowptr, col, entry = self._entries(coefficients, layout)
-        h = self._whole(value, name)
-        out = spmm(rowptr, col, h, entry.to(h.dtype), "sum")
-        lo, hi = block.diagonal()
-        start = lo - block.rows[0]  # the diagonal's rows of the output: one run
-        own = h[lo - block.cols[0] : hi - block.cols[0]]
-        # into spmm's own output, in place (nothing else reads it; an add keeps
-        # nothing for its backward, as an index_add would keep its source)
-        if coefficients.kind == "gcn":
-            diagonal = coefficients.diagonal(self.data, r, lo, hi).to(h.dtype)
-            out.narrow(0, start, hi - lo).add_(own * diagonal.unsqueeze(1))
-        if root is not None:
-            if torch.is_tensor(root) and root.requires_grad and value.split is not None:
-                own = own.clone()  # epsilon's gradient reads it: the gathered rows go
-            out.narrow(0, start, hi - lo).add_(own * root)
-        if root_apart:
-            eye = F.pad(own, (0, 0, start, out.size(0) - start - (hi - lo)))
-            out = torch.cat([out, eye], dim=1)
-        return self._sum(out, c, Layout(r, layout.cols), value.width, name)
-
-    def _sum(self, partial: Tensor, axis: int, layout: Layout, width: int,
-             name: str) -> Output:
-        """``partial`` summed over ``axis``, kept as :attr:`sums` says."""
+        c, after = layout.rows, Layout(layout.spare, layout.cols)
+        agg = self._aggregation(coefficients, layout, root_apart)
         ledger, training = self.data.ledger, self.model.training
-        if self.sums == "whole" or self.place.shape[axis] == 1:
-            return Output(sum_over(partial, self.place, axis, ledger, name, training), layout,
-                          width)
-        return Output(scatter_over(partial, self.place, axis, ledger, name, training), layout,
-                      width, axis)
+        if self.sums == "scatter":
+            drop = None
+            if value.dropout is not None:
+                lo, hi = self.piece(value)
+                drop = Dropping(value.dropout, self.data.global_id(layout.rows), lo, hi)
+            out = aggregate(value.tensor, agg, self.place, value.split, c, ledger, name,
+                            training, root, self.columns, drop)
+            return Output(out, after, value.width, self._split(c))
+        value = self._dropped(value)
+        h = value.tensor  # whole but for the input features, which take no gradient
+        if value.split is not None:
+            h = gather_rows(h, self.place, value.split, self._run_rows(value), ledger, name,
+                            training)
+        partial = agg.partial(h, root)  # autograd runs through spmm
+        return Output(sum_over(partial, self.place, c, ledger, name, training), after,
+                      value.width)
 
-    def _whole(self, value: Output, name: str) -> Tensor:
-        """The whole run of ``value``'s rows: its pieces gathered over its
-        split axis (differentiably, kept by nothing), or its tensor."""
-        if value.split is None:
-            return value.tensor
-        return gather_over(value.tensor, self.place, value.split, self._run_rows(value),
-                           self.data.ledger, name, self.model.training)
+    def _aggregation(self, coefficients: Coefficients, layout: Layout,
+                     apart: bool) -> Aggregation:
+        """The block of the aggregation that starts in ``layout``, its entries
+        and its diagonal (made once per kind and layout)."""
+        key = (coefficients, layout, apart)
+        if key not in self._aggregations:
+            block = self.data.block(layout)
+            rowptr, col, entry = self._entries(coefficients, layout)
+            lo, hi = block.diagonal()
+            diagonal = (coefficients.diagonal(self.data, layout.spare, lo, hi).float()
+                        if coefficients.kind == "gcn" else None)
+            # runs that do not meet (axes of unequal sizes): an empty diagonal at 0
+            start, first = (lo - block.rows[0], lo - block.cols[0]) if hi > lo else (0, 0)
+            self._aggregations[key] = Aggregation(
+                rowptr, col, entry, block.cols[1] - block.cols[0], start, first, hi - lo,
+                diagonal, apart)
+        return self._aggregations[key]
+
+    def _split(self, axis: int) -> int | None:
+        """``axis`` when a scattered sum over it leaves pieces (more than one rank)."""
+        return axis if self.place.shape[axis] > 1 else None
 
     def _run_rows(self, value: Output) -> int:
         lo, hi = self.data.run(value.layout.rows)
@@ -219,23 +243,30 @@ class Grid3DModel:
         with this rank's block of each :math:`\mathbf{W}_j` (its rows over
         the spare axis, its columns over the cols axis), summed over the cols
         axis; :math:`\mathbf{H}_j` are the equal column blocks of ``value``
-        (SAGE's aggregate and root side by side), gathered first when it is
-        scattered (and again in the backward, not kept)."""
+        (SAGE's aggregate and root side by side). Scattered, a range of
+        :attr:`rows_at_a_time` rows at a time (``ops.transform``)."""
         layout, place = value.layout, self.place
         f_out, f_in = weights[0].shape
         lo, hi = place.block(f_in, layout.cols)
         out_lo, out_hi = place.block(f_out, layout.spare)
         blocks = [weight[out_lo:out_hi, lo:hi] for weight in weights]
-        partial = gather_linear(value.tensor, blocks, place, value.split, self._run_rows(value),
-                                self.data.ledger, name, self.model.training)
-        out = self._sum(partial, layout.cols, layout.transformed(), f_out, name)
+        ledger, training = self.data.ledger, self.model.training
+        if self.sums == "scatter":
+            tensor = transform(value.tensor, blocks, place, value.split, layout.cols,
+                               self._run_rows(value), ledger, name, training,
+                               self.rows_at_a_time)
+            out = Output(tensor, layout.transformed(), f_out, self._split(layout.cols))
+        else:
+            out = Output(sum_over(products(value.tensor, blocks), place, layout.cols, ledger,
+                                  name, training), layout.transformed(), f_out)
         if bias is not None:
             out.tensor = out.tensor + bias[out_lo:out_hi]
         return out
 
     def _dropout(self, value: Output, p: float) -> Output:
         """Dropout drawn from the hash of (global node, global column): one
-        process's masks on every grid."""
+        process's masks on every grid. Left pending (:class:`Output`'s
+        ``dropout``) for what reads the matrix to apply."""
         if not self.model.training or p == 0.0:
             return value
         state = self.data.dropout
@@ -244,10 +275,18 @@ class Grid3DModel:
                 torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)))
         seed, call = next_call(None, state)
         lo, hi = self.place.block(value.width, value.layout.cols)
-        columns = torch.arange(lo, hi)
-        made = DroppedInput(value.tensor, p, seed, call, None, columns)
-        dropped = made.scale(self.rows(value), hi - lo) == 0  # kept: a byte an entry
-        out = (value.tensor * (1.0 / (1.0 - p))).masked_fill_(dropped, 0.0)
+        # no source kept: what reads the matrix holds it, the draw must not
+        made = DroppedInput(value.tensor.new_empty(0), p, seed, call, None, torch.arange(lo, hi))
+        return Output(value.tensor, value.layout, value.width, value.split, made)
+
+    def _dropped(self, value: Output) -> Output:
+        """``value`` with its pending dropout applied (the mask kept for the
+        backward: a byte an entry)."""
+        made = value.dropout
+        if made is None:
+            return value
+        kept = made.keep(self.rows(value), value.tensor.size(1))
+        out = (value.tensor * (1.0 / (1.0 - made.p))).mul_(kept)
         return Output(out, value.layout, value.width, value.split)
 
     def counts(self, value: Output) -> bool:
@@ -308,3 +347,10 @@ class Grid3DModel:
         if distributed.is_distributed():
             self.data.ledger.record("gradients", "grad", bytes_sent=sent, bytes_recv=sent,
                                     exchanges=1)
+
+
+def _is_relu(module: Any) -> bool:
+    """Whether ``module`` is ReLU (run as ``ops.ReLU``, which keeps a byte an
+    entry for its backward)."""
+    return module in (torch.relu, F.relu) or (isinstance(module, nn.ReLU)
+                                               and not module.inplace)
