@@ -177,9 +177,9 @@ def recall_ndcg_at_k(h: Tensor, global_id: Tensor, train_edges: tuple[Tensor, Te
         num_users (int): Users.
         k (int): :math:`K`.
         user_chunk (int, optional): Users scored at a time.
-            (default: :data:`USER_CHUNK`)
+            (default: :obj:`1024`)
         item_chunk (int, optional): Items scored at a time.
-            (default: :data:`ITEM_CHUNK`)
+            (default: :obj:`4096`)
     """
     if k < 1:
         raise ValueError(f"'recall_ndcg_at_k' got k={k}; use k >= 1")
