@@ -289,12 +289,18 @@ def recommended_recall_ndcg(net, split, users=USERS, k=K):
         with torch.no_grad():
             ranked = net.recommend(split[0].edge_index, src_index=torch.tensor([u]),
                                    dst_index=allowed, k=k)[0].tolist()
-        hits = [1.0 if i in wanted else 0.0 for i in ranked]
-        recall += sum(hits) / len(wanted)
-        dcg = sum(h / math.log2(j + 2) for j, h in enumerate(hits))
-        ndcg += dcg / sum(1 / math.log2(j + 2) for j in range(min(k, len(wanted))))
-        seen += 1
+        one_recall, one_ndcg = user_recall_ndcg(ranked, wanted, k)
+        recall, ndcg, seen = recall + one_recall, ndcg + one_ndcg, seen + 1
     return recall / seen, ndcg / seen
+
+
+def user_recall_ndcg(ranked: list[int], wanted: set[int], k: int) -> tuple[float, float]:
+    """One user's recall and NDCG@k of the items ``ranked`` against the test
+    items ``wanted`` (the definitions)."""
+    hits = [1.0 if i in wanted else 0.0 for i in ranked]
+    dcg = sum(h / math.log2(j + 2) for j, h in enumerate(hits))
+    ideal = sum(1 / math.log2(j + 2) for j in range(min(k, len(wanted))))
+    return sum(hits) / len(wanted), dcg / ideal
 
 
 def brute_recall_ndcg(z, split, users=USERS, k=K):
@@ -311,11 +317,8 @@ def brute_recall_ndcg(z, split, users=USERS, k=K):
         scores = z[items] @ z[u]
         scores[torch.isin(items, train[1, train[0] == u])] = float("-inf")
         ranked = items[torch.topk(scores, k).indices].tolist()
-        hits = [1.0 if i in wanted else 0.0 for i in ranked]
-        recall += sum(hits) / len(wanted)
-        dcg = sum(h / math.log2(j + 2) for j, h in enumerate(hits))
-        ndcg += dcg / sum(1 / math.log2(j + 2) for j in range(min(k, len(wanted))))
-        seen += 1
+        one_recall, one_ndcg = user_recall_ndcg(ranked, wanted, k)
+        recall, ndcg, seen = recall + one_recall, ndcg + one_ndcg, seen + 1
     return recall / seen, ndcg / seen
 
 
