@@ -287,15 +287,11 @@ def reduce_row_range(tensor: Tensor, rows: int, lo: int,
     hi = lo + tensor.size(0)
     at, mine = 0, tensor.narrow(0, 0, 0)
     with peers.guard("reduce"):
-        for q in range(size):
-            start, end = row_piece(rows, size, q)
-            start, end = max(start, lo), min(end, hi)
-            if end <= start:
-                continue
+        for q, first, start, end in _pieces_meeting(rows, size, lo, hi):
             part = tensor.narrow(0, start - lo, end - start)
             dist.reduce(part, dst=_global(q, group), group=group)
             if q == me:
-                at, mine = start - row_piece(rows, size, q)[0], part
+                at, mine = start - first, part
     return at, mine
 
 
@@ -341,15 +337,23 @@ def gather_row_range(piece: Tensor, rows: int, lo: int, hi: int, group: Group = 
     size, me = world_size(group), rank(group)
     out = piece.new_empty((hi - lo, *piece.shape[1:]), device=collective_device(group))
     with peers.guard("broadcast"):
-        for q in range(size):
-            first, last = row_piece(rows, size, q)
-            start, end = max(first, lo), min(last, hi)
-            if end <= start:
-                continue
+        for q, first, start, end in _pieces_meeting(rows, size, lo, hi):
             if q == me:
                 out[start - lo : end - lo] = piece[start - first : end - first]
             dist.broadcast(out[start - lo : end - lo], src=_global(q, group), group=group)
     return out.to(piece.device)
+
+
+def _pieces_meeting(rows: int, size: int, lo: int,
+                    hi: int) -> Iterator[tuple[int, int, int, int]]:
+    """``(q, first, start, end)`` for each piece ``q`` of ``rows`` cut into
+    ``size`` that meets ``[lo, hi)``: its first row and the run ``[start,
+    end)`` it shares with the range."""
+    for q in range(size):
+        first, last = row_piece(rows, size, q)
+        start, end = max(first, lo), min(last, hi)
+        if end > start:
+            yield q, first, start, end
 
 
 def all_reduce_values(values: Sequence[float], op: str = "sum",
