@@ -7,7 +7,8 @@ gather's bytes against the ledger's.
 
 The graph is the arxiv-shaped seeded community graph of
 :mod:`pyg_dist.datasets` (``--nodes`` nodes, 128 features), made undirected
-and split by PyG's ``RandomLinkSplit`` (5% validation, 10% test), cut by
+and split by PyG's ``RandomLinkSplit`` (5% validation, 10% test, seeded:
+:func:`pyg_dist.tasks.supervision.split_links`), cut by
 METIS into ``--parts`` parts. A two-layer GCN (``--hidden`` wide, output
 as wide) encodes, the dot product decodes, one negative per training edge;
 ``--epochs`` epochs of graph-parallel training under the exact halo policy
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import torch
 from torch_geometric.nn.models import GCN
-from torch_geometric.transforms import RandomLinkSplit, ToUndirected
+from torch_geometric.transforms import ToUndirected
 
 import pyg_dist
 from pyg_dist.config import Evaluation
@@ -38,6 +39,7 @@ from pyg_dist.datasets import community_graph, preset
 from pyg_dist.models.link import LinkModel
 from pyg_dist.nn import to_distributed
 from pyg_dist.strategies.link_task import LinkTask
+from pyg_dist.tasks.supervision import split_links
 from pyg_dist.train import train
 
 KINDS = ("uniform", "structured")
@@ -46,9 +48,7 @@ KINDS = ("uniform", "structured")
 def split_graph(args):
     data = community_graph(preset("synthetic-arxiv", num_nodes=args.nodes), seed=0)
     data = ToUndirected()(data)
-    torch.manual_seed(0)
-    return RandomLinkSplit(num_val=0.05, num_test=0.1, is_undirected=True,
-                           add_negative_train_samples=False)(data)
+    return split_links(data, seed=0, num_val=0.05, num_test=0.1)
 
 
 def rank_body(parts, kind, epochs, hidden):

@@ -11,7 +11,9 @@ The graphs (``GRAPHS``, each with its model, metric and both sides' settings):
 * ``collab``: ``synthetic-collab`` (shaped like ogbl-collab: 235,868 nodes,
   average degree 8.2, 128 features), cut by ``RandomLinkSplit(num_val=0.05,
   num_test=0.1, is_undirected=True, add_negative_train_samples=False)``
-  (``examples/link_pred.py``'s split; one negative per held-out positive);
+  (``examples/link_pred.py``'s split, seeded by
+  :func:`pyg_dist.tasks.supervision.split_links`; one negative per held-out
+  positive);
   a ``GraphSAGE`` encoder 2x128 to 64 with the dot product, OGB's Hits@50;
 * ``recommendation``: :func:`pyg_dist.datasets.synthetic_recommendation`
   (its own split: 10% of interactions for validation, 10% for test); PyG's
@@ -90,7 +92,6 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 from torch_geometric.loader import LinkNeighborLoader
 from torch_geometric.nn.models import GraphSAGE, LightGCN
-from torch_geometric.transforms import RandomLinkSplit
 
 import pyg_dist
 from pyg_dist.config import Adam, Evaluation
@@ -99,6 +100,7 @@ from pyg_dist.models.link import LinkModel
 from pyg_dist.nn import to_distributed
 from pyg_dist.ops import cpu_ext
 from pyg_dist.strategies.link_task import LinkTask
+from pyg_dist.tasks.supervision import split_links
 from pyg_dist.train import train
 
 __all__ = ["GRAPHS", "Setup", "train_chunk", "hits_at", "recall_at", "subgraph_embedding",
@@ -347,9 +349,7 @@ def build_split(name: str, args) -> tuple:
                                         avg_degree=args.avg_degree, seed=0)
     graph = load_dataset("synthetic-collab", seed=0, num_nodes=args.num_nodes)
     graph = graph.__class__(x=graph.x, edge_index=graph.edge_index, num_nodes=graph.num_nodes)
-    torch.manual_seed(0)
-    return RandomLinkSplit(num_val=0.05, num_test=0.1, is_undirected=True,
-                           add_negative_train_samples=False)(graph)
+    return split_links(graph, seed=0, num_val=0.05, num_test=0.1)
 
 
 def peer_graph(split: tuple, num_users: int) -> dict:

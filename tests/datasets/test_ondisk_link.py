@@ -3,6 +3,7 @@ graphs or OGB's ``(data, split_edge)`` in chunks, read back a slice at a
 time equal to PyG's and OGB's tensors, and bad splits refused, naming the
 fix, with nothing left behind."""
 import json
+import random
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ def graph_with_isolated_nodes(num_nodes=80, isolated=8, seed=0):
 @pytest.fixture
 def split():
     torch.manual_seed(0)
+    random.seed(0)  # PyG draws the validation and test negatives with Python's random
     return RandomLinkSplit(num_val=0.1, num_test=0.2, is_undirected=False)(
         graph_with_isolated_nodes())
 

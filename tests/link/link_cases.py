@@ -3,6 +3,7 @@ trains the single-process PyG reference) and the ranks (which train on their
 parts). Everything a rank needs travels in the case dicts."""
 import copy
 import math
+import random
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,7 @@ def graph(num_nodes=48, num_edges=160, isolated=5, undirected=True, seed=0, feat
 
 def link_split(data, undirected, seed=0):
     torch.manual_seed(seed)
+    random.seed(seed)  # PyG draws the validation and test negatives with Python's random
     split = RandomLinkSplit(num_val=0.15, num_test=0.15, is_undirected=undirected,
                             add_negative_train_samples=False)
     return split(data)

@@ -10,6 +10,7 @@ of an undirected and of a directed graph (self-loops, duplicate edges) and
 OGB's ``(data, split_edge)``, all with isolated nodes, under the random and
 the METIS-coarse cut, the random one with shuffle rounds of a few rows."""
 import functools
+import random
 
 import numpy as np
 import pytest
@@ -82,6 +83,7 @@ def ogb_pair(seed):
 def link_split(case):
     """The case's link split, as PyG's or OGB's loaders give it."""
     torch.manual_seed(SEED)
+    random.seed(SEED)  # PyG draws the validation and test negatives with Python's random
     if case == "undirected":
         data = graph(num_nodes=120, num_edges=260, isolated=10, seed=SEED)
         return RandomLinkSplit(num_val=0.15, num_test=0.15, is_undirected=True,
