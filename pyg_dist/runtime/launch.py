@@ -15,7 +15,11 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, cast
 
+import cloudpickle
+import torch
+
 from pyg_dist.runtime import env
+from pyg_dist.runtime.distributed import host_store, init, raised_together, shutdown
 from pyg_dist.runtime.peers import PeerLost
 
 __all__ = ["launch", "RankFailed"]
@@ -90,10 +94,6 @@ def launch(
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"'launch' needs world_size >= 1 (got {world_size!r})")
-    import cloudpickle
-
-    from pyg_dist.runtime.distributed import host_store
-
     payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
     threads = threads or max(1, (os.cpu_count() or 1) // world_size)
     forward_output = not _has_real_stdout()
@@ -274,8 +274,6 @@ class _Forwarding:
 
 
 def _rank_exception(rank: int, world_size: int, body: tuple[bytes | None, str]) -> BaseException:
-    from pyg_dist.runtime.distributed import raised_together
-
     pickled, text = body
     exc: BaseException
     try:
@@ -386,11 +384,6 @@ def _run_rank(
     if options["forward_output"]:
         sys.stdout = _ConnWriter(conn, "stdout")  # type: ignore[assignment]
         sys.stderr = _ConnWriter(conn, "stderr")  # type: ignore[assignment]
-    import cloudpickle
-    import torch
-
-    from pyg_dist.runtime.distributed import init, shutdown
-
     torch.set_num_threads(options["threads"])
     try:
         fn, args, kwargs = cloudpickle.loads(payload)
