@@ -34,6 +34,7 @@ from pyg_dist.datasets.community import CommunityGraphConfig, community_graph
 from pyg_dist.halo.ledger import Ledger
 from pyg_dist.models import GNN
 from pyg_dist.nn import DistGCNConv, DistSAGEConv, to_distributed
+from pyg_dist.runtime import distributed
 from pyg_dist.strategies import strategy_from_dict
 from pyg_dist.strategies.grid_3d import (
     RUNS,
@@ -244,13 +245,28 @@ def train_part_case(parts, shape):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def counting_new_groups():
+    """Counts the process groups made from now on (a list of one count)."""
+    made, new_group = [0], distributed.new_group
+
+    def counted(*args, **kwargs):
+        made[0] += 1
+        return new_group(*args, **kwargs)
+
+    distributed.new_group = counted
+    return made
+
+
 def battery(folder, parts, world):
     source, out = graph(), {}
     readers.EDGE_CHUNK = 97  # the folder's edges and rows a few at a time
+    made = counting_new_groups()
     for shape in GRIDS[world]:
         data = load_grid_3d(source, shape)
+        before = made[0]
         for name in CASES:
             out[shape, name] = run_case(data, name)
+        out[shape, "groups made by the steps"] = made[0] - before
         for name in WHOLE:
             out[shape, name, "whole"] = run_case(data, name, "whole")
         out[shape, "saved"] = {sums: saved_case(data, "gcn3", sums)
@@ -320,6 +336,15 @@ def test_every_grid_equals_pyg_on_the_whole_graph(runs, world):
                 for r in range(world):
                     assert_close(per_rank[r][key]["grads"][param], grad,
                                  what=f"{what}: gradient of {param} on rank {r}")
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_the_grid_makes_every_group_before_the_first_step(runs, world):
+    """A group made in a step would leave the ranks that got there waiting,
+    past any peer's failure, in a call that cannot be interrupted."""
+    for shape in GRIDS[world]:
+        for r, per_rank in enumerate(runs(world)):
+            assert per_rank[shape, "groups made by the steps"] == 0, (shape, r)
 
 
 @pytest.mark.parametrize("world", sorted(GRIDS))

@@ -104,8 +104,8 @@ class Grid3DPlace:
         return self.shape[0] * self.shape[1] * self.shape[2]
 
     def group(self, *axes: int) -> Any:
-        """The process group along ``axes`` (:obj:`None`: every rank).
-        Collective the first time per axes."""
+        """The process group along ``axes`` (:obj:`None`: every rank), made
+        by :func:`grid_place` with every other."""
         if self._grid is None:  # a place made without ranks (one process)
             return None
         return self._grid.group(*axes)
@@ -150,4 +150,9 @@ def grid_place(shape: tuple[int, int, int]) -> Grid3DPlace:
                          f"{shape[0] * shape[1] * shape[2]} ranks, not the {world} of the "
                          f"world; choose x, y, z whose product is {world} (CLI: --grid XxYxZ)")
     place = process_grid(shape)
+    # Every group the layouts use, made now by every rank together: made in a
+    # step instead, a rank whose peer failed meanwhile would wait in
+    # new_group, which no peer's failure interrupts, until the timeout.
+    for axes in ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2)):
+        place.group(*axes)
     return Grid3DPlace(shape, place.coords, place)  # type: ignore[arg-type]
