@@ -99,9 +99,24 @@ def rows_body():
         distributed.all_gather_rows(torch.zeros(1, 3), 9)
     except ValueError as exc:
         out["error"] = str(exc)
+    odd = distributed.new_group([1, 3])  # a group whose ranks are not the global ones
+    for name, group, size in (("world", None, 4), ("odd", odd, 2)):
+        if distributed.rank() in (1, 3) or group is None:
+            me = distributed.rank(group)
+            for lo, hi in RANGES:
+                mine = values(9, 10 + distributed.rank())[lo:hi].contiguous()
+                at, summed = distributed.reduce_row_range(mine, 9, lo, group)
+                p_lo, p_hi = distributed.row_piece(9, size, me)
+                piece = values(9, 20 + me)[p_lo:p_hi]
+                out[name, lo, hi] = (at, summed.clone(),
+                                     distributed.gather_row_range(piece, 9, lo, hi, group))
     return out
 
 
+#: Row ranges of 9 rows (pieces of 4 ranks: 0-2, 2-4, 4-6, 6-9; of 2: 0-4,
+#: 4-9): the whole, one that straddles three pieces, one inside a piece,
+#: one that ends where a piece ends, and none.
+RANGES = ((0, 9), (1, 7), (6, 8), (2, 4), (5, 5))
 ROWS_BATTERY = Battery(4, rows_body, lambda root: ((), None))
 
 
@@ -127,6 +142,27 @@ def test_a_sum_reduce_scattered_in_pieces_gathers_back_whole(tmp_path_factory):
     assert [out["error"] for out in per_rank] == [
         f"'all_gather_rows' was given 1 rows on rank {r} of 4; piece {r} of 9 rows holds "
         f"{n} (row_piece)" for r, n in enumerate((2, 2, 2, 3))]
+
+
+def test_a_range_of_rows_sums_into_and_gathers_from_the_pieces_it_meets(tmp_path_factory):
+    """reduce_row_range leaves each rank the sums of its piece's rows in the
+    range (where they start in its piece); gather_row_range gives every rank
+    the range's rows of the pieces: over the world and over ranks 1 and 3."""
+    per_rank = ROWS_BATTERY.results(tmp_path_factory)[1]
+    for name, members in (("world", [0, 1, 2, 3]), ("odd", [1, 3])):
+        size = len(members)
+        total = sum(values(9, 10 + r) for r in members)
+        whole = torch.cat([values(9, 20 + q)[slice(*distributed.row_piece(9, size, q))]
+                           for q in range(size)])
+        for me, r in enumerate(members):
+            p_lo, p_hi = distributed.row_piece(9, size, me)
+            for lo, hi in RANGES:
+                at, summed, gathered = per_rank[r][name, lo, hi]
+                s, e = max(lo, p_lo), min(hi, p_hi)
+                expected = total[s:e] if e > s else total[:0]
+                assert torch.equal(summed, expected), (name, r, lo, hi)
+                assert at == (s - p_lo if e > s else 0), (name, r, lo, hi)
+                assert torch.equal(gathered, whole[lo:hi]), (name, r, lo, hi)
 
 
 def test_helpers_are_no_ops_in_a_group_of_one():

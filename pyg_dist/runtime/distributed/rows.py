@@ -13,11 +13,11 @@ from pyg_dist.runtime import peers
 from pyg_dist.runtime.distributed.base import (
     Group,
     collective_device,
-    global_rank,
     is_distributed,
     rank,
     world_size,
 )
+from pyg_dist.runtime.distributed.collectives import batch_send_recv, wait_all
 
 __all__ = [
     "row_piece", "reduce_scatter_rows", "reduce_row_range", "all_gather_rows",
@@ -74,11 +74,15 @@ def reduce_scatter_rows(tensor: Tensor, group: Group = None, inplace: bool = Fal
 def reduce_row_range(tensor: Tensor, rows: int, lo: int,
                      group: Group = None) -> tuple[int, Tensor]:
     """Rows ``[lo, lo + len(tensor))`` of ``rows`` rows summed over the
-    ranks, each into the rank whose piece (:func:`row_piece`) holds it: one
-    reduce per piece the range meets, ``tensor`` the buffer (its rows hold
-    partial sums afterwards). Returns where this rank's summed rows start in
-    its piece and those rows (a view of ``tensor``; none when the range
-    misses its piece); ``(lo, tensor)`` in a group of one.
+    ranks, each into the rank whose piece (:func:`row_piece`) holds it: every
+    rank sends the rows of each other piece the range meets to its rank, all
+    at once (one batch of messages: every link busy at once, where a reduce
+    per piece would take turns), and sums what it receives for its own piece
+    into ``tensor``'s rows, in rank order. Returns where this rank's summed
+    rows start in its piece and those rows (a view of ``tensor``; none when
+    the range misses its piece); ``(lo, tensor)`` in a group of one. Besides
+    ``tensor``, a rank holds what it receives: its rows of the range once per
+    other rank.
 
     Args:
         tensor (torch.Tensor): The values of this rank, ``[hi - lo, ...]``,
@@ -91,14 +95,19 @@ def reduce_row_range(tensor: Tensor, rows: int, lo: int,
     if not is_distributed(group):
         return lo, tensor
     size, me = world_size(group), rank(group)
-    hi = lo + tensor.size(0)
     at, mine = 0, tensor.narrow(0, 0, 0)
-    with peers.guard("reduce"):
-        for q, first, start, end in _pieces_meeting(rows, size, lo, hi):
-            part = tensor.narrow(0, start - lo, end - start)
-            dist.reduce(part, dst=global_rank(q, group), group=group)
-            if q == me:
-                at, mine = start - first, part
+    sends: dict[int, Tensor] = {}
+    received: dict[int, Tensor] = {}
+    for q, first, start, end in _pieces_meeting(rows, size, lo, lo + tensor.size(0)):
+        part = tensor.narrow(0, start - lo, end - start)
+        if q == me:
+            at, mine = start - first, part
+            received = {p: torch.empty_like(part) for p in range(size) if p != me}
+        else:
+            sends[q] = part
+    wait_all(batch_send_recv(sends, received, group, what="reduce"), "reduce")
+    for p in sorted(received):
+        mine += received.pop(p)
     return at, mine
 
 
@@ -106,8 +115,9 @@ def all_gather_rows(piece: Tensor, rows: int, group: Group = None) -> Tensor:
     """``[rows, ...]`` every rank's piece (:func:`row_piece` of ``rows``, by
     rank in ``group``) in rank order: the rows :func:`reduce_scatter_rows`
     scattered, joined; ``piece`` itself in a group of one. Each piece is
-    broadcast into its rows of the result: no memory beside it (gloo's
-    all-gather copies the whole result once more).
+    sent to every other rank straight into its rows of the result
+    (:func:`gather_row_range`): no memory beside it (gloo's all-gather copies
+    the whole result once more).
 
     Args:
         piece (torch.Tensor): This rank's piece, ``[hi - lo, ...]``.
@@ -128,7 +138,9 @@ def all_gather_rows(piece: Tensor, rows: int, group: Group = None) -> Tensor:
 
 def gather_row_range(piece: Tensor, rows: int, lo: int, hi: int, group: Group = None) -> Tensor:
     """``[hi - lo, ...]`` rows ``[lo, hi)`` of the rows :func:`all_gather_rows`
-    joins: each piece the range meets is broadcast into its rows of the result
+    joins: every rank whose piece the range meets sends those rows to every
+    other rank, all at once (one batch of messages, where a broadcast per
+    piece would take turns), received straight into their rows of the result
     (no memory beside it); ``piece[lo:hi]`` in a group of one.
 
     Args:
@@ -143,11 +155,16 @@ def gather_row_range(piece: Tensor, rows: int, lo: int, hi: int, group: Group = 
         return piece[lo:hi]
     size, me = world_size(group), rank(group)
     out = piece.new_empty((hi - lo, *piece.shape[1:]), device=collective_device(group))
-    with peers.guard("broadcast"):
-        for q, first, start, end in _pieces_meeting(rows, size, lo, hi):
-            if q == me:
-                out[start - lo : end - lo] = piece[start - first : end - first]
-            dist.broadcast(out[start - lo : end - lo], src=global_rank(q, group), group=group)
+    sends: dict[int, Tensor] = {}
+    recvs: dict[int, Tensor] = {}
+    for q, first, start, end in _pieces_meeting(rows, size, lo, hi):
+        rows_out = out[start - lo : end - lo]
+        if q == me:
+            rows_out.copy_(piece[start - first : end - first])
+            sends = {p: rows_out for p in range(size) if p != me}
+        else:
+            recvs[q] = rows_out
+    wait_all(batch_send_recv(sends, recvs, group, what="gather"), "gather")
     return out.to(piece.device)
 
 
