@@ -23,7 +23,8 @@ DxT``, D = H/T graph parts x T feature slices, every host holding the whole
 partition folder; its bytes include the all-to-alls).
 ``grid-3d`` adds a row per 3D grid of the H ranks (``grid-3d XxYxZ``, every
 host holding the whole partition folder, each rank reading its blocks; its
-bytes are the grid's collectives).
+bytes are the grid's collectives); ``--grids`` names the grids (default:
+every grid of the H ranks).
 ``--input-dropout 0`` trains the GCN without dropout on its input features
 (default: the model's dropout 0.5 there too), where feature-parallel grids
 keep layer 0's aggregate after the first step.
@@ -136,7 +137,7 @@ def worker(args):
     world = int(os.environ["WORLD_SIZE"])
     shapes = {FEATURE_PARALLEL: [f"{world // t}x{t}" for t in range(1, world + 1)
                                  if world % t == 0],
-              GRID_3D: ["x".join(map(str, g)) for g in grids_3d(world)]}
+              GRID_3D: args.grids or ["x".join(map(str, g)) for g in grids_3d(world)]}
     chosen = [p for p in chosen if p[0] not in GRIDS] + [  # a row per grid
         (f"{p[0]} {shape}", *p[1:]) for p in chosen if p[0] in GRIDS for shape in shapes[p[0]]]
     predictions(args)
@@ -275,7 +276,8 @@ def run_job(dataset, hosts, link, folders, epochs, seeds, args, calibrate=False)
                    str(args.eval_every), "--hidden", str(hidden), "--layers", str(layers),
                    "--policies", *args.policies] + (["--calibrate"] if calibrate else []) + (
                        [] if args.input_dropout is None else
-                       ["--input-dropout", str(args.input_dropout)])
+                       ["--input-dropout", str(args.input_dropout)]) + (
+                       ["--grids", *args.grids] if args.grids else [])
     rate = None if loopback or calibrate else link
     with Cluster(hosts=1 if loopback else hosts, rate=rate) as cluster:
         per_host = hosts if loopback else 1
@@ -492,6 +494,8 @@ def main():
                         help="how the graph is cut into the hosts' parts (default metis)")
     parser.add_argument("--input-dropout", type=float, default=None, metavar="P",
                         help="the GCN's dropout of its input features (default: its dropout)")
+    parser.add_argument("--grids", nargs="+", default=None, metavar="XxYxZ",
+                        help="the 3D grids of grid-3d's rows (default: every grid of the hosts)")
     parser.add_argument("--json", default=None, help="write the table rows here")
     # on the ranks
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
