@@ -48,6 +48,7 @@ from pyg_dist.strategies.grid_3d import (
     program_of,
     readers,
     step_bytes,
+    step_calls,
 )
 from pyg_dist.train import train
 
@@ -208,6 +209,37 @@ def bytes_case(data, name, sums, **chunks):
     return out
 
 
+#: The collectives the grid's layers call (the gradients' sum calls others).
+CALLED = ("gather_row_range", "reduce_row_range", "all_reduce", "reduce_scatter_rows",
+          "all_gather_rows")
+
+
+def calls_case(data, name, sums, **chunks):
+    """The collectives over more than one rank that one training step of
+    case ``name`` calls, the gradients' sum left out."""
+    model, _ = model_of(name)
+    net = Grid3DModel(model, data, sums=sums, **chunks)
+    model.train()
+    made, originals = [0], {f: getattr(distributed, f) for f in CALLED}
+
+    def counted(call):
+        def wrapper(*args, group=None, **kwargs):
+            made[0] += distributed.world_size(group) > 1
+            return call(*args, group=group, **kwargs)
+        return wrapper
+
+    for f, call in originals.items():
+        setattr(distributed, f, counted(call))
+    try:
+        loss, _ = net.loss(net.output())
+        loss.backward()
+    finally:
+        for f, call in originals.items():
+            setattr(distributed, f, call)
+    net.sum_gradients()
+    return made[0]
+
+
 def saved_case(data, name, sums):
     """The bytes of the largest node matrix (a 2-D float tensor's storage)
     that one forward of case ``name`` kept for its backward."""
@@ -275,9 +307,12 @@ def battery(folder, parts, world):
         if shape == GRIDS[world][0]:
             out[shape, "train", "whole"] = train_case(source, shape, "gcn", "whole")
         out[shape, "bytes"] = {case: bytes_case(data, *case) for case in BYTES}
+        out[shape, "calls"] = {case: calls_case(data, *case) for case in BYTES}
         for name, columns, rows in CHUNKED:
             out[shape, name, "chunked"] = run_case(data, name, columns=columns, rows=rows)
             out[shape, "bytes", "chunked", name] = bytes_case(data, name, "scatter",
+                                                              columns=columns, rows=rows)
+            out[shape, "calls", "chunked", name] = calls_case(data, name, "scatter",
                                                               columns=columns, rows=rows)
         if world not in FULL:
             continue
@@ -414,6 +449,26 @@ def test_the_planners_bytes_are_the_ledgers(runs, world):
                     booked[way] = booked.get(way, 0) + sent
             predicted = step_bytes(program, shape, graph().num_nodes, params, sums)
             assert booked == {k: v for k, v in predicted.items() if v}, (name, sums, shape)
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_the_planner_charges_a_latency_for_each_call_a_step_makes(runs, world):
+    """The busiest rank's calls of collectives in a step (one a chunk kept
+    scattered; one a sum kept whole), as the planner counts them: in one
+    chunk (the default's) and in the CHUNKED cases' chunks."""
+    n = graph().num_nodes
+    for name, sums in BYTES:
+        program = program_of(model_of(name)[0], F_IN)
+        for shape in GRIDS[world]:
+            made = max(ranks[shape, "calls"][name, sums] for ranks in runs(world))
+            assert made == step_calls(program, shape, n, sums), (name, sums, shape)
+    for name, columns, rows in CHUNKED:
+        program = program_of(model_of(name)[0], F_IN)
+        for shape in GRIDS[world]:
+            made = max(ranks[shape, "calls", "chunked", name] for ranks in runs(world))
+            predicted = step_calls(program, shape, n, "scatter", columns, rows)
+            assert made == predicted, (name, shape)
+            assert predicted > step_calls(program, shape, n) or max(shape) == 1, (name, shape)
 
 
 def test_scattered_sums_cost_a_transforms_gather_again_in_the_backward():

@@ -58,7 +58,14 @@ as steps (``program.py``), the autograd sums and the adjacency's entries
 a grid folder written by the grid's ranks (``folder.py``),
 the planner's predictions (``cost.py``) and the options (``strategy.py``).
 """
-from pyg_dist.strategies.grid_3d.cost import collectives, measure, predict, program_of, step_bytes
+from pyg_dist.strategies.grid_3d.cost import (
+    collectives,
+    measure,
+    predict,
+    program_of,
+    step_bytes,
+    step_calls,
+)
 from pyg_dist.strategies.grid_3d.folder import (
     GRID_FILE,
     grid_ranks,
@@ -83,6 +90,7 @@ from pyg_dist.strategies.grid_3d.strategy import Grid3D, grids
 __all__ = ["Grid3D", "Grid3DData", "Grid3DModel", "Grid3DPlace", "Layout", "Block", "NodeSums",
            "Output", "Step", "INPUT", "NAME", "MODELS", "RUNS", "load_grid_3d", "grid_place",
            "parse_grid", "grids", "compile_model", "layouts", "node_order", "balance",
-           "block_nonzeros", "program_of", "collectives", "step_bytes", "measure", "predict",
+           "block_nonzeros", "program_of", "collectives", "step_bytes", "step_calls", "measure",
+           "predict",
            "GRID_FILE", "write_grid_folder", "read_grid_folder", "is_grid_folder",
            "grid_ranks"]

@@ -24,6 +24,7 @@ aggregation gathers them (an all-gather's bytes forward, none backward).
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 from torch import nn
@@ -31,10 +32,10 @@ from torch import nn
 from pyg_dist.runtime.distributed import row_piece
 from pyg_dist.strategies.cost import Probe
 from pyg_dist.strategies.grid_3d.grid import INPUT, Layout, bounds
-from pyg_dist.strategies.grid_3d.ops import piece_bytes, ring_bytes
+from pyg_dist.strategies.grid_3d.ops import COLUMNS, ROWS, piece_bytes, ring_bytes
 from pyg_dist.strategies.grid_3d.program import Step, compile_model
 
-__all__ = ["program_of", "collectives", "step_bytes", "measure", "predict"]
+__all__ = ["program_of", "collectives", "step_bytes", "step_calls", "measure", "predict"]
 
 Coords = tuple[int, ...]
 
@@ -90,37 +91,67 @@ def collectives(program: list[list[Any]], shape: tuple[int, int, int], num_nodes
         sums (str, optional): ``"scatter"`` or ``"whole"`` (``Grid3D.sums``).
             (default: :obj:`"scatter"`)
     """
+    return [(direction, axis, sent)
+            for direction, axis, sent, _ in _issued(program, shape, num_nodes, sums)]
+
+
+def _issued(program: list[list[Any]], shape: tuple[int, int, int], num_nodes: int,
+            sums: str, columns: int = COLUMNS,
+            rows: int = ROWS) -> list[tuple[str, int, list[int], int]]:
+    """:func:`collectives`' entries, each with the calls it takes on the
+    busiest rank: kept scattered, the step that runs it issues one a chunk
+    (an aggregation's ``ops.COLUMNS`` columns, a transform's
+    ``ops.ROWS`` rows); kept whole, one all-reduce."""
     ranks = list(itertools.product(*(range(s) for s in shape)))
     summed = _sums(program, shape, num_nodes, ranks)
-    out: list[tuple[str, int, list[int]]] = []
+    chunks = _chunks(program, shape, num_nodes, ranks, columns, rows)
+    out: list[tuple[str, int, list[int], int]] = []
     spare = INPUT.spare
     if shape[spare] > 1:  # the input features' pieces, gathered where the first step reads them
         out.append(("fwd", spare, [
             piece_bytes(_run(num_nodes, shape, INPUT.rows, c),
                         _run(program[0][1], shape, INPUT.cols, c), shape[spare], c[spare])
-            for c in ranks]))
+            for c in ranks], chunks[0]))
     for i, (axis, _, sizes, grad) in enumerate(summed):
         if sums == "whole" or shape[axis] == 1:
             sent = [ring_bytes(r * w, shape[axis], c[axis]) for (r, w), c in zip(sizes, ranks)]
-            out += [("fwd", axis, sent)] + ([("bwd", axis, sent)] if grad else [])
+            out += [("fwd", axis, sent, 1)] + ([("bwd", axis, sent, 1)] if grad else [])
             continue
         sent = [piece_bytes(r, w, shape[axis], c[axis]) for (r, w), c in zip(sizes, ranks)]
-        out.append(("fwd", axis, sent))  # reduce-scatter (its gradients' all-gather)
+        out.append(("fwd", axis, sent, chunks[i]))  # reduce-scatter (its gradients' all-gather)
         if grad:
-            out.append(("bwd", axis, sent))
+            out.append(("bwd", axis, sent, chunks[i]))
         if i + 1 < len(program):  # the reader's all-gather (its gradients' reduce-scatter)
-            out.append(("fwd", axis, sent))
+            out.append(("fwd", axis, sent, chunks[i + 1]))
             if program[i + 1][0] == "linear":  # gathered again for the weight's gradient
-                out.append(("bwd", axis, sent))
+                out.append(("bwd", axis, sent, chunks[i + 1]))
             if grad:
-                out.append(("bwd", axis, sent))
+                out.append(("bwd", axis, sent, chunks[i + 1]))
     axis, layout, _, _ = summed[-1]
     last = program[-1]
     width = last[2] if last[0] == "linear" else last[1]
     split = axis if sums == "scatter" and shape[axis] > 1 else None
     logits = [ring_bytes(_rows(num_nodes, shape, layout, split, c) * width, shape[layout.cols],
                          c[layout.cols]) for c in ranks]
-    return out + [("fwd", layout.cols, logits), ("bwd", layout.cols, logits)]
+    return out + [("fwd", layout.cols, logits, 1), ("bwd", layout.cols, logits, 1)]
+
+
+def _chunks(program: list[list[Any]], shape: tuple[int, int, int], num_nodes: int,
+            ranks: list[Coords], columns: int, rows: int) -> list[int]:
+    """Each step's chunks on the busiest rank: an aggregation's input block's
+    columns ``columns`` at a time, a transform's input run's rows ``rows``
+    at a time."""
+    out, layout = [], INPUT
+    for entry in program:
+        if entry[0] == "agg":
+            width = max(_run(entry[1], shape, layout.cols, c) for c in ranks)
+            out.append(max(1, math.ceil(width / columns)))
+            layout = layout.aggregated()
+        else:
+            run = max(_run(num_nodes, shape, layout.rows, c) for c in ranks)
+            out.append(max(1, math.ceil(run / rows)))
+            layout = layout.transformed()
+    return out
 
 
 def _sums(program: list[list[Any]], shape: tuple[int, int, int], num_nodes: int,
@@ -178,6 +209,27 @@ def step_bytes(program: list[list[Any]], shape: tuple[int, int, int], num_nodes:
     return {**out, "grad": param_bytes * world if world > 1 else 0}
 
 
+def step_calls(program: list[list[Any]], shape: tuple[int, int, int], num_nodes: int,
+               sums: str = "scatter", columns: int = COLUMNS, rows: int = ROWS) -> int:
+    """Calls of collectives over more than one rank that the busiest rank
+    makes in a training step, the gradients' sum left out: what
+    :func:`predict` charges a latency each.
+
+    Args:
+        program (list): :func:`program_of`'s.
+        shape (tuple[int, int, int]): The grid.
+        num_nodes (int): :math:`N`.
+        sums (str, optional): ``"scatter"`` or ``"whole"`` (``Grid3D.sums``).
+            (default: :obj:`"scatter"`)
+        columns (int, optional): An aggregation's columns at a time.
+            (default: :obj:`8`)
+        rows (int, optional): A transform's rows at a time. (default: :obj:`16384`)
+    """
+    return sum(calls for _, axis, _, calls in _issued(program, shape, num_nodes, sums,
+                                                       columns, rows)
+               if shape[axis] > 1)
+
+
 def measure(model: nn.Module, data: Any) -> dict[str, Any] | None:
     """What ``Grid3D.candidates`` needs (the same on every rank): the
     model's collectives, the graph's nodes and edges and the parameters'
@@ -205,8 +257,9 @@ def predict(measured: dict[str, Any], shape: tuple[int, int, int], probe: Probe,
     """Seconds of a step and bytes over ``epochs`` (all ranks, the ledger's
     count) on the grid ``shape``: the probe's exact compute (every rank does
     :math:`1/P` of the work on a balanced grid) plus each collective's
-    :math:`\\alpha + B/\\beta` (:math:`B`: the busiest rank's bytes),
-    forward and backward, plus the gradients' sum.
+    :math:`c\\alpha + B/\\beta` (:math:`B`: the busiest rank's bytes,
+    :math:`c`: its calls, one a chunk; every rank's messages of a call travel
+    at once), forward and backward, plus the gradients' sum.
 
     Args:
         measured (dict): :func:`measure`'s.
@@ -220,9 +273,9 @@ def predict(measured: dict[str, Any], shape: tuple[int, int, int], probe: Probe,
         return float("inf"), 0.0
     program, n = measured["program"], measured["num_nodes"]
     seconds = probe.exact_compute or probe.compute
-    for _, axis, sent in collectives(program, shape, n, sums):
+    for _, axis, sent, calls in _issued(program, shape, n, sums):
         if shape[axis] > 1:
-            seconds += probe.latency + max(sent) / probe.bandwidth
+            seconds += calls * probe.latency + max(sent) / probe.bandwidth
     world = shape[0] * shape[1] * shape[2]
     if world > 1:
         seconds += probe.latency + 2 * measured["param_bytes"] / probe.bandwidth
