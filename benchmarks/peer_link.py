@@ -494,7 +494,9 @@ def parse_args():
     parser.add_argument("--items", type=int, default=ITEMS)
     parser.add_argument("--avg-degree", type=float, default=AVG_DEGREE,
                         help="the recommendation graph's interactions per user")
-    parser.add_argument("--json", default=None, help="write every row and curve here")
+    parser.add_argument("--json", default=None,
+                        help="write every row and curve here (replacing the rows of the "
+                             "graphs run, keeping the others')")
     return parser.parse_args()
 
 
@@ -502,12 +504,23 @@ def main() -> None:
     args = parse_args()
     threads = max(1, (os.cpu_count() or 1) // args.ranks)  # pyg_dist.launch's default
     cpu_ext.is_available()  # a first build of the C++ kernels is nobody's set-up
-    results = []
     with tempfile.TemporaryDirectory(prefix="pyg_dist-peer-link-") as tmp:
         for name in args.graphs:
-            results.append(bench_graph(args, name, tmp, threads))
+            result = bench_graph(args, name, tmp, threads)
             if args.json:
-                Path(args.json).write_text(json.dumps(results, indent=1))
+                write_result(Path(args.json), result)
+
+
+def write_result(path: Path, result: dict) -> None:
+    """Writes ``result`` into the JSON list at ``path`` in place of the row
+    of its graph (the other graphs' rows kept, in ``GRAPHS``' order),
+    atomically."""
+    rows = json.loads(path.read_text()) if path.exists() else []
+    rows = [r for r in rows if r["graph"] != result["graph"]] + [result]
+    rows.sort(key=lambda r: list(GRAPHS).index(r["graph"]))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(rows, indent=1))
+    tmp.replace(path)
 
 
 if __name__ == "__main__":

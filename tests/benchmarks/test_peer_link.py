@@ -3,6 +3,7 @@ hand: the recipe's chunks of training edges, its metrics against their
 definitions and pyg_dist's, its LightGCN on a subgraph against PyG's on the
 whole graph, the figures of a run; with a neighbour sampler, both sides end
 to end on two ranks."""
+import json
 import math
 import sys
 from pathlib import Path
@@ -112,6 +113,16 @@ def test_both_sides_start_from_the_same_weights():
     assert len(peer) == len(ours) > 0
     for (_, a), (_, b) in zip(peer.items(), ours.items()):
         assert torch.equal(a, b)
+
+
+def test_a_json_file_takes_a_graphs_rows_in_place_of_its_old_ones(tmp_path):
+    path = tmp_path / "peer_link.json"
+    peer_link.write_result(path, {"graph": "recommendation", "run": 1})
+    peer_link.write_result(path, {"graph": "collab", "run": 1})
+    peer_link.write_result(path, {"graph": "recommendation", "run": 2})
+    assert json.loads(path.read_text()) == [{"graph": "collab", "run": 1},
+                                            {"graph": "recommendation", "run": 2}]
+    assert [p.name for p in tmp_path.iterdir()] == ["peer_link.json"]
 
 
 def test_figures_time_to_the_peers_best_and_the_memory_ratio():
