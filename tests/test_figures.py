@@ -279,6 +279,10 @@ KEPT_TABLES = {
         [str(r["ranks"]), r["grid"], r["sums"], r["cut"], f"{r['grid MiB']:,}",
          f"{r['graph-parallel MiB']:,}", f"{r['ratio']:.2f}x", f"{r['stray %']:.1f}%",
          f"{r['blocks MiB']:,}"]]),
+    (GRID, "in collectives s"): ("grid_3d_cluster.json", lambda r: [
+        [r["policy"], f"{100 * r['test_acc']:.2f}%", f"{r['train_mb']:,.1f}",
+         f"{r['epoch_s']:.3f}", f"{r['ratio']:.2f}x", f"{r['comm_s']:.3f}",
+         f"{r['predicted_s']:.3f}", f"{r['predicted_s'] / r['epoch_s']:.2f}x"]]),
     (LINK_PEER, "s to the recipe's best"): ("peer_link.json", _link_peer_rows),
 }
 
