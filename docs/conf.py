@@ -95,7 +95,7 @@ def _kind(obj: object) -> str:
     return "data"
 
 
-def _api_pages(module_name: str, seen: dict[int, str]) -> dict[str, str]:
+def _api_pages(module_name: str, seen: dict[object, str]) -> dict[str, str]:
     """The pages of one module: its own (its docstring, a summary table of its
     ``__all__``, its constants) and one per class or function, as PyG's
     reference has them. Each object is documented once, under the first
@@ -108,7 +108,10 @@ def _api_pages(module_name: str, seen: dict[int, str]) -> dict[str, str]:
         if name.startswith("__"):
             continue
         obj = getattr(module, name)
-        key = id(obj) if _kind(obj) != "data" else id((module_name, name))
+        # a constant is its own module's (two modules' equal values are not one
+        # object); the key is the pair itself: the id of a pair made here could be
+        # the id of an earlier, freed pair, and the constant would go undocumented
+        key: object = id(obj) if _kind(obj) != "data" else (module_name, name)
         if key in seen:
             elsewhere.append(f"{seen[key]}")
         else:
@@ -175,7 +178,7 @@ def _keep_only(folder: Path, names: set[str]) -> None:
 
 def write_api_pages() -> None:
     out = DOCS / "api" / "generated"
-    seen: dict[int, str] = {}
+    seen: dict[object, str] = {}
     modules = api_modules()
     pages: dict[str, str] = {}
     for name in modules:
