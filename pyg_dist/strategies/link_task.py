@@ -17,9 +17,9 @@ training step:
 
 The rows are gathered once per distinct node; the pairs are scored
 :data:`PAIR_CHUNK` at a time, each chunk's rows, products and decoder
-activations recomputed in the backward instead of kept (activation
-checkpointing), so a rank's memory grows with its distinct nodes, not with
-its pairs.
+activations recomputed in the backward instead of kept
+(:func:`~pyg_dist.tasks.chunked.chunked_sum`), so a rank's memory grows
+with its distinct nodes, not with its pairs.
 
 Evaluation reports the global ROC-AUC of the training, validation and test
 edges (:func:`~pyg_dist.tasks.roc_auc`; or OGB's Hits@K or MRR, or a
@@ -37,7 +37,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 from torch_geometric.nn.models import LightGCN
 
 from pyg_dist.halo.gather import count, directory_bytes, gather, gather_bytes, referenced
@@ -48,6 +47,7 @@ from pyg_dist.models.link import decode
 from pyg_dist.nn.lightgcn import DistLightGCN
 from pyg_dist.runtime import distributed
 from pyg_dist.strategies.task import Task, task_of
+from pyg_dist.tasks.chunked import Chunk, chunked_sum
 from pyg_dist.tasks.link_metrics import hits_at_k, mrr, recall_ndcg_at_k, roc_auc
 from pyg_dist.tasks.negatives import KINDS, negatives
 from pyg_dist.tasks.supervision import SPLITS, SupervisionEdges, is_link_split, link_split
@@ -231,7 +231,8 @@ class LinkTask(Task):
         (booked in ``direction``), then decoded, ``pair_chunk`` edges at
         a time. Collective."""
         rows, src, dst = self._rows(h, edges, direction)
-        return torch.cat([decode(model, rows[src[lo:hi]], rows[dst[lo:hi]])
+        return torch.cat([decode(model, rows.index_select(0, src[lo:hi]),
+                                 rows.index_select(0, dst[lo:hi]))
                           for lo, hi in _chunks(src.numel(), self.pair_chunk)])
 
     def _rows(self, h: Tensor, edges: SupervisionEdges,
@@ -283,33 +284,38 @@ class LinkTask(Task):
             return self._bpr(model, rows, src, dst, edges)
         label = edges.label.to(out.dtype)
 
-        def bce(rows: Tensor, lo: int, hi: int) -> Tensor:
-            score = decode(model, rows[src[lo:hi]], rows[dst[lo:hi]])
-            return F.binary_cross_entropy_with_logits(score, label[lo:hi], reduction="sum")
+        def bce(lo: int, hi: int) -> Chunk:
+            def part(h_src: Tensor, h_dst: Tensor) -> Tensor:
+                score = decode(model, h_src, h_dst)
+                return F.binary_cross_entropy_with_logits(score, label[lo:hi], reduction="sum")
+            return (src[lo:hi], dst[lo:hi]), part
 
-        return mean_over_ranks(self._summed(bce, rows, edges.num_edges), edges.num_edges)
+        local = self._summed(bce, rows, model, edges.num_edges)
+        return mean_over_ranks(local, edges.num_edges)
 
-    def _summed(self, part: Any, rows: Tensor, total: int, per: int = 1) -> Tensor:
-        """``part(rows, lo, hi)`` summed over chunks of ``total`` items of
-        ``per`` pairs each; a chunk's activations are recomputed in the
-        backward, not kept, where there is more than one."""
+    def _summed(self, chunk: Any, rows: Tensor, model: nn.Module, total: int,
+                per: int = 1) -> Tensor:
+        """The sum of the chunks ``chunk(lo, hi)`` over ``total`` items of
+        ``per`` pairs each, ``pair_chunk`` pairs a chunk, each recomputed in
+        the backward (:func:`~pyg_dist.tasks.chunked.chunked_sum`)."""
         spans = _chunks(total, max(1, self.pair_chunk // per))
-        if len(spans) == 1:
-            return part(rows, 0, total)
-        return torch.stack([checkpoint(part, rows, lo, hi, use_reentrant=False)
-                            for lo, hi in spans]).sum()
+        return chunked_sum([chunk(lo, hi) for lo, hi in spans], rows, list(model.parameters()))
 
     def _bpr(self, model: nn.Module, rows: Tensor, src: Tensor, dst: Tensor,
              edges: SupervisionEdges) -> tuple[Tensor, float]:
         num, k = self.splits["train"].num_edges, self.num_negatives
 
-        def bpr(rows: Tensor, lo: int, hi: int) -> Tensor:
-            pos = decode(model, rows[src[lo:hi]], rows[dst[lo:hi]])
+        def bpr(lo: int, hi: int) -> Chunk:
             a, b = num + lo * k, num + hi * k  # the negatives of positives lo..hi
-            neg = decode(model, rows[src[a:b]], rows[dst[a:b]]).view(hi - lo, k)
-            return -F.logsigmoid(pos.view(-1, 1) - neg).sum()
 
-        local = self._summed(bpr, rows, num, 1 + k)
+            def part(pos_src: Tensor, pos_dst: Tensor, neg_src: Tensor, neg_dst: Tensor
+                     ) -> Tensor:
+                pos = decode(model, pos_src, pos_dst)
+                neg = decode(model, neg_src, neg_dst).view(hi - lo, k)
+                return -F.logsigmoid(pos.view(-1, 1) - neg).sum()
+            return (src[lo:hi], dst[lo:hi], src[a:b], dst[a:b]), part
+
+        local = self._summed(bpr, rows, model, num, 1 + k)
         if self.lambda_reg:
             embedding = model.get_submodule("embedding")
             assert isinstance(embedding, nn.Embedding), "BPR regularises an embedding table"
