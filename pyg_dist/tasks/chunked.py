@@ -90,4 +90,5 @@ class _ChunkedSum(torch.autograd.Function):
                 kept = grad_params[j]
                 if g is not None:
                     grad_params[j] = g if kept is None else kept + g
+            del xs, got  # before the next chunk's rows are made
         return (None, grad_rows, *grad_params)
