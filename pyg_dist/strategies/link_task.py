@@ -57,7 +57,7 @@ __all__ = ["LinkTask", "task_for", "carries_links", "LOSSES", "PAIR_CHUNK"]
 #: The losses of a link task.
 LOSSES = ("bce", "bpr")
 #: Pairs scored at a time (the default of ``LinkTask(pair_chunk=)``).
-PAIR_CHUNK = 65_536
+PAIR_CHUNK = 16_384
 
 
 def carries_links(data: Any) -> bool:
