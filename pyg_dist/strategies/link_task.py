@@ -32,6 +32,7 @@ predicts before training.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -293,8 +294,8 @@ class LinkTask(Task):
         local = self._summed(bce, rows, model, edges.num_edges)
         return mean_over_ranks(local, edges.num_edges)
 
-    def _summed(self, chunk: Any, rows: Tensor, model: nn.Module, total: int,
-                per: int = 1) -> Tensor:
+    def _summed(self, chunk: Callable[[int, int], Chunk], rows: Tensor, model: nn.Module,
+                total: int, per: int = 1) -> Tensor:
         """The sum of the chunks ``chunk(lo, hi)`` over ``total`` items of
         ``per`` pairs each, ``pair_chunk`` pairs a chunk, each recomputed in
         the backward (:func:`~pyg_dist.tasks.chunked.chunked_sum`)."""
