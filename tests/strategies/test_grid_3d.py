@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from graphs import awkward_graph
 from tolerances import assert_close
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch_geometric.nn import GATConv, GINConv
 from torch_geometric.nn.models import GAT
 from worlds import Battery
@@ -49,6 +50,7 @@ from pyg_dist.strategies.grid_3d import (
     readers,
     step_bytes,
     step_calls,
+    step_work,
 )
 from pyg_dist.train import train
 
@@ -240,6 +242,39 @@ def calls_case(data, name, sums, **chunks):
     return made[0]
 
 
+class _Kernels(TorchDispatchMode):
+    """Counts the adjacency entries the aggregations' kernels walk (forward,
+    and backward where the sources take a gradient) and the matrix
+    products' multiply-adds run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.entries = self.multiply_adds = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        aten, ours = torch.ops.aten, torch.ops.pyg_dist
+        if func == ours.spmm.default:
+            self.entries += args[1].numel()
+        elif func == ours.spmm_backward.default and args[9]:  # need_src
+            self.entries += args[2].numel()
+        elif func in (aten.mm.default, aten.addmm.default, aten.addmm_.default):
+            a, b = args[:2] if func == aten.mm.default else args[1:3]
+            self.multiply_adds += a.size(0) * a.size(1) * b.size(1)
+        return func(*args, **(kwargs or {}))
+
+
+def work_case(data, name, sums, **chunks):
+    """``(entries, multiply_adds)`` of one training step of case ``name``
+    (:class:`_Kernels`; the gradients' sum left out)."""
+    model, _ = model_of(name)
+    net = Grid3DModel(model, data, sums=sums, **chunks)
+    model.train()
+    with _Kernels() as kernels:
+        loss, _ = net.loss(net.output())
+        loss.backward()
+    return kernels.entries, kernels.multiply_adds
+
+
 def saved_case(data, name, sums):
     """The bytes of the largest node matrix (a 2-D float tensor's storage)
     that one forward of case ``name`` kept for its backward."""
@@ -308,12 +343,15 @@ def battery(folder, parts, world):
             out[shape, "train", "whole"] = train_case(source, shape, "gcn", "whole")
         out[shape, "bytes"] = {case: bytes_case(data, *case) for case in BYTES}
         out[shape, "calls"] = {case: calls_case(data, *case) for case in BYTES}
+        out[shape, "work"] = {case: work_case(data, *case) for case in BYTES}
         for name, columns, rows in CHUNKED:
             out[shape, name, "chunked"] = run_case(data, name, columns=columns, rows=rows)
             out[shape, "bytes", "chunked", name] = bytes_case(data, name, "scatter",
                                                               columns=columns, rows=rows)
             out[shape, "calls", "chunked", name] = calls_case(data, name, "scatter",
                                                               columns=columns, rows=rows)
+            out[shape, "work", "chunked", name] = work_case(data, name, "scatter",
+                                                            columns=columns, rows=rows)
         if world not in FULL:
             continue
         out[shape, "folder"] = run_case(load_grid_3d(folder, shape), "gcn")
@@ -469,6 +507,29 @@ def test_the_planner_charges_a_latency_for_each_call_a_step_makes(runs, world):
             predicted = step_calls(program, shape, n, "scatter", columns, rows)
             assert made == predicted, (name, shape)
             assert predicted > step_calls(program, shape, n) or max(shape) == 1, (name, shape)
+
+
+@pytest.mark.parametrize("world", sorted(GRIDS))
+def test_the_planners_kernel_work_is_what_the_ranks_kernels_do(runs, world):
+    """The adjacency entries the aggregations' kernels walk (a chunk's
+    columns at a time, forward and backward) and the transforms'
+    multiply-adds in a step, summed over the ranks, as the planner counts
+    them; in one chunk and in the CHUNKED cases' chunks."""
+    n, e = graph().num_nodes, graph().num_edges
+    cases = [(name, sums, {"sums": sums},
+              lambda shape, ranks, case=(name, sums): ranks[shape, "work"][case])
+             for name, sums in BYTES]
+    cases += [(name, "scatter", {"columns": columns},
+               lambda shape, ranks, name=name: ranks[shape, "work", "chunked", name])
+              for name, columns, _ in CHUNKED]
+    for name, sums, chunks, done_on in cases:
+        program = program_of(model_of(name)[0], F_IN)
+        for shape in GRIDS[world]:
+            done = [done_on(shape, ranks) for ranks in runs(world)]
+            planned = step_work(program, shape, n, e, **chunks)
+            assert (sum(w[0] for w in done), sum(w[1] for w in done)) == (
+                round(sum(w[0] for w in planned)), sum(w[1] for w in planned)), (
+                name, sums, shape)
 
 
 def test_scattered_sums_cost_a_transforms_gather_again_in_the_backward():

@@ -65,6 +65,7 @@ from pyg_dist.strategies.grid_3d.cost import (
     program_of,
     step_bytes,
     step_calls,
+    step_work,
 )
 from pyg_dist.strategies.grid_3d.folder import (
     GRID_FILE,
@@ -90,7 +91,7 @@ from pyg_dist.strategies.grid_3d.strategy import Grid3D, grids
 __all__ = ["Grid3D", "Grid3DData", "Grid3DModel", "Grid3DPlace", "Layout", "Block", "NodeSums",
            "Output", "Step", "INPUT", "NAME", "MODELS", "RUNS", "load_grid_3d", "grid_place",
            "parse_grid", "grids", "compile_model", "layouts", "node_order", "balance",
-           "block_nonzeros", "program_of", "collectives", "step_bytes", "step_calls", "measure",
-           "predict",
+           "block_nonzeros", "program_of", "collectives", "step_bytes", "step_calls", "step_work",
+           "measure", "predict",
            "GRID_FILE", "write_grid_folder", "read_grid_folder", "is_grid_folder",
            "grid_ranks"]

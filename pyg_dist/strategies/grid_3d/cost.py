@@ -20,22 +20,39 @@ the input features alone (a first aggregation without a learnt
 :math:`\epsilon`) takes no gradient: no backward of its own. The input
 features lie in pieces over the input layout's spare axis: the first
 aggregation gathers them (an all-gather's bytes forward, none backward).
+
+A step's compute is its kernels' (:func:`step_work`): an aggregation's
+kernel walks its block's entries once a chunk of :data:`~.ops.COLUMNS`
+columns (forward, and backward over the transposed block where its input
+takes a gradient), so a rank whose block holds every edge for a few columns
+(layer 0 on a grid of :math:`(1, 1, P)`) walks :math:`P` times the entries a
+graph-parallel rank walks; a transform's are multiply-adds (forward, and
+twice backward: the weight's gradient and, where it takes one, the input's).
+``measure`` times both kernels on the rank's part. A step takes the longer
+of its kernels and exact training's step on a rank of the same world (which
+holds the same share of every node matrix: the same elementwise work, loss
+and optimizer, and the exact kernels of a share of the graph).
 """
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from typing import Any
 
+import torch
 from torch import nn
 
+from pyg_dist.ops import spmm
+from pyg_dist.runtime import distributed
 from pyg_dist.runtime.distributed import row_piece
 from pyg_dist.strategies.cost import Probe
 from pyg_dist.strategies.grid_3d.grid import INPUT, Layout, bounds
 from pyg_dist.strategies.grid_3d.ops import COLUMNS, ROWS, piece_bytes, ring_bytes
 from pyg_dist.strategies.grid_3d.program import Step, compile_model
 
-__all__ = ["program_of", "collectives", "step_bytes", "step_calls", "measure", "predict"]
+__all__ = ["program_of", "collectives", "step_bytes", "step_calls", "step_work", "kernel_costs",
+           "measure", "predict"]
 
 Coords = tuple[int, ...]
 
@@ -230,6 +247,90 @@ def step_calls(program: list[list[Any]], shape: tuple[int, int, int], num_nodes:
                if shape[axis] > 1)
 
 
+def step_work(program: list[list[Any]], shape: tuple[int, int, int], num_nodes: int,
+              num_edges: float, sums: str = "scatter",
+              columns: int = COLUMNS) -> list[tuple[float, int]]:
+    """Each rank's kernel work in a training step, in global rank order:
+    ``(entries, multiply_adds)``, the adjacency entries its aggregations'
+    kernels walk (kept scattered, once a chunk of ``columns`` columns; whole,
+    once; forward and, where the input takes a gradient, backward) and its
+    transforms' multiply-adds
+    (forward, the weight's gradient and, where the input takes one, the
+    input's). Each block holds ``num_edges / (s_t s_s)`` entries (its
+    layout's target and source axes of :math:`s_t` and :math:`s_s` ranks):
+    the mean, which the double permutation holds every block near; summed
+    over the ranks, exact whatever the blocks hold.
+
+    Args:
+        program (list): :func:`program_of`'s.
+        shape (tuple[int, int, int]): The grid.
+        num_nodes (int): :math:`N`.
+        num_edges (float): :math:`E`, the edges every layout's blocks hold together.
+        sums (str, optional): ``"scatter"`` or ``"whole"`` (``Grid3D.sums``).
+            (default: :obj:`"scatter"`)
+        columns (int, optional): An aggregation's columns at a time.
+            (default: :obj:`8`)
+    """
+    ranks = list(itertools.product(*(range(s) for s in shape)))
+    out = []
+    for c in ranks:
+        entries, macs, layout, learnt, copies = 0.0, 0, INPUT, False, 1
+        for entry in program:
+            if entry[0] == "agg":
+                block = num_edges / (shape[layout.rows] * shape[layout.spare])
+                passes = (math.ceil(_run(entry[1], shape, layout.cols, c) / columns)
+                          if sums == "scatter" else 1)
+                entries += block * passes * (2 if learnt else 1)
+                learnt = learnt or bool(entry[3] if len(entry) > 3 else 0)
+                layout, copies = layout.aggregated(), entry[2]
+            else:  # a SAGE root's copy beside the aggregate has a weight of its own
+                after = layout.transformed()
+                once = (_run(num_nodes, shape, layout.rows, c)
+                        * copies * _run(entry[1], shape, layout.cols, c)
+                        * _run(entry[2], shape, after.cols, c))
+                macs += once * (3 if learnt else 2)
+                learnt, layout, copies = True, after, 1
+        out.append((entries, macs))
+    return out
+
+
+def kernel_costs(data: Any, columns: int = COLUMNS, repeats: int = 3) -> tuple[float, float]:
+    """Seconds an aggregation's kernel takes an adjacency entry at
+    ``columns`` columns, and a transform's a multiply-add, timed on this
+    rank's part (its adjacency, and a matmul of up to :data:`~.ops.ROWS`
+    rows by 64 x 64); the slowest rank's of each (collective).
+
+    Args:
+        data (DistData): This rank's part.
+        columns (int, optional): An aggregation's columns at a time.
+            (default: :obj:`8`)
+        repeats (int, optional): Timings of each kernel (the fastest counts),
+            after one that warms it. (default: :obj:`3`)
+    """
+    graph = data.edge_index
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(graph.num_owned, columns, generator=generator)
+    halo = torch.rand(graph.num_halo, columns, generator=generator)
+    a = torch.rand(min(max(graph.num_owned, 1), ROWS), 64, generator=generator)
+    w = torch.rand(64, 64, generator=generator)
+
+    def fastest(run: Any) -> float:
+        times = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        return min(times[1:])
+
+    with torch.no_grad():
+        walk = fastest(lambda: spmm(graph.rowptr, graph.col, x, None, "sum", halo))
+        mm = fastest(lambda: a @ w)
+    entry, mac = walk / max(graph.col.numel(), 1), mm / (a.size(0) * 64 * 64)
+    if distributed.world_size() > 1:
+        entry, mac = distributed.all_reduce_values([entry, mac], "max")
+    return entry, mac
+
+
 def measure(model: nn.Module, data: Any) -> dict[str, Any] | None:
     """What ``Grid3D.candidates`` needs (the same on every rank): the
     model's collectives, the graph's nodes and edges and the parameters'
@@ -246,8 +347,9 @@ def measure(model: nn.Module, data: Any) -> dict[str, Any] | None:
         program = program_of(model, int(data.x.size(1)))
     except ValueError as exc:
         return {"refused": str(exc)}
+    entry, mac = kernel_costs(data)
     return {"program": program, "num_nodes": int(meta.num_nodes),
-            "num_edges": int(meta.num_edges),
+            "num_edges": int(meta.num_edges), "entry_seconds": entry, "mac_seconds": mac,
             "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()
                                if p.requires_grad)}
 
@@ -255,8 +357,9 @@ def measure(model: nn.Module, data: Any) -> dict[str, Any] | None:
 def predict(measured: dict[str, Any], shape: tuple[int, int, int], probe: Probe,
             epochs: int, sums: str = "scatter") -> tuple[float, float]:
     """Seconds of a step and bytes over ``epochs`` (all ranks, the ledger's
-    count) on the grid ``shape``: the probe's exact compute (every rank does
-    :math:`1/P` of the work on a balanced grid) plus each collective's
+    count) on the grid ``shape``: the longer of the busiest rank's kernels
+    (:func:`step_work` at the costs ``measure`` timed) and the probe's exact
+    step, plus each collective's
     :math:`c\\alpha + B/\\beta` (:math:`B`: the busiest rank's bytes,
     :math:`c`: its calls, one a chunk; every rank's messages of a call travel
     at once), forward and backward, plus the gradients' sum.
@@ -272,11 +375,14 @@ def predict(measured: dict[str, Any], shape: tuple[int, int, int], probe: Probe,
     if "program" not in measured:
         return float("inf"), 0.0
     program, n = measured["program"], measured["num_nodes"]
-    seconds = probe.exact_compute or probe.compute
+    world = shape[0] * shape[1] * shape[2]
+    kernels = max(entries * measured["entry_seconds"] + macs * measured["mac_seconds"]
+                  for entries, macs in step_work(program, shape, n, measured["num_edges"],
+                                                 sums))
+    seconds = max(probe.exact_compute or probe.compute, kernels)
     for _, axis, sent, calls in _issued(program, shape, n, sums):
         if shape[axis] > 1:
             seconds += calls * probe.latency + max(sent) / probe.bandwidth
-    world = shape[0] * shape[1] * shape[2]
     if world > 1:
         seconds += probe.latency + 2 * measured["param_bytes"] / probe.bandwidth
     nbytes = sum(step_bytes(program, shape, n, measured["param_bytes"], sums).values())
