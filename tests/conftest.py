@@ -36,6 +36,11 @@ def pytest_xdist_make_scheduler(config, log):
     file's tests go wherever a worker is free."""
     from xdist.scheduler import LoadFileScheduling
 
+    # Scopes in the order the workers collected them (the FIRST files
+    # first): xdist's default puts the scopes of most tests first, which
+    # leaves the SPREAD files' one-test scopes, the longest tests, to the end.
+    config.option.loadscopereorder = False
+
     class FileScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid):
             file = nodeid.split("::", 1)[0]
