@@ -36,16 +36,22 @@ from pyg_dist.halo.ledger import Ledger
 from pyg_dist.models import GNN
 from pyg_dist.nn import DistGCNConv, DistSAGEConv, to_distributed
 from pyg_dist.runtime import distributed
+from pyg_dist.runtime.grids import ProcessGrid
 from pyg_dist.strategies import strategy_from_dict
+from pyg_dist.strategies.cost import Probe
 from pyg_dist.strategies.grid_3d import (
     RUNS,
     Grid3DModel,
+    axis_costs,
+    axis_key,
     balance,
+    collectives,
     compile_model,
     grids,
     layouts,
     load_grid_3d,
     node_order,
+    predict,
     program_of,
     readers,
     step_bytes,
@@ -359,6 +365,10 @@ def battery(folder, parts, world):
         out[shape, "unbalanced"] = run_case(load_grid_3d(source, shape, permute="none"), "gcn3")
     if world not in FULL:
         return out
+    before = made[0]
+    out["axes"] = axis_costs(world, nbytes=1 << 14)
+    out["axes", "again"] = axis_costs(world, nbytes=1 << 14)
+    out["axes", "groups made again"] = made[0] - before
     out["train-part"] = train_part_case(parts.parent / f"parts{world}", GRIDS[world][0])
     return out
 
@@ -530,6 +540,70 @@ def test_the_planners_kernel_work_is_what_the_ranks_kernels_do(runs, world):
             assert (sum(w[0] for w in done), sum(w[1] for w in done)) == (
                 round(sum(w[0] for w in planned)), sum(w[1] for w in planned)), (
                 name, sums, shape)
+
+
+def grid_coords(shape, rank):
+    """The coordinates of ``rank`` on ``shape`` (row-major, the last axis fastest)."""
+    coords = []
+    for size in reversed(shape):
+        coords.append(rank % size)
+        rank //= size
+    return tuple(reversed(coords))
+
+
+@pytest.mark.parametrize("world", [2, 4, 8, 12, 16])
+def test_an_axis_kind_is_made_of_the_groups_every_grid_has_along_it(world):
+    """The planner times each kind of axis once (its ranks g and their
+    stride s) on the grid (P / gs, g, s)'s middle axis: every grid's axis of
+    that kind holds the same ranks in each group."""
+    for shape in grids(world):
+        for axis in range(3):
+            g, s = map(int, axis_key(shape, axis).split("/"))
+            assert g == shape[axis]
+            probed = (world // (g * s), g, s)
+            for rank in range(world):
+                assert ProcessGrid(probed, grid_coords(probed, rank)).members(1) == ProcessGrid(
+                    shape, grid_coords(shape, rank)).members(axis), (shape, axis, rank)
+
+
+@pytest.mark.parametrize("world", sorted(FULL))
+def test_the_planner_times_every_kind_of_axis_the_worlds_grids_have(runs, world):
+    kinds = {axis_key(shape, axis) for shape in grids(world) for axis in range(3)
+             if shape[axis] > 1}
+    per_rank = runs(world)
+    for ranks in per_rank:
+        assert set(ranks["axes"]) == kinds
+        assert ranks["axes"] == per_rank[0]["axes"]  # the slowest rank's, on every rank
+        assert ranks["axes", "groups made again"] == 0  # made once, kept
+        for alpha, beta in ranks["axes"].values():
+            assert 0.0 <= alpha < 1.0 and 0.0 < beta < float("inf")
+
+
+def test_the_planner_charges_each_collective_on_its_axis_link():
+    """A collective over an axis of g ranks s apart is charged that kind's
+    latency a call and its bytes at its rate, the others untouched; a kind
+    not probed falls back on the probe's link."""
+    n, program = 1000, program_of(model_of("gcn3")[0], F_IN)
+    probe = Probe(world_size=8, latency=1e-3, bandwidth=1e8, compute=0.01, layers=[],
+                  grad_bytes=0.0, clusters=False, exact_compute=0.01)
+    measured = {"program": program, "num_nodes": n, "num_edges": 5000, "entry_seconds": 0.0,
+                "mac_seconds": 0.0, "param_bytes": 400}
+    kinds = {axis_key(shape, axis) for shape in grids(8) for axis in range(3) if shape[axis] > 1}
+    same = {**measured, "axes": {k: [probe.latency, probe.bandwidth] for k in kinds}}
+    for shape in grids(8):
+        assert predict(same, shape, probe, 1) == predict(measured, shape, probe, 1), shape
+    slow = {**same, "axes": {**same["axes"], "8/1": [0.5, probe.bandwidth],
+                             "2/4": [probe.latency, probe.bandwidth / 3]}}
+    for shape in grids(8):
+        extra = (0.5 - probe.latency) * step_calls(program, shape, n) if 8 in shape else 0.0
+        extra += sum(2 * max(sent) / probe.bandwidth
+                     for _, axis, sent in collectives(program, shape, n)
+                     if axis_key(shape, axis) == "2/4")
+        seconds = predict(slow, shape, probe, 1)[0] - predict(same, shape, probe, 1)[0]
+        assert seconds == pytest.approx(extra, rel=1e-9, abs=1e-12), shape
+        # an axis of 8 ranks, or of 2 ranks 4 apart
+        assert (extra > 0) == (shape in ((1, 1, 8), (1, 8, 1), (8, 1, 1), (2, 1, 4), (2, 4, 1),
+                                         (2, 2, 2), (1, 2, 4))), shape
 
 
 def test_scattered_sums_cost_a_transforms_gather_again_in_the_backward():

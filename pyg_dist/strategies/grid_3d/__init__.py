@@ -59,6 +59,8 @@ a grid folder written by the grid's ranks (``folder.py``),
 the planner's predictions (``cost.py``) and the options (``strategy.py``).
 """
 from pyg_dist.strategies.grid_3d.cost import (
+    axis_costs,
+    axis_key,
     collectives,
     measure,
     predict,
@@ -92,6 +94,6 @@ __all__ = ["Grid3D", "Grid3DData", "Grid3DModel", "Grid3DPlace", "Layout", "Bloc
            "Output", "Step", "INPUT", "NAME", "MODELS", "RUNS", "load_grid_3d", "grid_place",
            "parse_grid", "grids", "compile_model", "layouts", "node_order", "balance",
            "block_nonzeros", "program_of", "collectives", "step_bytes", "step_calls", "step_work",
-           "measure", "predict",
+           "axis_key", "axis_costs", "measure", "predict",
            "GRID_FILE", "write_grid_folder", "read_grid_folder", "is_grid_folder",
            "grid_ranks"]

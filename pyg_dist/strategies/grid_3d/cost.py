@@ -32,6 +32,17 @@ twice backward: the weight's gradient and, where it takes one, the input's).
 of its kernels and exact training's step on a rank of the same world (which
 holds the same share of every node matrix: the same elementwise work, loss
 and optimizer, and the exact kernels of a share of the graph).
+
+A step's collectives are charged on the link their axis gets: ``measure``
+times the grid's own gather and reduce (``distributed.all_gather_rows``,
+``distributed.reduce_row_range``) over every kind of axis a grid of the world
+has, :math:`g` ranks :math:`s` apart (:func:`axis_key`; every grid's axis of
+that kind is made of the same groups), every group of the kind at once, at
+two sizes: a call's latency :math:`\alpha_{g,s}` and the bytes per second
+:math:`\beta_{g,s}` a rank gets while every rank of its axis sends
+(:func:`axis_costs`). Ranks on one machine and ranks across the network,
+or an axis of 2 and one of 8, get different figures; the exact probe's
+halo exchange gives one for all.
 """
 from __future__ import annotations
 
@@ -46,15 +57,19 @@ from torch import nn
 from pyg_dist.ops import spmm
 from pyg_dist.runtime import distributed
 from pyg_dist.runtime.distributed import row_piece
+from pyg_dist.runtime.grids import process_grid
 from pyg_dist.strategies.cost import Probe
 from pyg_dist.strategies.grid_3d.grid import INPUT, Layout, bounds
 from pyg_dist.strategies.grid_3d.ops import COLUMNS, ROWS, piece_bytes, ring_bytes
 from pyg_dist.strategies.grid_3d.program import Step, compile_model
 
 __all__ = ["program_of", "collectives", "step_bytes", "step_calls", "step_work", "kernel_costs",
-           "measure", "predict"]
+           "axis_key", "axis_costs", "measure", "predict"]
 
 Coords = tuple[int, ...]
+
+#: Bytes each rank sends in the larger of :func:`axis_costs`' two calls.
+AXIS_PROBE_BYTES = 1 << 23
 
 
 def program_of(model: nn.Module, num_features: int) -> list[list[Any]]:
@@ -331,6 +346,76 @@ def kernel_costs(data: Any, columns: int = COLUMNS, repeats: int = 3) -> tuple[f
     return entry, mac
 
 
+def axis_key(shape: tuple[int, int, int], axis: int) -> str:
+    """The kind of ``shape``'s ``axis``, :func:`axis_costs`' key: its ranks
+    :math:`g` and the stride :math:`s` between them in rank order (the
+    product of the later axes), ``"g/s"``.
+
+    Args:
+        shape (tuple[int, int, int]): The grid.
+        axis (int): The axis.
+    """
+    return f"{shape[axis]}/{math.prod(shape[axis + 1:])}"
+
+
+def axis_costs(world_size: int, nbytes: int = AXIS_PROBE_BYTES,
+               repeats: int = 2) -> dict[str, list[float]]:
+    r"""``[alpha, beta]`` of every kind of axis (:func:`axis_key`) a grid of
+    ``world_size`` ranks has: the seconds of a call and the bytes per second
+    a rank sends, from the grid's gather and reduce (their mean) of
+    :data:`~.ops.COLUMNS` columns timed at one row a rank and at ``nbytes``
+    sent a rank, every group of the kind at once (the fastest of ``repeats``
+    after one that opens the connections), the slowest rank's. Collective:
+    every rank makes the groups (:func:`~pyg_dist.runtime.grids.process_grid`
+    keeps them).
+
+    Args:
+        world_size (int): The ranks.
+        nbytes (int, optional): Bytes a rank sends in the larger call.
+            (default: :obj:`8388608`)
+        repeats (int, optional): Timed calls of each size and collective.
+            (default: :obj:`2`)
+    """
+    divisors = [d for d in range(1, world_size + 1) if world_size % d == 0]
+    kinds = [(g, s) for g in divisors[1:] for s in divisors if world_size % (g * s) == 0]
+    values: list[float] = []
+    for g, s in kinds:
+        group = process_grid((world_size // (g * s), g, s)).group(1)
+        for rows in (g, max(g, math.ceil(nbytes * g / ((g - 1) * 4 * COLUMNS)))):
+            smallest = min(b - a for a, b in (row_piece(rows, g, q) for q in range(g)))
+            values += [(rows - smallest) * COLUMNS * 4, _axis_seconds(group, g, rows, repeats)]
+    if values:
+        values = distributed.all_reduce_values(values, "max")
+    out = {}
+    for i, (g, s) in enumerate(kinds):
+        small, t_small, large, t_large = values[4 * i : 4 * i + 4]
+        beta = (large - small) / (t_large - t_small) if t_large > t_small else large / t_large
+        out[f"{g}/{s}"] = [max(t_small - small / beta, 0.0), beta]
+    return out
+
+
+def _axis_seconds(group: Any, size: int, rows: int, repeats: int) -> float:
+    """The mean of a gather and a reduce of ``rows`` rows of
+    :data:`~.ops.COLUMNS` columns over ``group`` of ``size`` ranks, each the
+    fastest of ``repeats`` after one."""
+    x = torch.ones(rows, COLUMNS)
+    lo, hi = row_piece(rows, size, distributed.rank(group))
+    piece = x[lo:hi].contiguous()
+    seconds = []
+    for gather in (True, False):
+        times = []
+        for _ in range(repeats + 1):
+            distributed.barrier(group)
+            start = time.perf_counter()
+            if gather:
+                distributed.all_gather_rows(piece, rows, group)
+            else:
+                distributed.reduce_row_range(x, rows, 0, group)
+            times.append(time.perf_counter() - start)
+        seconds.append(min(times[1:]))
+    return sum(seconds) / len(seconds)
+
+
 def measure(model: nn.Module, data: Any) -> dict[str, Any] | None:
     """What ``Grid3D.candidates`` needs (the same on every rank): the
     model's collectives, the graph's nodes and edges and the parameters'
@@ -348,8 +433,10 @@ def measure(model: nn.Module, data: Any) -> dict[str, Any] | None:
     except ValueError as exc:
         return {"refused": str(exc)}
     entry, mac = kernel_costs(data)
+    world = distributed.world_size()
     return {"program": program, "num_nodes": int(meta.num_nodes),
             "num_edges": int(meta.num_edges), "entry_seconds": entry, "mac_seconds": mac,
+            "axes": axis_costs(world) if world > 1 else {},
             "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()
                                if p.requires_grad)}
 
@@ -360,9 +447,11 @@ def predict(measured: dict[str, Any], shape: tuple[int, int, int], probe: Probe,
     count) on the grid ``shape``: the longer of the busiest rank's kernels
     (:func:`step_work` at the costs ``measure`` timed) and the probe's exact
     step, plus each collective's
-    :math:`c\\alpha + B/\\beta` (:math:`B`: the busiest rank's bytes,
-    :math:`c`: its calls, one a chunk; every rank's messages of a call travel
-    at once), forward and backward, plus the gradients' sum.
+    :math:`c\\alpha_{g,s} + B/\\beta_{g,s}` on its axis's link
+    (``measured["axes"]``, :func:`axis_costs`; the probe's link where
+    absent; :math:`B`: the busiest rank's bytes, :math:`c`: its calls, one a
+    chunk; every rank's messages of a call travel at once), forward and
+    backward, plus the gradients' sum on the probe's link.
 
     Args:
         measured (dict): :func:`measure`'s.
@@ -380,9 +469,11 @@ def predict(measured: dict[str, Any], shape: tuple[int, int, int], probe: Probe,
                   for entries, macs in step_work(program, shape, n, measured["num_edges"],
                                                  sums))
     seconds = max(probe.exact_compute or probe.compute, kernels)
+    links = measured.get("axes", {})
     for _, axis, sent, calls in _issued(program, shape, n, sums):
         if shape[axis] > 1:
-            seconds += calls * probe.latency + max(sent) / probe.bandwidth
+            alpha, beta = links.get(axis_key(shape, axis), (probe.latency, probe.bandwidth))
+            seconds += calls * alpha + max(sent) / beta
     if world > 1:
         seconds += probe.latency + 2 * measured["param_bytes"] / probe.bandwidth
     nbytes = sum(step_bytes(program, shape, n, measured["param_bytes"], sums).values())
