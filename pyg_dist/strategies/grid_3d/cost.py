@@ -398,7 +398,7 @@ def _axis_seconds(group: Any, size: int, rows: int, repeats: int) -> float:
     """The mean of a gather and a reduce of ``rows`` rows of
     :data:`~.ops.COLUMNS` columns over ``group`` of ``size`` ranks, each the
     fastest of ``repeats`` after one."""
-    x = torch.ones(rows, COLUMNS)
+    x = torch.ones(rows, COLUMNS, device=distributed.collective_device(group))
     lo, hi = row_piece(rows, size, distributed.rank(group))
     piece = x[lo:hi].contiguous()
     seconds = []
