@@ -70,7 +70,8 @@ NOT_MEASURED = {
     },
     "training.md": {"4 bytes": "a float32's width",
                     "493376 B": "the output of the Python example above it",
-                    "1060800 B": "the output of the Python example above it"},
+                    "1060800 B": "the output of the Python example above it",
+                    "8 MiB": "the grid planner's probe size, AXIS_PROBE_BYTES of grid_3d/cost.py"},
 }
 
 
@@ -91,6 +92,8 @@ GRADIENT_ONLY = "Gradient-only training and gradient compression"
 RANKS = "Partitioning on the ranks"
 GRID = "A 3D grid: balance and memory"
 GRID_METIS = "The 3D grid on a METIS cut"
+GRID_COLLECTIVES = "The grid's collectives alone"
+GRID_UNSHAPED = "The 3D grid with the links unshaped"
 PEER_TABLE = "s to 78.10% val"  # the header that names the Cora table against the peer
 
 #: Where each figure of README.md comes from, in README's order: ``(results.md
@@ -255,6 +258,14 @@ def _link_peer_rows(r: dict) -> list[list[str]]:
     return out
 
 
+def _collective_rows(r: dict) -> list[list[str]]:
+    """A row of the grid's collectives, from ``benchmarks/grid_collectives.py``."""
+    run = [x for x in r["runs"] if x["rows"] == 200000 and x["width"] == 8]
+    return [[str(r["axis"]), r["kind"], r["op"], f"{1e3 * r['alpha_s']:.2f}",
+             f"{r['beta_bytes_s'] / 1e6:.1f}", f"{r['beta_share']:.2f}x",
+             f"{run[0]['seconds'] / run[0]['link_s']:.2f}x" if run else "—"]]
+
+
 #: The results.md tables kept with the JSON their command wrote (in
 #: ``benchmarks/results/``): ``(section, a header cell naming the table) ->
 #: (JSON file, the table's rows of one JSON row)``.
@@ -289,6 +300,8 @@ KEPT_TABLES = {
          f"{r['blocks MiB']:,}"]]),
     (GRID, "in collectives s"): ("grid_3d_cluster.json", _grid_cluster_rows),
     (GRID_METIS, "in collectives s"): ("grid_3d_cluster_metis.json", _grid_cluster_rows),
+    (GRID_UNSHAPED, "in collectives s"): ("grid_3d_cluster_unshaped.json", _grid_cluster_rows),
+    (GRID_COLLECTIVES, "of the link"): ("grid_collectives.json", _collective_rows),
     (LINK_PEER, "s to the recipe's best"): ("peer_link.json", _link_peer_rows),
 }
 
