@@ -363,7 +363,7 @@ def axis_costs(world_size: int, nbytes: int = AXIS_PROBE_BYTES,
     r"""``[alpha, beta]`` of every kind of axis (:func:`axis_key`) a grid of
     ``world_size`` ranks has: the seconds of a call and the bytes per second
     a rank sends, from the grid's gather and reduce (their mean) of
-    :data:`~.ops.COLUMNS` columns timed at one row a rank and at ``nbytes``
+    ``ops.COLUMNS`` columns timed at one row a rank and at ``nbytes``
     sent a rank, every group of the kind at once (the fastest of ``repeats``
     after one that opens the connections), the slowest rank's. Collective:
     every rank makes the groups (:func:`~pyg_dist.runtime.grids.process_grid`
@@ -396,7 +396,7 @@ def axis_costs(world_size: int, nbytes: int = AXIS_PROBE_BYTES,
 
 def _axis_seconds(group: Any, size: int, rows: int, repeats: int) -> float:
     """The mean of a gather and a reduce of ``rows`` rows of
-    :data:`~.ops.COLUMNS` columns over ``group`` of ``size`` ranks, each the
+    ``ops.COLUMNS`` columns over ``group`` of ``size`` ranks, each the
     fastest of ``repeats`` after one."""
     x = torch.ones(rows, COLUMNS, device=distributed.collective_device(group))
     lo, hi = row_piece(rows, size, distributed.rank(group))
