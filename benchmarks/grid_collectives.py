@@ -50,6 +50,7 @@ def worker(args):
     from pyg_dist.runtime import distributed
     from pyg_dist.strategies.grid_3d import axis_costs, axis_key
     from pyg_dist.strategies.grid_3d.grid import grid_place
+    from pyg_dist.strategies.grid_3d.ops import piece_bytes
 
     pyg_dist.init()
     torch.set_num_threads(1)
@@ -60,8 +61,7 @@ def worker(args):
         group = grid_place(shape).group(axis)
         for rows, width in RUNS:
             x = torch.ones(rows, width)
-            piece_rows = [distributed.row_piece(rows, g, q) for q in range(g)]
-            lo, hi = piece_rows[distributed.rank(group)]
+            lo, hi = distributed.row_piece(rows, g, distributed.rank(group))
             piece = x[lo:hi].contiguous()
             for name in ("gather", "reduce"):
                 times = []
@@ -77,11 +77,10 @@ def worker(args):
                 slowest = torch.tensor(times)
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
                 if dist.get_rank() == 0:
-                    smallest = min(hi - lo for lo, hi in piece_rows)
                     print("ROW " + json.dumps({
                         "axis": g, "kind": axis_key(shape, axis), "op": name, "rows": rows,
                         "width": width,
-                        "bytes": (rows - smallest) * width * 4,
+                        "bytes": max(piece_bytes(rows, width, g, q) for q in range(g)),
                         "seconds": statistics.median(slowest.tolist())}), flush=True)
     probed = axis_costs(world)  # what the planner's probe measures, on the same testbed
     if dist.get_rank() == 0:

@@ -382,8 +382,8 @@ def axis_costs(world_size: int, nbytes: int = AXIS_PROBE_BYTES,
     for g, s in kinds:
         group = process_grid((world_size // (g * s), g, s)).group(1)
         for rows in (g, max(g, math.ceil(nbytes * g / ((g - 1) * 4 * COLUMNS)))):
-            smallest = min(b - a for a, b in (row_piece(rows, g, q) for q in range(g)))
-            values += [(rows - smallest) * COLUMNS * 4, _axis_seconds(group, g, rows, repeats)]
+            busiest = max(piece_bytes(rows, COLUMNS, g, q) for q in range(g))
+            values += [busiest, _axis_seconds(group, g, rows, repeats)]
     if values:
         values = distributed.all_reduce_values(values, "max")
     out = {}
@@ -433,10 +433,9 @@ def measure(model: nn.Module, data: Any) -> dict[str, Any] | None:
     except ValueError as exc:
         return {"refused": str(exc)}
     entry, mac = kernel_costs(data)
-    world = distributed.world_size()
     return {"program": program, "num_nodes": int(meta.num_nodes),
             "num_edges": int(meta.num_edges), "entry_seconds": entry, "mac_seconds": mac,
-            "axes": axis_costs(world) if world > 1 else {},
+            "axes": axis_costs(distributed.world_size()),
             "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()
                                if p.requires_grad)}
 
