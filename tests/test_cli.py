@@ -1,4 +1,8 @@
-"""The pyg-dist command line: partition, train on spawned ranks, train under torchrun."""
+"""The pyg-dist command line: partition, train on spawned ranks, train under torchrun.
+
+The commands run in the test process (:func:`run`, tests/command_line.py), their
+ranks as the command starts them; torchrun's job runs as processes
+(:func:`run_process`)."""
 import json
 import os
 import re
@@ -9,19 +13,29 @@ from pathlib import Path
 
 import pytest
 import torch
+from command_line import CLI, pyg_dist_command
 from graphs import CORA_RAW
 
 import pyg_dist
 from pyg_dist.datasets import synthetic
 from pyg_dist.strategies.feature_parallel import RUNS as FEATURE_PARALLEL_RUNS
 
-CLI = [sys.executable, "-m", "pyg_dist.cli"]
 DATA = Path(__file__).parent / "data"
 KEYS = {"test_acc", "val_acc", "epochs", "halo_bytes", "seconds", "parts", "model", "stopped",
         "time_to_target", "epochs_to_target"}
 
 
-def run(args, timeout=300, env=None):
+def run(args, env=None):
+    """``pyg-dist ARGS`` (``args`` begins with :data:`CLI`) in this process
+    (tests/command_line.py); asserts exit status 0."""
+    assert list(args[:len(CLI)]) == CLI, args
+    out = pyg_dist_command(*args[len(CLI):], env=env)
+    assert out.returncode == 0, f"pyg-dist {' '.join(out.args[1:])} failed:\n{out.stderr[-3000:]}"
+    return out
+
+
+def run_process(args, timeout=300, env=None):
+    """The command ``args`` as a process of its own; asserts exit status 0."""
     out = subprocess.run(args, capture_output=True, text=True, timeout=timeout,
                          env={**os.environ, **(env or {})})
     assert out.returncode == 0, f"{' '.join(map(str, args))} failed:\n{out.stderr[-3000:]}"
@@ -140,7 +154,7 @@ def test_train_on_cora_reaches_the_published_accuracy(tmp_path, model, accuracy)
     shutil.copytree(CORA_RAW, tmp_path / "Cora" / "raw")
     out = run(CLI + ["train", "--dataset", "cora", "--root", str(tmp_path), "--parts", "4",
                      "--model", model, "--epochs", "200", "--eval-every", "10",
-                     "--no-progress"], timeout=600)
+                     "--no-progress"])
     result = last_json(out.stdout)
     assert result["dataset"] == "cora" and result["epochs"] == 200 and result["parts"] == 4
     assert result["model"] == model
@@ -200,10 +214,10 @@ def test_train_under_torchrun_joins_the_group():
     """Also sends gradients through COVAP's DDP hook, one half a step."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node", "2"]
-    out = run(torchrun + ["-m", "pyg_dist.cli", "train", "--dataset", "synthetic",
-                          "--num-nodes", "600", "--parts", "2", "--epochs", "4", "--no-progress",
-                          "--grad-compress", "covap:2"],
-              env={"OMP_NUM_THREADS": "1"})
+    out = run_process(torchrun + ["-m", "pyg_dist.cli", "train", "--dataset", "synthetic",
+                                  "--num-nodes", "600", "--parts", "2", "--epochs", "4",
+                                  "--no-progress", "--grad-compress", "covap:2"],
+                      env={"OMP_NUM_THREADS": "1"})
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, out.stdout  # rank 0 alone reports
     result = json.loads(lines[0])
@@ -277,19 +291,29 @@ def test_layouts_prints_every_grid_and_the_one_moving_fewest_bytes(tmp_path):
     assert f"--stages {best['stages']}" in best["command"]
 
 
-def test_train_help_fits_a_screen_with_each_strategy_s_group_on_request():
+def test_train_help_fits_a_screen_with_each_strategy_s_group_on_request(monkeypatch, capsys):
     """62 lines at 80 columns: the default strategy's options and the run's; each
-    other strategy's group on request."""
-    out = run(CLI + ["train", "--help"], env={"COLUMNS": "80"})
-    lines = out.stdout.splitlines()
-    assert len(lines) <= 62, len(lines)
+    other strategy's group on request. (The parser of the command, in this
+    process: a help prints and exits before anything else runs.)"""
+    from pyg_dist.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+
+    def shown(*argv):
+        with pytest.raises(SystemExit) as exit:
+            main(["train", *argv, "--help"])
+        assert exit.value.code == 0
+        return capsys.readouterr().out.splitlines()
+
+    lines = shown()
+    assert lines[0].startswith("usage: pyg-dist train ") and len(lines) <= 62, lines
+    assert max(map(len, lines)) <= 80
     groups = [line for line in lines if line and not line.startswith(" ")]
     assert not [g for g in groups if g.startswith("strategy: ")]
     for name, title in [("gradient-only", "strategy: gradient-only:"),
                         ("layer-pipeline", "strategy: layer-pipeline (deep models):"),
                         ("auto", "strategy: auto (chosen by a probe and predictions):")]:
-        shown = run(CLI + ["train", "--strategy", name, "--help"], env={"COLUMNS": "80"})
-        assert [line for line in shown.stdout.splitlines() if line.startswith("strategy: ")] \
+        assert [line for line in shown("--strategy", name) if line.startswith("strategy: ")] \
             == [title]
 
 

@@ -1,7 +1,6 @@
 """``pyg-dist plan``'s table: the best few per risk, each against exact
 training, the choice marked, why each other one lost; rows worked by hand."""
-import subprocess
-import sys
+from command_line import pyg_dist_command
 
 from pyg_dist.cli.plan_table import plan_table
 
@@ -84,9 +83,8 @@ def test_equally_fast_rows_lose_on_bytes_shown_apart_or_on_speed():
 
 
 def test_plan_prints_the_table_on_a_real_probe():
-    out = subprocess.run([sys.executable, "-m", "pyg_dist.cli", "plan", "--dataset",
-                          "synthetic", "--num-nodes", "300", "--parts", "2", "--epochs", "20",
-                          "--no-progress"], capture_output=True, text=True, timeout=300)
+    out = pyg_dist_command("plan", "--dataset", "synthetic", "--num-nodes", "300", "--parts",
+                           "2", "--epochs", "20", "--no-progress")
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert "strategies predicted for 20 epochs on 2 ranks" in lines[0]

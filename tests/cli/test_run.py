@@ -2,21 +2,17 @@
 docs/hetero.md spells it: HGT needs every halo row, so Auto keeps them even
 where the halo is small enough to isolate another model's layers."""
 import json
-import os
-import subprocess
-import sys
 
+from command_line import pyg_dist_command
 from hetero.hetero_graphs import two_community_hetero
 
 import pyg_dist
 from pyg_dist.halo import parse_policy
 
-CLI = [sys.executable, "-m", "pyg_dist.cli", "train"]
-
 
 def train(*args):
-    out = subprocess.run(CLI + [*args, "--no-progress"], capture_output=True, text=True,
-                         timeout=300, env=os.environ)
+    """``pyg-dist train ARGS`` in this process (tests/command_line.py): its JSON line."""
+    out = pyg_dist_command("train", *args, "--no-progress")
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -3,13 +3,12 @@
 the fixture was written from."""
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from command_line import pyg_dist_command
 from torch_geometric.data import HeteroData
 from torch_geometric.transforms import ToUndirected
 
@@ -273,10 +272,8 @@ def test_damaged_ogbn_mag_folders_are_refused_naming_the_fix(mag, how, message):
 
 def test_pyg_dist_train_trains_ogbn_mag_from_its_folder(mag):
     root, _ = mag
-    done = subprocess.run([sys.executable, "-m", "pyg_dist.cli", "train", "--dataset",
-                           "ogbn-mag", "--root", str(root), "--parts", "2", "--epochs", "2",
-                           "--hidden", "8", "--no-progress"], capture_output=True, text=True,
-                          timeout=300)
+    done = pyg_dist_command("train", "--dataset", "ogbn-mag", "--root", root, "--parts", "2",
+                            "--epochs", "2", "--hidden", "8", "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
     assert result["dataset"] == "ogbn-mag" and result["node_type"] == "paper"

@@ -4,11 +4,9 @@ AUCs and the config (which reruns the job); ``pyg-dist embed`` writes the
 checkpointed model's embeddings; ``convert --task link`` writes the split
 and ``partition --distributed --task link`` cuts it on the ranks."""
 import json
-import os
-import subprocess
-import sys
 
 import torch
+from command_line import pyg_dist_command
 from tolerances import assert_close
 
 import pyg_dist
@@ -18,12 +16,10 @@ from pyg_dist.models.link import LinkModel
 from pyg_dist.partitioning import read_meta, read_part
 from pyg_dist.tasks.supervision import split_links
 
-CLI = [sys.executable, "-m", "pyg_dist.cli"]
-
 
 def run(*args):
-    return subprocess.run(CLI + [*args], capture_output=True, text=True, timeout=300,
-                          env=os.environ)
+    """``pyg-dist ARGS`` in this process (tests/command_line.py)."""
+    return pyg_dist_command(*args)
 
 
 def test_train_task_link(tmp_path):

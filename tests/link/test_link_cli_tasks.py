@@ -9,12 +9,10 @@ ranks: the jobs the flags resolve to and what does not apply, refused in one
 line naming the fix."""
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from command_line import pyg_dist_command
 from ogbl_files import random_citation2, random_collab
 from tolerances import assert_close
 from torch_geometric.nn.models import LightGCN
@@ -30,13 +28,12 @@ from pyg_dist.nn import to_distributed
 from pyg_dist.strategies.link_task import LinkTask
 from pyg_dist.train import train
 
-CLI = [sys.executable, "-m", "pyg_dist.cli"]
 EPOCHS = 4
 
 
 def run(*args):
-    return subprocess.run(CLI + [*args], capture_output=True, text=True, timeout=300,
-                          env=os.environ)
+    """``pyg-dist ARGS`` in this process (tests/command_line.py)."""
+    return pyg_dist_command(*args)
 
 
 def last_line(out):

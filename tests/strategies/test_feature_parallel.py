@@ -17,13 +17,11 @@ process, the command line's in subprocesses."""
 import dataclasses
 import functools
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
+from command_line import pyg_dist_command
 from graphs import awkward_graph
 from tolerances import assert_close
 from torch_geometric.nn import GraphConv, SAGEConv
@@ -731,12 +729,9 @@ def test_options_read_back_from_configs():
 
 # -- the command line -----------------------------------------------------------------------
 
-CLI = [sys.executable, "-m", "pyg_dist.cli"]
-
-
 def cli(args, cwd):
-    out = subprocess.run(CLI + args, capture_output=True, text=True, timeout=600, cwd=cwd,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    """``pyg-dist ARGS`` in this process (tests/command_line.py): its JSON lines."""
+    out = pyg_dist_command(*args, cwd=cwd)
     assert out.returncode == 0, out.stderr[-3000:]
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 

@@ -14,13 +14,11 @@ One rank battery per world size (tests/worlds.py) runs every case; the test
 process builds the references."""
 import functools
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
+from command_line import pyg_dist_command
 from graphs import awkward_graph
 from tolerances import assert_close
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -730,12 +728,9 @@ def test_the_cli_refuses_models_naming_those_that_run():
         Grid3D().check_model("gcn", options={"norm": "batch_norm", "jk": "cat"})
 
 
-CLI = [sys.executable, "-m", "pyg_dist.cli"]
-
-
 def cli(args, cwd):
-    out = subprocess.run(CLI + args, capture_output=True, text=True, timeout=600, cwd=cwd,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    """``pyg-dist ARGS`` in this process (tests/command_line.py): its JSON lines."""
+    out = pyg_dist_command(*args, cwd=cwd)
     assert out.returncode == 0, out.stderr[-3000:]
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 

@@ -4,12 +4,10 @@ read from the single-process folders it was written from: the same blocks
 of every layout, the same runs, node sums, features and labels, and the same
 weights after training; bad grids and worlds refused naming the fix."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from command_line import pyg_dist_command
 from graphs import awkward_graph
 from worlds import Battery
 
@@ -164,9 +162,8 @@ def test_another_grid_seed_format_or_a_taken_folder_is_refused_naming_the_fix(ra
 
 
 def cli(args, cwd):
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
-    return subprocess.run([sys.executable, "-m", "pyg_dist.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    """``pyg-dist ARGS`` in this process (tests/command_line.py)."""
+    return pyg_dist_command(*args, cwd=cwd)
 
 
 def test_the_cli_writes_a_grid_folder_on_the_grids_ranks_and_trains_from_it(tmp_path):
