@@ -5,8 +5,8 @@
   kernels can compile them on first use;
 * where torch is importable at build time (``python -m build --wheel
   --no-isolation``, see scripts/build_wheel.sh), the wheel is a binary one:
-  the kernels are compiled now, once per :data:`pyg_dist.ops.cpu_build.VARIANTS`
-  entry, with the flags that :mod:`pyg_dist.ops.cpu_build` defines, and the wheel
+  the kernels are compiled now, once per :data:`pyg_dist.runtime.cpu_build.VARIANTS`
+  entry, with the flags that :mod:`pyg_dist.runtime.cpu_build` defines, and the wheel
   requires the torch minor release it was compiled against. Elsewhere (an
   isolated build, an sdist, an editable install, or
   ``PYG_DIST_BUILD_CPU_KERNELS=0``) the wheel is pure and asks for
@@ -43,10 +43,10 @@ PURE_COMMANDS = ("sdist", "editable_wheel", "develop")
 
 
 def load_cpu_build():
-    """``pyg_dist/ops/cpu_build.py`` loaded by its path: the package itself needs torch."""
+    """``pyg_dist/runtime/cpu_build.py`` loaded by its path: the package itself needs torch."""
     spec = importlib.util.spec_from_file_location("_pyg_dist_cpu_build",
-                                                  ROOT / "pyg_dist" / "ops" / "cpu_build.py")
-    assert spec is not None and spec.loader is not None, "pyg_dist/ops/cpu_build.py is missing"
+                                                  ROOT / "pyg_dist" / "runtime" / "cpu_build.py")
+    assert spec is not None and spec.loader is not None, "pyg_dist/runtime/cpu_build.py is missing"
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -91,7 +91,7 @@ def binary_setup() -> None:
     class BuildCpuKernels(BuildExtension):
         """Compiles each variant in its own temporary folder (the variants
         compile the same sources with different flags), and writes
-        :data:`~pyg_dist.ops.cpu_build.PREBUILT_INFO` next to the libraries."""
+        :data:`~pyg_dist.runtime.cpu_build.PREBUILT_INFO` next to the libraries."""
 
         def build_extension(self, ext) -> None:
             base = self.build_temp

@@ -98,7 +98,7 @@ from pyg_dist.config import Adam, Evaluation
 from pyg_dist.datasets import load_dataset, synthetic_recommendation
 from pyg_dist.models.link import LinkModel
 from pyg_dist.nn import to_distributed
-from pyg_dist.ops import cpu_ext
+from pyg_dist.runtime import cpu_ext
 from pyg_dist.strategies.link_task import LinkTask
 from pyg_dist.tasks.supervision import split_links
 from pyg_dist.train import train

@@ -68,8 +68,7 @@ from pyg_dist.config import Adam, Checkpoint, Evaluation, GradientOnly, GraphPar
 from pyg_dist.datasets import load_dataset
 from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
-from pyg_dist.ops import cpu_ext
-from pyg_dist.runtime import distributed
+from pyg_dist.runtime import cpu_ext, distributed
 from pyg_dist.train import train
 from pyg_dist.train.post import CorrectSmooth, correct_and_smooth
 

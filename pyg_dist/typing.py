@@ -4,7 +4,7 @@ Each ``WITH_*`` flag is found by trying the feature, not by reading version
 strings. A package that is installed but broken gives a warning, never a crash;
 asking for a feature whose package is missing raises an error naming the
 package to install (:func:`require`). ``WITH_CPU_EXT`` is resolved on first
-access, since it may compile the C++ kernels (see :mod:`pyg_dist.ops.cpu_ext`);
+access, since it may compile the C++ kernels (see :mod:`pyg_dist.runtime.cpu_ext`);
 importing pyg_dist never does.
 """
 from __future__ import annotations
@@ -13,6 +13,8 @@ import importlib
 import os
 import warnings
 from types import ModuleType
+
+from pyg_dist.runtime import cpu_ext
 
 __all__ = [
     "WITH_METIS",
@@ -54,8 +56,6 @@ WITH_CPU_EXT: bool
 
 def __getattr__(name: str) -> bool:
     if name == "WITH_CPU_EXT":
-        from pyg_dist.ops import cpu_ext
-
         return cpu_ext.is_available()
     raise AttributeError(f"module '{__name__}' has no attribute '{name}'")
 

@@ -103,7 +103,7 @@ def test_find_cycle_finds_one():
 def test_function_level_imports_and_submodules_count():
     names = set(modules())
     graph = import_graph()
-    assert "pyg_dist.ops.cpu_ext" in graph["pyg_dist.typing"]  # inside a function
+    assert "pyg_dist.testing.cluster" in graph["pyg_dist.testing.decorators"]  # inside a function
     assert "pyg_dist.ops.cpu" in graph["pyg_dist.ops.backends"]  # from pkg import module
     assert graph["pyg_dist.ops.triton"] == {"pyg_dist.typing", "pyg_dist.ops.triton.backend"}
     assert _known("pyg_dist.ops.spmm.spmm", names) == "pyg_dist.ops.spmm"
@@ -169,7 +169,7 @@ def test_every_module_imports_on_its_own():
 
 
 def test_optional_dependencies_reach_only_the_cpu_loader():
-    """pyg_dist.typing finds the C++ extension through pyg_dist.ops.cpu_ext, which
+    """pyg_dist.typing finds the C++ extension through pyg_dist.runtime.cpu_ext, which
     reaches no op (only its build flags and the environment), so every op may
     import pyg_dist.typing."""
     graph = import_graph()
@@ -179,7 +179,7 @@ def test_optional_dependencies_reach_only_the_cpu_loader():
         if module not in seen:
             seen.add(module)
             todo.extend(graph[module])
-    assert seen == {"pyg_dist.typing", "pyg_dist.ops.cpu_ext", "pyg_dist.ops.cpu_build",
+    assert seen == {"pyg_dist.typing", "pyg_dist.runtime.cpu_ext", "pyg_dist.runtime.cpu_build",
                     "pyg_dist.runtime.env"}, sorted(seen)
 
 

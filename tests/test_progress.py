@@ -102,7 +102,8 @@ def test_a_compile_is_announced_on_its_own_line_before_the_bar(monkeypatch, caps
     first drawing below it, never on one line together."""
     import torch
 
-    from pyg_dist.ops import backends, cpu_ext
+    from pyg_dist.ops import backends
+    from pyg_dist.runtime import cpu_ext
 
     loaded = []
 

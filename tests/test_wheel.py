@@ -18,7 +18,7 @@ import pytest
 import torch
 from tolerances import assert_close
 
-from pyg_dist.ops import cpu_build
+from pyg_dist.runtime import cpu_build
 
 REPO = Path(__file__).resolve().parents[1]
 TORCH_MINOR = ".".join(torch.__version__.split("+")[0].split(".")[:2])
@@ -115,7 +115,7 @@ CHECK = textwrap.dedent("""
     warnings.simplefilter("always")
     with warnings.catch_warnings(record=True) as caught:
         import pyg_dist
-        from pyg_dist.ops import cpu_ext
+        from pyg_dist.runtime import cpu_ext
         from pyg_dist.ops import backends, gat, gat_ref, spmm, spmm_ref, to_csr
 
         g = torch.Generator().manual_seed(0)

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist import typing as pyg_dist_typing
+from pyg_dist.ops import cpu
 from pyg_dist.ops.gat_ref import GatArgs, GatGrads
 from pyg_dist.ops.torch_kernels import TorchKernels
 from pyg_dist.runtime import env
@@ -78,8 +79,6 @@ def _torch_kernels() -> Any:
 @functools.cache
 def _cpu_kernels() -> Any:
     """The C++ extension's kernels, or None when it cannot be built or loaded."""
-    from pyg_dist.ops import cpu
-
     return cpu.kernels() if cpu.is_available() else None
 
 
@@ -138,8 +137,6 @@ def resolve_name(backend: str | None, device_type: str, op: str = "spmm") -> str
                 f"or use backend='triton'"
             )
         if _cpu_kernels() is None:
-            from pyg_dist.ops import cpu
-
             raise RuntimeError(
                 f"'{op}' got backend='cpu' but pyg_dist's C++ extension is not available "
                 f"({cpu.unavailable_reason()}); use backend='torch', install the binary wheel "

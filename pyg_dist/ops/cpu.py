@@ -1,5 +1,5 @@
 """pyg_dist's C++ CPU kernels as a backend of :func:`pyg_dist.ops.spmm` and
-:func:`pyg_dist.ops.gat`. Loading them is :mod:`pyg_dist.ops.cpu_ext`'s
+:func:`pyg_dist.ops.gat`. Loading them is :mod:`pyg_dist.runtime.cpu_ext`'s
 (re-exported here): the binary wheel's prebuilt library, else a compile on
 first use (cached); without either (no prebuilt library and no compiler or
 ``ninja``, a failed build, or ``PYG_DIST_DISABLE_CPU_EXT=1``),
@@ -11,14 +11,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pyg_dist.ops.cpu_ext import (
+from pyg_dist.ops.gat_ref import GatArgs, GatGrads
+from pyg_dist.runtime.cpu_ext import (
     DISABLE_ENV,
     is_available,
     kernels_origin,
     source_dir,
     unavailable_reason,
 )
-from pyg_dist.ops.gat_ref import GatArgs, GatGrads
 
 __all__ = ["is_available", "unavailable_reason", "kernels_origin", "kernels", "source_dir",
            "CppKernels", "DISABLE_ENV"]

@@ -12,7 +12,8 @@ import pytest
 import torch
 from tolerances import TOL, assert_close
 
-from pyg_dist.ops import backends, cpu, cpu_ext, spmm, spmm_ref, to_csr
+from pyg_dist.ops import backends, cpu, spmm, spmm_ref, to_csr
+from pyg_dist.runtime import cpu_ext
 from pyg_dist.testing import withCPUExtension
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -8,7 +8,7 @@ says which):
    (``pyg_dist/_cpu_kernels_<variant>*.so``, built by
    ``scripts/build_wheel.sh``), the variant of
    :func:`torch.backends.cpu.get_cpu_capability` (AVX2 or baseline, see
-   :mod:`pyg_dist.ops.cpu_build`), loaded with :func:`torch.ops.load_library`.
+   :mod:`pyg_dist.runtime.cpu_build`), loaded with :func:`torch.ops.load_library`.
    A library built for another torch release is not loaded, and one that
    fails to load warns with the cause and the fix (reinstall the wheel built
    for your torch); either way the kernels are compiled as in 2.
@@ -53,8 +53,7 @@ from typing import Literal
 
 import torch
 
-from pyg_dist.ops import cpu_build
-from pyg_dist.runtime import env
+from pyg_dist.runtime import cpu_build, env
 
 __all__ = ["is_available", "unavailable_reason", "kernels_origin", "kernels_library",
            "source_dir", "environment", "DISABLE_ENV", "STALE_LOCK_SECONDS", "COMPILE_MESSAGE"]

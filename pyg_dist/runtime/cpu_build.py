@@ -2,7 +2,7 @@
 and linker flags, and the libraries a binary wheel ships. One source of truth
 for both builds: ``setup.py`` compiles the wheel's libraries with it (loading
 this file by path, so it imports nothing but the standard library), and
-:mod:`pyg_dist.ops.cpu_ext` compiles on first use with it.
+:mod:`pyg_dist.runtime.cpu_ext` compiles on first use with it.
 
 A wheel ships one library per :data:`VARIANTS` entry, each compiled with the
 flags of a CPU capability as :func:`torch.backends.cpu.get_cpu_capability`
