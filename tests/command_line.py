@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import subprocess
-import sys
 from typing import Any
-
-#: ``pyg-dist`` as a process of its own.
-CLI = [sys.executable, "-m", "pyg_dist.cli"]
 
 
 def pyg_dist_command(*args: Any, env: dict[str, str] | None = None,
@@ -50,3 +47,11 @@ def pyg_dist_command(*args: Any, env: dict[str, str] | None = None,
         code = 1
     return subprocess.CompletedProcess(["pyg-dist", *argv], code or 0, out.getvalue(),
                                        err.getvalue())
+
+
+def json_lines(*args: Any, cwd: str | os.PathLike | None = None) -> list[dict]:
+    """The JSON lines ``pyg-dist ARGS`` prints in this process, in ``cwd``;
+    asserts exit status 0."""
+    out = pyg_dist_command(*args, cwd=cwd)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]

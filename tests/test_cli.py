@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from command_line import CLI, pyg_dist_command
+from command_line import pyg_dist_command
 from graphs import CORA_RAW
 
 import pyg_dist
@@ -26,10 +26,9 @@ KEYS = {"test_acc", "val_acc", "epochs", "halo_bytes", "seconds", "parts", "mode
 
 
 def run(args, env=None):
-    """``pyg-dist ARGS`` (``args`` begins with :data:`CLI`) in this process
-    (tests/command_line.py); asserts exit status 0."""
-    assert list(args[:len(CLI)]) == CLI, args
-    out = pyg_dist_command(*args[len(CLI):], env=env)
+    """``pyg-dist ARGS`` in this process (tests/command_line.py); asserts exit
+    status 0."""
+    out = pyg_dist_command(*args, env=env)
     assert out.returncode == 0, f"pyg-dist {' '.join(out.args[1:])} failed:\n{out.stderr[-3000:]}"
     return out
 
@@ -61,7 +60,7 @@ def layer0_widths(narrower, input_width, steps):
 
 
 def test_partition_command(tmp_path):
-    out = run(CLI + ["partition", "--dataset", "synthetic", "--num-nodes", "500", "--parts", "3",
+    out = run(["partition", "--dataset", "synthetic", "--num-nodes", "500", "--parts", "3",
                      "--method", "random", "--out", str(tmp_path / "p")])
     summary = last_json(out.stdout)
     assert summary["num_parts"] == 3 and sum(summary["part_sizes"]) == 500
@@ -69,7 +68,7 @@ def test_partition_command(tmp_path):
 
 
 def test_partition_a_large_graph_preset_with_overrides(tmp_path):
-    out = run(CLI + ["partition", "--dataset", "synthetic-arxiv", "--num-nodes", "3000",
+    out = run(["partition", "--dataset", "synthetic-arxiv", "--num-nodes", "3000",
                      "--avg-degree", "8", "--parts", "2", "--method", "metis-coarse",
                      "--out", str(tmp_path / "p")])
     summary = last_json(out.stdout)
@@ -83,7 +82,7 @@ def test_partition_distributed_command_writes_what_the_single_process_builder_do
 
     data = synthetic(num_nodes=400, seed=1)
     write_graph_folder(data, tmp_path / "graph")
-    out = run(CLI + ["partition", "--distributed", "--input", str(tmp_path / "graph"),
+    out = run(["partition", "--distributed", "--input", str(tmp_path / "graph"),
                      "--parts", "2", "--out", str(tmp_path / "p")])
     summary = last_json(out.stdout)
     meta = read_meta(tmp_path / "p")
@@ -125,7 +124,7 @@ def test_train_command_books_a_hand_count_and_ends_with_json(tmp_path, model, fi
     parts = tmp_path / "parts"
     meta = pyg_dist.partition(synthetic(num_nodes=800, seed=0), 2, parts)
     epochs = 4
-    out = run(CLI + ["train", "--dataset", "synthetic", "--parts-dir", str(parts), "--parts", "2",
+    out = run(["train", "--dataset", "synthetic", "--parts-dir", str(parts), "--parts", "2",
                      "--model", model, "--epochs", str(epochs), "--no-progress",
                      "--log-every", "2"])
     result = last_json(out.stdout)
@@ -152,7 +151,7 @@ def test_train_on_cora_reaches_the_published_accuracy(tmp_path, model, accuracy)
     (about 81.5% single-process; 0.80-0.83 over our seeds) and GAT (83.0 +- 0.7;
     heads 8 of 8 features, dropout 0.6 on features and attention, lr 0.005)."""
     shutil.copytree(CORA_RAW, tmp_path / "Cora" / "raw")
-    out = run(CLI + ["train", "--dataset", "cora", "--root", str(tmp_path), "--parts", "4",
+    out = run(["train", "--dataset", "cora", "--root", str(tmp_path), "--parts", "4",
                      "--model", model, "--epochs", "200", "--eval-every", "10",
                      "--no-progress"])
     result = last_json(out.stdout)
@@ -172,12 +171,12 @@ def test_post_step_books_its_accuracies_seconds_and_bytes(tmp_path):
     one the step starts from."""
     parts = tmp_path / "parts"
     meta = pyg_dist.partition(synthetic(num_nodes=600, seed=0), 2, parts)
-    first = run(CLI + ["train", "--dataset", "synthetic", "--parts-dir", str(parts),
+    first = run(["train", "--dataset", "synthetic", "--parts-dir", str(parts),
                        "--parts", "2", "--model", "sage", "--epochs", "6", "--norm", "batch",
                        "--jk", "cat", "--skip", "--labels-as-input", "--no-progress",
                        "--post", "cs,correction_layers=4,smoothing_layers=3"])
     (tmp_path / "run.json").write_text(first.stdout)
-    bare = run(CLI + ["train", "--config", str(tmp_path / "run.json"), "--post",
+    bare = run(["train", "--config", str(tmp_path / "run.json"), "--post",
                       "cs,correction_layers=0,smoothing_layers=0"])
     a, b = last_json(first.stdout), last_json(bare.stdout)
     assert a["config"]["post"] == {"name": "cs", "correction_layers": 4, "correction_alpha": 0.8,
@@ -227,7 +226,7 @@ def test_train_under_torchrun_joins_the_group():
 
 
 def test_gradient_only_training_sends_no_halo_in_training(tmp_path):
-    out = run(CLI + ["train", "--dataset", "synthetic", "--num-nodes", "800", "--parts", "2",
+    out = run(["train", "--dataset", "synthetic", "--num-nodes", "800", "--parts", "2",
                      "--strategy", "gradient-only", "--clusters-per-rank", "3",
                      "--regroup-every", "2", "--correction", "batch", "--epochs", "4",
                      "--no-progress"])
@@ -246,7 +245,7 @@ def test_bad_gradient_compression_is_refused_before_any_rank_starts():
 
 
 def test_a_layer_pipeline_counts_its_stage_boundaries(tmp_path):
-    out = run(CLI + ["train", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "2",
+    out = run(["train", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "2",
                      "--model", "gcn2", "--layers", "3", "--hidden", "8",
                      "--strategy", "layer-pipeline", "--stages", "2",
                      "--chunks", "2", "--initial-rows", "recompute", "--epochs", "3",
@@ -280,7 +279,7 @@ def test_bad_pipeline_options_are_refused_before_any_rank_starts(args, message):
 
 
 def test_layouts_prints_every_grid_and_the_one_moving_fewest_bytes(tmp_path):
-    out = run(CLI + ["layouts", "--dataset", "synthetic", "--num-nodes", "600", "--parts", "4",
+    out = run(["layouts", "--dataset", "synthetic", "--num-nodes", "600", "--parts", "4",
                      "--model", "resgcn", "--layers", "8", "--hidden", "16"])
     lines = [json.loads(line) for line in out.stdout.strip().splitlines()]
     layouts, best = lines[:-1], lines[-1]
@@ -348,14 +347,14 @@ def test_config_round_trip_reruns_the_same_job(tmp_path):
     """A run's JSON line fed back with --config is the same job (the same
     resolved config, accuracies and bytes); with --parts 1 on top, the same
     job on one rank, which exact training makes equal in accuracy."""
-    first = run(CLI + ["train", "--dataset", "synthetic", "--num-nodes", "600", "--parts", "2",
+    first = run(["train", "--dataset", "synthetic", "--num-nodes", "600", "--parts", "2",
                        "--epochs", "4", "--no-progress", "--model", "sage", "--lr", "0.02",
                        "--halo", "exact,compress=fp16", "--eval-every", "2", "--seed", "3",
                        "--lr-schedule", "cosine,warmup=1", "--phases", "3=exact",
                        "--patience", "50"])
     (tmp_path / "run.json").write_text(first.stdout)
-    again = run(CLI + ["train", "--config", str(tmp_path / "run.json")])
-    one = run(CLI + ["train", "--config", str(tmp_path / "run.json"), "--parts", "1",
+    again = run(["train", "--config", str(tmp_path / "run.json")])
+    one = run(["train", "--config", str(tmp_path / "run.json"), "--parts", "1",
                      "--halo", "exact"])
     a, b, c = (last_json(out.stdout) for out in (first, again, one))
     assert a["config"] == b["config"]
@@ -377,7 +376,7 @@ def test_plan_prints_every_strategy_fastest_first_then_the_choice():
 
     args = build_parser().parse_args(["train", "--strategy", "auto", "--accept", "stale"])
     assert parse_job(args).strategy == Planned(accept="stale")
-    out = run(CLI + ["plan", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "2",
+    out = run(["plan", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "2",
                      "--epochs", "50", "--accept", "compressed", "--no-progress", "--json"])
     lines = [json.loads(line) for line in out.stdout.strip().splitlines()]
     rows, choice = lines[:-1], lines[-1]
@@ -415,7 +414,7 @@ def test_convert_a_heterogeneous_dataset_then_partition_it_on_ranks(tmp_path, ca
     back = HeteroGraphFolder.open(graph).to_data()
     for e in data.edge_types:
         assert torch.equal(back[e].edge_index, data[e].edge_index), e
-    out = run(CLI + ["partition", "--distributed", "--input", str(graph), "--parts", "2",
+    out = run(["partition", "--distributed", "--input", str(graph), "--parts", "2",
                      "--out", str(parts)])
     assert last_json(out.stdout)["num_parts"] == 2
     meta = read_meta(parts)
@@ -432,14 +431,14 @@ def test_convert_a_heterogeneous_dataset_then_partition_it_on_ranks(tmp_path, ca
 def test_train_a_heterogeneous_graph(tmp_path):
     from pyg_dist.datasets import synthetic_mag
 
-    out = run(CLI + ["train", "--dataset", "synthetic-mag", "--num-nodes", "300", "--parts",
+    out = run(["train", "--dataset", "synthetic-mag", "--num-nodes", "300", "--parts",
                      "2", "--epochs", "2", "--hidden", "8", "--no-progress"])
     a = last_json(out.stdout)
     assert KEYS <= a.keys() and a["epochs"] == 2 and a["parts"] == 2
     assert a["model"] == "hetero-sage" and a["node_type"] == "paper"
     assert a["halo_bytes_fwd"] > 0 and a["halo_bytes_bwd"] > 0 and a["grad_bytes"] > 0
     pyg_dist.partition(synthetic_mag(num_nodes=300), 2, tmp_path / "p")
-    out = run(CLI + ["train", "--parts-dir", str(tmp_path / "p"), "--model", "rgcn",
+    out = run(["train", "--parts-dir", str(tmp_path / "p"), "--model", "rgcn",
                      "--halo", "stale:2", "--epochs", "2", "--hidden", "8", "--no-progress"])
     b = last_json(out.stdout)
     assert b["model"] == "rgcn" and b["halo"] == "stale:2" and b["parts"] == 2

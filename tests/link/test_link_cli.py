@@ -6,7 +6,7 @@ and ``partition --distributed --task link`` cuts it on the ranks."""
 import json
 
 import torch
-from command_line import pyg_dist_command
+from command_line import pyg_dist_command as run
 from tolerances import assert_close
 
 import pyg_dist
@@ -15,11 +15,6 @@ from pyg_dist.models import GNN
 from pyg_dist.models.link import LinkModel
 from pyg_dist.partitioning import read_meta, read_part
 from pyg_dist.tasks.supervision import split_links
-
-
-def run(*args):
-    """``pyg-dist ARGS`` in this process (tests/command_line.py)."""
-    return pyg_dist_command(*args)
 
 
 def test_train_task_link(tmp_path):

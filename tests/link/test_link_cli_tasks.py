@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from command_line import pyg_dist_command
+from command_line import pyg_dist_command as run
 from ogbl_files import random_citation2, random_collab
 from tolerances import assert_close
 from torch_geometric.nn.models import LightGCN
@@ -29,11 +29,6 @@ from pyg_dist.strategies.link_task import LinkTask
 from pyg_dist.train import train
 
 EPOCHS = 4
-
-
-def run(*args):
-    """``pyg-dist ARGS`` in this process (tests/command_line.py)."""
-    return pyg_dist_command(*args)
 
 
 def last_line(out):

@@ -21,7 +21,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from command_line import pyg_dist_command
+from command_line import json_lines
 from graphs import awkward_graph
 from tolerances import assert_close
 from torch_geometric.nn import GraphConv, SAGEConv
@@ -729,13 +729,6 @@ def test_options_read_back_from_configs():
 
 # -- the command line -----------------------------------------------------------------------
 
-def cli(args, cwd):
-    """``pyg-dist ARGS`` in this process (tests/command_line.py): its JSON lines."""
-    out = pyg_dist_command(*args, cwd=cwd)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-
-
 def test_the_cli_trains_a_grid_as_one_process_trains_the_whole_graph(tmp_path):
     """4 ranks, --slices 2: a 2x2 grid (the graph cut into 2 parts, each rank
     32 of the 64 features) trains as one process does; the run's line, given
@@ -744,14 +737,14 @@ def test_the_cli_trains_a_grid_as_one_process_trains_the_whole_graph(tmp_path):
     args = ["train", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "4",
             "--strategy", "feature-parallel", "--slices", "2", "--epochs", "8", "--lr", "0.05",
             "--no-progress"]
-    grid = cli(args, tmp_path)[-1]
+    grid = json_lines(*args, cwd=tmp_path)[-1]
     assert grid["strategy"] == "feature-parallel" and grid["grid"] == "2x2"
     assert grid["config"]["strategy"] == {"name": "feature-parallel", "slices": 2,
                                           "halo": None, "pre_aggregate": None}
     assert grid["all_to_all_bytes"] > 0 and grid["halo_bytes_fwd"] > 0
     (tmp_path / "run.json").write_text(json.dumps(grid))
-    one = cli(["train", "--config", "run.json", "--parts", "1", "--strategy", "graph-parallel",
-               "--no-progress"], tmp_path)[-1]
+    one = json_lines("train", "--config", "run.json", "--parts", "1", "--strategy",
+                     "graph-parallel", "--no-progress", cwd=tmp_path)[-1]
     assert one["config"]["strategy"]["name"] == "graph-parallel"
     for key in ("model", "optimizer", "evaluation"):
         assert one["config"][key] == grid["config"][key], key

@@ -18,7 +18,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from command_line import pyg_dist_command
+from command_line import json_lines
 from graphs import awkward_graph
 from tolerances import assert_close
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -728,13 +728,6 @@ def test_the_cli_refuses_models_naming_those_that_run():
         Grid3D().check_model("gcn", options={"norm": "batch_norm", "jk": "cat"})
 
 
-def cli(args, cwd):
-    """``pyg-dist ARGS`` in this process (tests/command_line.py): its JSON lines."""
-    out = pyg_dist_command(*args, cwd=cwd)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-
-
 def test_the_cli_trains_a_grid_as_one_process_trains_the_whole_graph(tmp_path):
     """2 ranks, --grid 1x1x2 (the graph cut into a part per rank, read back
     as blocks): the run's line, given as --config with one rank and
@@ -743,14 +736,14 @@ def test_the_cli_trains_a_grid_as_one_process_trains_the_whole_graph(tmp_path):
     args = ["train", "--dataset", "synthetic", "--num-nodes", "400", "--parts", "2",
             "--strategy", "grid-3d", "--grid", "1x1x2", "--epochs", "8", "--lr", "0.05",
             "--no-progress"]
-    grid = cli(args, tmp_path)[-1]
+    grid = json_lines(*args, cwd=tmp_path)[-1]
     assert grid["strategy"] == "grid-3d" and grid["grid"] == "1x1x2"
     assert grid["config"]["strategy"] == {"name": "grid-3d", "x": 1, "y": 1, "z": 2,
                                           "grid": None, "seed": 0, "edge_weight": False,
                                           "sums": "scatter"}
     (tmp_path / "run.json").write_text(json.dumps(grid))
-    one = cli(["train", "--config", "run.json", "--parts", "1", "--strategy", "graph-parallel",
-               "--no-progress"], tmp_path)[-1]
+    one = json_lines("train", "--config", "run.json", "--parts", "1", "--strategy",
+                     "graph-parallel", "--no-progress", cwd=tmp_path)[-1]
     assert one["config"]["strategy"]["name"] == "graph-parallel"
     assert (one["test_acc"], one["val_acc"], one["best_epoch"]) == (
         grid["test_acc"], grid["val_acc"], grid["best_epoch"])
