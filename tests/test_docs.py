@@ -24,8 +24,11 @@ printed is TEXT (or, when TEXT ends in ``...``, starts with what comes before).
 from __future__ import annotations
 
 import ast
+import json
+import multiprocessing
 import os
 import re
+import runpy
 import shlex
 import shutil
 import subprocess
@@ -359,6 +362,51 @@ def runnable(page: Path) -> list[Block]:
     return [b for b in blocks(page) if b.kind in ("python", "shell") and b.reason is None]
 
 
+#: The modules every rank's fork server imports first (pyg_dist.launch's).
+PRELOAD = ["torch", "torch_geometric", "scipy.sparse.csgraph"]
+
+
+def _python_block(script: str, environ: dict[str, str], path: list[str], out: str,
+                  err: str) -> None:
+    """A Python block's process: in the clone, with its environment, its
+    output to files, run as ``python SCRIPT`` runs it (``__main__``, argv,
+    the script's folder, then ``path``, a fresh interpreter's)."""
+    os.chdir(os.path.dirname(script))
+    os.environ.clear()
+    os.environ.update(environ)
+    for fd, name in ((1, out), (2, err)):
+        os.dup2(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.path[:] = [os.path.dirname(script), *path]
+    runpy.run_path(script, run_name="__main__")
+
+
+def run_python(script: Path, environ: dict[str, str]) -> subprocess.CompletedProcess:
+    """``python SCRIPT`` as a process forked from the fork server that this
+    test process's ranks come from, which has imported torch and PyG: a
+    fresh interpreter would spend seconds of CPU importing them again.
+    Everything else is the block's own (names, modules it imports, the
+    ranks it starts); what it writes and its exit status come back as
+    :func:`subprocess.run` gives them."""
+    path = json.loads(subprocess.run(
+        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+        env=environ, capture_output=True, text=True, check=True).stdout)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    out, err = script.with_suffix(".out"), script.with_suffix(".err")
+    process = context.Process(target=_python_block, name=script.name,
+                              args=(str(script), environ, path, str(out), str(err)))
+    process.start()
+    process.join(900)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+        raise subprocess.TimeoutExpired(script.name, 900)
+    return subprocess.CompletedProcess([script.name], process.exitcode, out.read_text(),
+                                       err.read_text())
+
+
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("page", [p for p in PAGES if runnable(p)],
                          ids=lambda p: p.stem)
@@ -374,16 +422,16 @@ def test_every_example_of_the_page_runs_from_a_clone(page, tmp_path, capsys):
         shown: dict[int, str] = {}
         if block.kind == "python":
             script = folder / f"{page.stem}_{number}.py"
-            command = [sys.executable, script.name]
             code, shown = instrumented(block.script())
+            script.write_text(code)
+            start = time.perf_counter()
+            done = run_python(script, env)
         else:
             script = folder / f"{page.stem}_{number}.sh"
-            command = ["bash", "-e", "-o", "pipefail", script.name]
-            code = block.script()
-        script.write_text(code)
-        start = time.perf_counter()
-        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=900,
-                              env=env)
+            script.write_text(block.script())
+            start = time.perf_counter()
+            done = subprocess.run(["bash", "-e", "-o", "pipefail", script.name], cwd=folder,
+                                  capture_output=True, text=True, timeout=900, env=env)
         took.append(time.perf_counter() - start)
         assert done.returncode == 0, (
             f"{block.where} ({block.kind}) fails from a clone (exit {done.returncode}); fix it, "
