@@ -19,6 +19,12 @@ from pyg_dist.cli import commands, run  # noqa: E402  (after the Triton flag)
 HOSTS = ("test_multihost.py", "test_slurm.py", "test_cluster.py")
 
 
+#: Test files that read one battery's results (tests/worlds.py, its
+#: ``users``), by folder: one worker runs each group, so the ranks start once.
+TOGETHER = {
+    "link": ("test_link_embeddings.py", "test_link_metrics.py", "test_link_train.py"),
+    "halo": ("test_compress.py", "test_ledger.py", "test_policies.py"),
+}
 #: Files of minutes whose tests share nothing at module level: under xdist
 #: each of their tests may run in either worker.
 SPREAD = ("test_docs.py",)
@@ -32,8 +38,9 @@ FIRST = ("test_docs.py", *HOSTS, "test_cli.py", "test_preemption.py", "test_faul
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (scripts/test.sh runs two workers): each test file
     runs in one worker, so a module's fixtures (its rank battery) start once,
-    the namespaced hosts' files run in one worker, and a :data:`SPREAD`
-    file's tests go wherever a worker is free."""
+    so do the files of a :data:`TOGETHER` group, the namespaced hosts' files
+    run in one worker, and a :data:`SPREAD` file's tests go wherever a
+    worker is free."""
     from xdist.scheduler import LoadFileScheduling
 
     # Scopes in the order the workers collected them (the FIRST files
@@ -47,7 +54,10 @@ def pytest_xdist_make_scheduler(config, log):
             name = os.path.basename(file)
             if name in SPREAD:
                 return nodeid
-            return "hosts" if name in HOSTS else file
+            if name in HOSTS:
+                return "hosts"
+            folder = os.path.basename(os.path.dirname(file))
+            return folder if name in TOGETHER.get(folder, ()) else file
 
     return FileScheduling(config, log)
 

@@ -19,7 +19,7 @@ def prepare(root):
 
 
 POLICIES = Battery(WORLD, body, prepare, timeout=900, name="halo policies",
-                   users=("test_compress.py", "test_policies.py"))
+                   users=("test_compress.py", "test_ledger.py", "test_policies.py"))
 
 
 @pytest.fixture(scope="session")

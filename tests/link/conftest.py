@@ -1,5 +1,8 @@
-"""One launch per world size for every link test module: the rank-side
-checks of tests/link run as one battery (link_cases.rank_body)."""
+"""One battery per world size for every link test module that checks ranks:
+the rank-side checks of tests/link run as one battery (link_cases.rank_body),
+launched once for the modules of :data:`USERS` (tests/conftest.py keeps them
+in one worker)."""
+import functools
 import os
 import sys
 
@@ -9,6 +12,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 
 import link_cases  # noqa: E402
+from worlds import Battery  # noqa: E402
 
 import pyg_dist  # noqa: E402
 from pyg_dist.datasets import synthetic_recommendation  # noqa: E402
@@ -20,7 +24,7 @@ CASES = [  # (model, cut, undirected)
 ]
 
 
-def _prepare(root, world):
+def _prepare(world, root):
     cases, refs = [], []
     gen = torch.Generator().manual_seed(world)
     for i, (kind, method, undirected) in enumerate(CASES):
@@ -41,14 +45,22 @@ def _prepare(root, world):
         cases.append({"parts": str(parts), "emb": str(root / f"emb-{kind}"), "kind": kind,
                       "index": index, "weight": weight, "state": state})
         refs.append((data, split, link_cases.reference(kind, split)))
-    return cases, refs
+    return (cases,), (cases, refs)
 
 
-@pytest.fixture(scope="session", params=[2, 3, 4])
+#: The test modules that read the ranks' results.
+USERS = ("test_link_embeddings.py", "test_link_metrics.py", "test_link_train.py")
+WORLDS = {size: Battery(size, link_cases.rank_body, functools.partial(_prepare, size),
+                        name=f"link cases on {size} ranks", users=USERS)
+          for size in (2, 3, 4)}
+
+
+@pytest.fixture(scope="session", params=sorted(WORLDS))
 def world(request, tmp_path_factory):
+    """``(world size, cases, references, per-rank results)``; each world
+    launches once, whichever module asks first."""
     size = request.param
-    cases, refs = _prepare(tmp_path_factory.mktemp(f"link{size}"), size)
-    results = pyg_dist.launch(link_cases.rank_body, world_size=size, args=(cases,))
+    (cases, refs), results = WORLDS[size].results(tmp_path_factory)
     return size, cases, refs, results
 
 

@@ -1,5 +1,9 @@
 """The shared launches of rank batteries (tests/worlds.py): batteries that
-fail together and pass alone are reported as interacting, naming them."""
+fail together and pass alone are reported as interacting, naming them; the
+files that read one battery run in one xdist worker."""
+import ast
+from pathlib import Path
+
 import pytest
 import worlds
 
@@ -49,3 +53,40 @@ def test_batteries_that_fail_together_and_pass_alone_fail_naming_both(tmp_path, 
         assert "the batteries leaves, reads fail when they share one launch and pass alone" \
             in message, message
         assert "found a cache entry another battery left" in message, message
+
+
+def shared_batteries(tests: Path) -> dict[str, tuple[str, ...]]:
+    """Every ``Battery(..., users=...)`` of the test files under ``tests``
+    whose results several files read: where it is declared -> those files."""
+    found = {}
+    for path in sorted(tests.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        constants = {target.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                     for target in node.targets if isinstance(target, ast.Name)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Battery":
+                for keyword in node.keywords:
+                    if keyword.arg == "users":
+                        value = keyword.value
+                        if isinstance(value, ast.Name):
+                            value = constants[value.id]
+                        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) > 1:
+                            users = tuple(ast.literal_eval(value))
+                            found[path.relative_to(tests).as_posix()] = users
+    return found
+
+
+def test_files_that_read_one_battery_run_in_one_worker(request):
+    """Under xdist each worker launches the batteries of the files it runs:
+    the files that read one battery form one of tests/conftest.py's
+    TOGETHER groups (their folder's), or its ranks start in both workers."""
+    tests = Path(__file__).resolve().parents[1]
+    conftest = next(p for p in request.config.pluginmanager.get_plugins()
+                    if getattr(p, "__file__", None) == str(tests / "conftest.py"))
+    shared = shared_batteries(tests)
+    assert {"halo/conftest.py", "link/conftest.py"} <= set(shared), shared
+    for where, users in shared.items():
+        folder = Path(where).parent.name
+        assert set(users) <= set(conftest.TOGETHER.get(folder, ())), (
+            f"{where}'s battery is read by {users}: list them in tests/conftest.py's "
+            f"TOGETHER[{folder!r}]")
