@@ -28,12 +28,12 @@ import json
 import multiprocessing
 import os
 import re
-import runpy
 import shlex
 import shutil
 import subprocess
 import sys
 import time
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -328,6 +328,36 @@ def test_a_shown_print_is_checked_against_what_it_prints():
         check_prints(block, {3: "4 a"}, done.stdout)
 
 
+#: Scripts whose exit status and output must be those of ``python SCRIPT``.
+AS_PYTHON_RUNS_THEM = {
+    "where.py": "import os, sys\nprint(__name__, sys.argv, os.getcwd(), sys.path[0])\n"
+                "print(os.environ['BLOCK_VALUE'])\nprint(sorted(k for k in globals()"
+                " if not k.startswith('__')))\n",
+    "exits.py": "import sys\nprint('before')\nsys.exit(3)\n",
+    "says.py": "raise SystemExit('a message')\n",
+    "raises.py": "print('partial')\nraise ValueError('a block that fails')\n",
+    "tests_dir.py": "import tolerances\n",  # tests/ is not on a block's path
+    "main_guard.py": "import multiprocessing as mp\n\ndef square(x):\n    return x * x\n\n"
+                     "if __name__ == '__main__':\n"
+                     "    with mp.get_context('spawn').Pool(1) as pool:\n"
+                     "        print(pool.map(square, [3]))\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(AS_PYTHON_RUNS_THEM))
+def test_a_python_block_runs_as_python_runs_the_script(name, tmp_path):
+    script = tmp_path / name
+    script.write_text(AS_PYTHON_RUNS_THEM[name])
+    env = {**os.environ, "BLOCK_VALUE": "from the block's environment"}
+    env.pop("PYTHONPATH", None)
+    fresh = subprocess.run([sys.executable, name], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=120)
+    forked = run_python(script, env)
+    assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout)
+    # the same error, its traceback through runpy's frames
+    assert forked.stderr.splitlines()[-1:] == fresh.stderr.splitlines()[-1:]
+
+
 def clone(folder: Path) -> Path:
     """``folder`` laid out like a clone after its set-up: the tracked files
     of :data:`CLONE` and ``.venv`` (this interpreter's environment)."""
@@ -368,18 +398,25 @@ PRELOAD = ["torch", "torch_geometric", "scipy.sparse.csgraph"]
 
 def _python_block(script: str, environ: dict[str, str], path: list[str], out: str,
                   err: str) -> None:
-    """A Python block's process: in the clone, with its environment, its
-    output to files, run as ``python SCRIPT`` runs it (``__main__``, argv,
-    the script's folder, then ``path``, a fresh interpreter's)."""
-    os.chdir(os.path.dirname(script))
+    """A Python block's process, as ``python NAME`` in the script's folder
+    starts it: that folder, the environment, argv, a ``__main__`` of its
+    own (its absolute ``__file__``), the folder and then ``path`` (a fresh
+    interpreter's) to import from; its output to files."""
+    folder, name = os.path.split(script)
+    os.chdir(folder)
     os.environ.clear()
     os.environ.update(environ)
-    for fd, name in ((1, out), (2, err)):
-        os.dup2(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    for fd, file in ((1, out), (2, err)):
+        os.dup2(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
     sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # noqa: SIM115
     sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.path[:] = [os.path.dirname(script), *path]
-    runpy.run_path(script, run_name="__main__")
+    sys.path[:] = [folder, *path]
+    sys.argv = [name]
+    main = types.ModuleType("__main__")
+    main.__file__ = script
+    sys.modules["__main__"] = main
+    code = compile(Path(script).read_text(), script, "exec")
+    exec(code, main.__dict__)
 
 
 def run_python(script: Path, environ: dict[str, str]) -> subprocess.CompletedProcess:
