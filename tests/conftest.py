@@ -34,6 +34,16 @@ FIRST = ("test_docs.py", *HOSTS, "test_cli.py", "test_preemption.py", "test_faul
          "test_wheel.py", "test_compress.py", "test_resume.py", "test_imports.py")
 
 
+def pytest_configure(config):
+    """An xdist worker's own torch ops take its share of the cores: two
+    workers on two cores with two threads each would wait for each other's
+    threads (the ranks they start take their share already, see
+    :func:`pyg_dist.launch`)."""
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if workers:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (scripts/test.sh runs two workers): each test file
