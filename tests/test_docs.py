@@ -419,16 +419,24 @@ def _python_block(script: str, environ: dict[str, str], path: list[str], out: st
     exec(code, main.__dict__)
 
 
-def run_python(script: Path, environ: dict[str, str]) -> subprocess.CompletedProcess:
+def fresh_path(environ: dict[str, str]) -> list[str]:
+    """The import path of a fresh interpreter with ``environ``, after its
+    script's folder."""
+    return json.loads(subprocess.run(
+        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+        env=environ, capture_output=True, text=True, check=True).stdout)
+
+
+def run_python(script: Path, environ: dict[str, str],
+               path: list[str] | None = None) -> subprocess.CompletedProcess:
     """``python SCRIPT`` as a process forked from the fork server that this
     test process's ranks come from, which has imported torch and PyG: a
     fresh interpreter would spend seconds of CPU importing them again.
     Everything else is the block's own (names, modules it imports, the
     ranks it starts); what it writes and its exit status come back as
-    :func:`subprocess.run` gives them."""
-    path = json.loads(subprocess.run(
-        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
-        env=environ, capture_output=True, text=True, check=True).stdout)
+    :func:`subprocess.run` gives them. ``path``: the import path after the
+    script's folder (:func:`fresh_path` of ``environ`` when not given)."""
+    path = fresh_path(environ) if path is None else path
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
     out, err = script.with_suffix(".out"), script.with_suffix(".err")
@@ -454,6 +462,7 @@ def test_every_example_of_the_page_runs_from_a_clone(page, tmp_path, capsys):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
                                  f"{os.environ.get('PATH', '')}"}
     env.pop("PYTHONPATH", None)
+    path = fresh_path(env)
     took = []
     for number, block in enumerate(runnable(page), 1):
         shown: dict[int, str] = {}
@@ -462,7 +471,7 @@ def test_every_example_of_the_page_runs_from_a_clone(page, tmp_path, capsys):
             code, shown = instrumented(block.script())
             script.write_text(code)
             start = time.perf_counter()
-            done = run_python(script, env)
+            done = run_python(script, env, path)
         else:
             script = folder / f"{page.stem}_{number}.sh"
             script.write_text(block.script())

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from pyg_dist import typing as pyg_dist_typing
 from pyg_dist.ops import cpu
+from pyg_dist.ops import triton as triton_ops
 from pyg_dist.ops.gat_ref import GatArgs, GatGrads
 from pyg_dist.ops.torch_kernels import TorchKernels
 from pyg_dist.runtime import env
@@ -86,8 +87,6 @@ def _cpu_kernels() -> Any:
 def _triton_kernels() -> Any:
     if not pyg_dist_typing.WITH_TRITON:
         return None
-    from pyg_dist.ops import triton as triton_ops
-
     return triton_ops.kernels()
 
 
