@@ -94,6 +94,7 @@ GRID = "A 3D grid: balance and memory"
 GRID_METIS = "The 3D grid on a METIS cut"
 GRID_COLLECTIVES = "The grid's collectives alone"
 GRID_UNSHAPED = "The 3D grid with the links unshaped"
+LINK_PEER = "Link prediction against the sampling recipe"
 PEER_TABLE = "s to 78.10% val"  # the header that names the Cora table against the peer
 
 #: Where each figure of README.md comes from, in README's order: ``(results.md
@@ -233,7 +234,6 @@ def _embedding_rows(r: dict) -> list[list[str]]:
     return [[str(r["rank"]), f"{r['rows_mib']:.1f} MiB", f"{r['write_peak_kib']:,} KiB",
              f"{r['python_peak_kib']:,} KiB", f"{r['beyond_chunk_kib']:,} KiB",
              f"{r['write_s']:.2f} s"]]
-LINK_PEER = "Link prediction against the sampling recipe"
 
 
 def _link_peer_rows(r: dict) -> list[list[str]]:
@@ -266,9 +266,6 @@ def _collective_rows(r: dict) -> list[list[str]]:
              f"{run[0]['seconds'] / run[0]['link_s']:.2f}x" if run else "—"]]
 
 
-#: The results.md tables kept with the JSON their command wrote (in
-#: ``benchmarks/results/``): ``(section, a header cell naming the table) ->
-#: (JSON file, the table's rows of one JSON row)``.
 def _own_loop_rows(r: dict) -> list[list[str]]:
     """A row of the own-loop table, from ``benchmarks/own_loop.py``."""
     return [[str(r["ranks"]), *(f"{r[k]:.1%}" for k in ("single", "wrapped", "naive")),
@@ -282,6 +279,22 @@ def _grid_cluster_rows(r: dict) -> list[list[str]]:
              f"{r['predicted_s']:.3f}", f"{r['predicted_s'] / r['epoch_s']:.2f}x"]]
 
 
+def _partition_rows(r: dict) -> list[list[str]]:
+    """One graph's row of the partitioning table, from
+    ``benchmarks/partition.py``: METIS's seconds (inside METIS) and memory,
+    ``metis-coarse``'s, and both cuts."""
+    run = {x["method"]: x for x in r["runs"]}
+    metis, coarse, random = run["metis"], run["metis-coarse"], run["random"]
+    return [[f"{r['num_edges'] / 1e6:.3g}M",
+             f"{metis['seconds']:.1f} ({metis['metis_seconds']:.1f})",
+             f"{metis['added_bytes'] / r['input_bytes']:.2f}x", f"{coarse['seconds']:.1f}",
+             f"{coarse['added_bytes'] / r['input_bytes']:.2f}x",
+             f"{metis['cut_fraction']:.1%} / {random['cut_fraction']:.0%}"]]
+
+
+#: The results.md tables kept with the JSON their command wrote (in
+#: ``benchmarks/results/``): ``(section, a header cell naming the table) ->
+#: (JSON file, the table's rows of one JSON row)``.
 KEPT_TABLES = {
     ("Your own loop on Cora", "loop left as it is"): ("own_loop.json", _own_loop_rows),
     ("Pre-aggregation: rows a vertex cover saves", "METIS s"): ("preaggregate.json",
@@ -303,6 +316,8 @@ KEPT_TABLES = {
     (GRID_UNSHAPED, "in collectives s"): ("grid_3d_cluster_unshaped.json", _grid_cluster_rows),
     (GRID_COLLECTIVES, "of the link"): ("grid_collectives.json", _collective_rows),
     (LINK_PEER, "s to the recipe's best"): ("peer_link.json", _link_peer_rows),
+    ("Partitioning large graphs", "METIS s (inside METIS)"): ("partition.json",
+                                                              _partition_rows),
 }
 
 
