@@ -292,6 +292,74 @@ def _partition_rows(r: dict) -> list[list[str]]:
              f"{metis['cut_fraction']:.1%} / {random['cut_fraction']:.0%}"]]
 
 
+def _recipe_rows(r: dict) -> list[list[str]]:
+    """The recipes' rows on one graph, from ``benchmarks/time_to_accuracy.py``:
+    best validation, the test accuracy where validation first reached the
+    target, Correct & Smooth's seconds per evaluation (the peer, not run, is
+    no row)."""
+    out = []
+    for row in r["rows"]:
+        if "skipped" in row:
+            continue
+        post = row["times"]["post"] / len(row["curve"])
+        out.append([row["row"], f"{100 * row['best_val']:.2f}%",
+                    f"{100 * row['test_at_target']:.2f}% (epoch {row['epochs']})"
+                    if row["reached"] else "not reached", f"{post:.3f}" if post else "0"])
+    return out
+
+
+def _hetero_rows(r: dict) -> list[list[str]]:
+    """One model's runs, from ``benchmarks/hetero.py``: PyG in one process,
+    then the ranks per halo policy with their ratios to it."""
+    base, *ranks = r["rows"]
+    out = [[f"`{r['model']}`, {base['run']}", f"{base['test_acc']:.4f}",
+            f"{base['epoch_s']:.1f}", f"{base['peak_rss_mb']:,.0f}", "–"]]
+    for row in ranks:
+        halo = sum(row["bytes_per_epoch"].values()) / 2**20
+        out.append([f"`{r['model']}`, {row['ranks']} ranks, `{row['halo']}`",
+                    f"{row['test_acc']:.4f}",
+                    f"{row['epoch_s']:.1f} ({row['epoch_s'] / base['epoch_s']:.2f}x)",
+                    f"{row['peak_rss_mb']:,.0f} ({row['peak_rss_mb'] / base['peak_rss_mb']:.2f}x)",
+                    f"{halo:.1f}"])
+    return out
+
+
+def _long_run_rows(r: dict) -> list[list[str]]:
+    """Each rank's growth over the long run, without and with ``train``'s
+    periodic release of freed heap pages, from
+    ``benchmarks/time_to_accuracy.py --long-run``."""
+    runs = r["long_run"]
+    return [[str(after["rank"]),
+             *(f"{x:.3f}" for run in (before, after)
+               for x in (run["end"] / run["after_100"], run["live_end"] / run["live_100"])),
+             f"{after['end'] / 2**20:.1f}"]
+            for before, after in zip(runs["before"], runs["after"], strict=True)]
+
+
+#: How results.md names the installs of ``benchmarks/wheel.py``.
+INSTALLS = {"wheel": "the wheel (`pip install --no-deps` into a fresh venv)",
+            "source": "source (`pip install -e .`), empty cache",
+            "source, cached": "source, second run (cached)"}
+
+
+def _wheel_rows(r: dict) -> list[list[str]]:
+    """The first runs of the wheel and of the source install, from
+    ``benchmarks/wheel.py``: seconds, and where their C++ kernels came from."""
+    out = []
+    for run in r["runs"]:
+        if "origin" in run:
+            kernels = (f"{run['origin']} (`{run['library'].split('.')[0]}`), "
+                       + ("nothing compiled" if not run["cache"] else "compiled too"))
+        elif run["said_compiling"]:
+            kernels = ("compiled once, said once on stderr for the 4 ranks"
+                       if run["said_compiling"] == 1 else
+                       f"compiled, said {run['said_compiling']} times on stderr")
+        else:
+            kernels = "cached"
+        out.append([INSTALLS[run["install"]], f"{run['seconds']:.1f} s", kernels])
+    return out
+
+
 #: The results.md tables kept with the JSON their command wrote (in
 #: ``benchmarks/results/``): ``(section, a header cell naming the table) ->
 #: (JSON file, the table's rows of one JSON row)``.
@@ -318,6 +386,7 @@ KEPT_TABLES = {
     (LINK_PEER, "s to the recipe's best"): ("peer_link.json", _link_peer_rows),
     ("Partitioning large graphs", "METIS s (inside METIS)"): ("partition.json",
                                                               _partition_rows),
+    (RECIPES, "C&S s per evaluation"): ("recipes_cora.json", _recipe_rows),
 }
 
 
@@ -458,6 +527,7 @@ def test_each_kept_table_is_the_json_its_command_wrote(capsys):
             f"the command of results.md's '{title}' writes benchmarks/results/{name}")
         table = [values for values, columns, _ in cells(section) if header in columns]
         kept = json.loads((REPO / "benchmarks" / "results" / name).read_text())
+        kept = kept if isinstance(kept, list) else [kept]  # an object is one record
         assert table == [row for r in kept for row in rows_of(r)], (
             f"results.md's '{title}' table is not benchmarks/results/{name}: copy the "
             f"figures its command wrote")
