@@ -12,7 +12,11 @@ bytes per epoch (sent, forward and backward, summed over ranks) per exchange:
 ``<layer>[<source type>]``, one per layer and source type.
 
     python benchmarks/hetero.py                      # 1/10 of ogbn-mag, 4 ranks
-    python benchmarks/hetero.py --num-nodes 20000 --epochs 10 --model hgt
+    python benchmarks/hetero.py --num-nodes 20000 --epochs 10 --model hgt rgcn \
+        [--json out.json]
+
+Several ``--model`` run one after another on the same cut; ``--json`` also
+writes each model's runs to the file.
 
 Not a test: numbers depend on the machine.
 """
@@ -24,6 +28,7 @@ import resource
 import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -114,10 +119,11 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--model", choices=HETERO_MODELS, default="hetero-sage")
+    parser.add_argument("--model", nargs="+", choices=HETERO_MODELS, default=["hetero-sage"])
     parser.add_argument("--halo", default="exact;auto",
                         help="halo policy specs, separated by ';'")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write every model's runs to this file")
     args = parser.parse_args()
 
     graph = synthetic_mag(num_nodes=args.num_nodes, seed=args.seed)
@@ -126,23 +132,36 @@ def main() -> None:
     meta = pyg_dist.partition(graph, args.ranks, folder, method="metis", seed=args.seed)
     del graph
     print(f"synthetic-mag, {meta.num_nodes} nodes, {meta.num_edges} edges, {args.ranks} "
-          f"parts (METIS: {meta.edge_cut} edges cut), model {args.model}")
-    base = pyg_dist.launch(single_process, 1, args=(args.model, args.num_nodes, args.seed,
+          f"parts (METIS: {meta.edge_cut} edges cut)")
+    models = []
+    for kind in args.model:
+        models.append({"model": kind, "rows": compare(args, kind, folder, num_classes)})
+        if args.json:
+            Path(args.json).write_text(json.dumps(
+                {"args": vars(args), "num_nodes": meta.num_nodes, "num_edges": meta.num_edges,
+                 "edge_cut": meta.edge_cut, "models": models}, indent=1))
+
+
+def compare(args, kind: str, folder: str, num_classes: int) -> list[dict]:
+    """One model in one process and on the ranks per halo policy; prints
+    and returns the runs."""
+    base = pyg_dist.launch(single_process, 1, args=(kind, args.num_nodes, args.seed,
                                                     args.epochs, args.lr, args.hidden))[0]
     rows = [{"run": "PyG, 1 process", **base}]
     for halo in args.halo.split(";"):
         results = pyg_dist.launch(rank_main, args.ranks, args=(
-            folder, args.model, halo, args.epochs, args.lr, args.hidden, num_classes))
+            folder, kind, halo, args.epochs, args.lr, args.hidden, num_classes))
         traffic: dict[str, float] = defaultdict(float)
         for r in results:
             for name, value in r["bytes_per_epoch"].items():
                 traffic[name] += value
-        rows.append({"run": f"{args.ranks} ranks, {halo}", "test_acc": results[0]["test_acc"],
+        rows.append({"run": f"{args.ranks} ranks, {halo}", "ranks": args.ranks, "halo": halo,
+                     "test_acc": results[0]["test_acc"],
                      "epoch_s": max(r["epoch_s"] for r in results),
                      "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
                      "bytes_per_epoch": dict(sorted(traffic.items()))})
-    print(f"{'run':<22} {'test acc':>8} {'epoch s':>8} {'x PyG':>6} {'peak RSS MB':>11} "
-          f"{'x PyG':>6} {'MB/epoch':>9}")
+    print(f"\nmodel {kind}\n{'run':<22} {'test acc':>8} {'epoch s':>8} {'x PyG':>6} "
+          f"{'peak RSS MB':>11} {'x PyG':>6} {'MB/epoch':>9}")
     for row in rows:
         mb = sum(row.get("bytes_per_epoch", {}).values()) / 2**20
         print(f"{row['run']:<22} {row['test_acc']:>8.4f} {row['epoch_s']:>8.3f} "
@@ -153,7 +172,7 @@ def main() -> None:
         for name, value in row["bytes_per_epoch"].items():
             if value:
                 print(f"  {name:<28} {value / 2**20:10.3f} MB")
-    print(json.dumps({"args": vars(args), "rows": rows}))
+    return rows
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,8 @@ RECIPES = "Recipes for accuracy on Cora"
 HOSTS = "Across hosts"
 GRADIENT_ONLY = "Gradient-only training and gradient compression"
 RANKS = "Partitioning on the ranks"
+RANKS_300M = "300M edges on the ranks"
+CAPPED = "Hosts with capped memory"
 GRID = "A 3D grid: balance and memory"
 GRID_METIS = "The 3D grid on a METIS cut"
 GRID_COLLECTIVES = "The grid's collectives alone"
@@ -193,9 +196,9 @@ README_SOURCES: list[tuple[str, Any]] = [
     (RANKS, "edge cut "),
     (RANKS, "largest rank's peak **"),
     (SETTING, "the graph's size"),
-    (RANKS, "the largest rank peaks at 3.00 GiB, **"),
-    (RANKS, "Edge cut "),
-    (RANKS, "each capped at "),
+    (RANKS_300M, "the largest rank peaks at 3.00 GiB, **"),
+    (RANKS_300M, "Edge cut "),
+    (CAPPED, "each capped at "),
 ]
 
 
@@ -309,18 +312,21 @@ def _recipe_rows(r: dict) -> list[list[str]]:
 
 
 def _hetero_rows(r: dict) -> list[list[str]]:
-    """One model's runs, from ``benchmarks/hetero.py``: PyG in one process,
+    """Each model's runs, from ``benchmarks/hetero.py``: PyG in one process,
     then the ranks per halo policy with their ratios to it."""
-    base, *ranks = r["rows"]
-    out = [[f"`{r['model']}`, {base['run']}", f"{base['test_acc']:.4f}",
-            f"{base['epoch_s']:.1f}", f"{base['peak_rss_mb']:,.0f}", "–"]]
-    for row in ranks:
-        halo = sum(row["bytes_per_epoch"].values()) / 2**20
-        out.append([f"`{r['model']}`, {row['ranks']} ranks, `{row['halo']}`",
-                    f"{row['test_acc']:.4f}",
-                    f"{row['epoch_s']:.1f} ({row['epoch_s'] / base['epoch_s']:.2f}x)",
-                    f"{row['peak_rss_mb']:,.0f} ({row['peak_rss_mb'] / base['peak_rss_mb']:.2f}x)",
-                    f"{halo:.1f}"])
+    out = []
+    for model in r["models"]:
+        base, *ranks = model["rows"]
+        name = f"`{model['model']}`"
+        out.append([f"{name}, {base['run']}", f"{base['test_acc']:.4f}",
+                    f"{base['epoch_s']:.1f}", f"{base['peak_rss_mb']:,.0f}", "–"])
+        for row in ranks:
+            rss = row["peak_rss_mb"]
+            out.append([f"{name}, {row['ranks']} ranks, `{row['halo']}`",
+                        f"{row['test_acc']:.4f}",
+                        f"{row['epoch_s']:.1f} ({row['epoch_s'] / base['epoch_s']:.2f}x)",
+                        f"{rss:,.0f} ({rss / base['peak_rss_mb']:.2f}x)",
+                        f"{sum(row['bytes_per_epoch'].values()) / 2**20:.1f}"])
     return out
 
 
@@ -334,6 +340,50 @@ def _long_run_rows(r: dict) -> list[list[str]]:
                for x in (run["end"] / run["after_100"], run["live_end"] / run["live_100"])),
              f"{after['end'] / 2**20:.1f}"]
             for before, after in zip(runs["before"], runs["after"], strict=True)]
+
+
+def _span(values: list[float], form: str) -> str:
+    """``low–high`` of ``values`` in ``form``, one figure where both read alike."""
+    low, high = format(min(values), form), format(max(values), form)
+    return low if low == high else f"{low}–{high}"
+
+
+def _balance(sizes: list[int]) -> str:
+    return f"{max(sizes) / (sum(sizes) / len(sizes)):.3f}"
+
+
+def _ranks_rows(r: dict) -> list[list[str]]:
+    """Single-process cuts of a graph folder and its cut on the ranks, from
+    ``benchmarks/partition_distributed.py``."""
+    names = {"metis-coarse": "single process, `metis-coarse`",
+             "metis": "single process, plain METIS"}
+    out = [[name, f"{x['seconds']:.1f}", f"{x['cpu']:.1f}", f"{x['peak'] / 2**30:.2f}",
+            f"{x['edge_cut']:,}", _balance(x["part_sizes"])]
+           for key, name in names.items() if (x := r.get(key))]
+    d = r["distributed"]
+    return [*out, [f"{r['parts']} ranks, `partition_distributed`", f"{d['seconds']:.1f}",
+                   _span(d["rank_cpu"], ".1f"), _span([p / 2**30 for p in d["rank_peaks"]],
+                                                      ".2f"),
+                   f"{d['edge_cut']:,}", _balance(d["part_sizes"])]]
+
+
+def _capped_rows(r: dict) -> list[list[str]]:
+    """One host against the hosts together under a memory cap, from
+    ``benchmarks/partition_testbed.py``."""
+    names = {"one host": "one host, single-process `metis-coarse`"}
+    out = []
+    for run in r["runs"]:
+        hosts = run["hosts"]
+        codes = sorted({h["returncode"] for h in hosts})
+        exits = ", ".join(f"{c} ({signal.Signals(-c).name})" if c < 0 else str(c) for c in codes)
+        peaks = [h["memory_peak"] for h in hosts]
+        peak = (f"{r['cap'] / 2**30:.2f} (the cap)" if max(peaks) >= 0.999 * r["cap"]
+                else _span([p / 2**30 for p in peaks], ".2f"))
+        out.append([names.get(run["run"],
+                              f"{run['run']}, torchrun, `pyg-dist partition --distributed`"),
+                    exits, str(sum(h["oom_kills"] for h in hosts)), peak,
+                    f"{max(h['seconds'] for h in hosts):.1f}"])
+    return out
 
 
 #: How results.md names the installs of ``benchmarks/wheel.py``.
@@ -387,6 +437,8 @@ KEPT_TABLES = {
     ("Partitioning large graphs", "METIS s (inside METIS)"): ("partition.json",
                                                               _partition_rows),
     (RECIPES, "C&S s per evaluation"): ("recipes_cora.json", _recipe_rows),
+    ("Heterogeneous graphs", "model, run"): ("hetero_sage.json", _hetero_rows),
+    ("Heterogeneous models on the ranks", "model, run"): ("hetero_models.json", _hetero_rows),
 }
 
 
