@@ -35,11 +35,12 @@ combination chosen on their validation accuracies is a row named by ``+``
 (``--rows norm:batch labels cs norm:batch+labels+cs``).
 
 ``--long-run``: 2,000 epochs of exact training on Cora, evaluated every 10
-epochs, checkpointed every 100; every rank's VmRSS after epoch 100 and at the
-end, and their ratio (a run that holds still stays within 5%), and the same
-ratio of live memory (after ``gc.collect()`` and glibc's ``malloc_trim``:
-VmRSS also moves with what the allocator keeps after freeing, see
-docs/troubleshooting.md).
+epochs, checkpointed every 100, twice: without ``train``'s periodic release of
+freed heap pages (``pyg_dist.utils.memory``), then with it; every rank's VmRSS
+after epoch 100 and at the end, and their ratio (a run that holds still stays
+within 5%), and the same ratio of live memory (after ``gc.collect()`` and
+glibc's ``malloc_trim``: VmRSS also moves with what the allocator keeps after
+freeing, see docs/troubleshooting.md).
 
 The peer needs a neighbour sampler (torch_sparse or pyg-lib); without one it
 is skipped with the command that installs it. Graphs that do not fit (the
@@ -255,8 +256,15 @@ def ours_rank(parts: str, recipe: Recipe, kind: str, layers: int, hidden: int, e
             "times": times}
 
 
-def long_run_rank(parts: str, checkpoints: str, epochs: int, kind: str, hidden: int) -> dict:
-    """Exact training for ``epochs``; VmRSS after epoch 100 and at the end."""
+def long_run_rank(parts: str, checkpoints: str, epochs: int, kind: str, hidden: int,
+                  release: bool) -> dict:
+    """Exact training for ``epochs``; VmRSS after epoch 100 and at the end.
+    ``release=False`` turns off ``train``'s periodic release of freed heap
+    pages (this rank's process only)."""
+    if not release:
+        from pyg_dist.train import loop
+
+        loop.release_freed_memory = lambda: False
     data = pyg_dist.DistData.load(parts)
     torch.manual_seed(0)
     model = GNN(kind, data.x.size(1), hidden, data.meta.num_classes)
@@ -582,25 +590,33 @@ def bench_graph(args, graph: str, tmp: str, threads: int) -> list[dict]:
 
 def long_run(args, threads: int) -> None:
     epochs = args.epochs or 2000
+    runs = {}
     with tempfile.TemporaryDirectory(prefix="pyg_dist-tta-") as tmp:
         parts = str(Path(tmp) / "cora-parts")
         pyg_dist.partition(build_graph("cora", tmp), args.ranks, parts, method="metis")
-        ranks = pyg_dist.launch(long_run_rank, args.ranks, threads=threads, args=(
-            parts, str(Path(tmp) / "checkpoints"), epochs, args.models[0], args.hidden[0]))
-    print(f"\nlong run: cora, {args.models[0]} 2x{args.hidden[0]}, exact, {epochs} epochs, "
-          f"eval every 10, checkpoint every 100, {args.ranks} ranks; "
-          f"{ranks[0]['seconds']:.1f} s, test acc {100 * ranks[0]['test_acc']:.2f}%\n"
-          "| rank | VmRSS after epoch 100 MB | VmRSS at end MB | end / 100 | live end / 100 | "
-          "VmHWM MB | ledger entries at end |\n|---|---|---|---|---|---|---|")
-    for r in ranks:
-        ratio = r["end"] / r["after_100"] if r["after_100"] else math.nan
-        kept = r["live_end"] / r["live_100"] if r["live_100"] else math.nan
-        print(f"| {r['rank']} | {r['after_100'] / 2**20:.1f} | {r['end'] / 2**20:.1f} | "
-              f"{ratio:.3f} | {kept:.3f} | {r['peak'] / 2**20:.1f} | {r['ledger_entries']} |")
-    worst = max(r["end"] / r["after_100"] for r in ranks if r["after_100"])
-    print(f"largest growth {100 * (worst - 1):+.1f}% (goal: within 5%)")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"long_run": ranks}, indent=1))
+        for name, release in (("before", False), ("after", True)):
+            ranks = pyg_dist.launch(long_run_rank, args.ranks, threads=threads, args=(
+                parts, str(Path(tmp) / f"checkpoints-{name}"), epochs, args.models[0],
+                args.hidden[0], release))
+            runs[name] = ranks
+            what = "with" if release else "without"
+            print(f"\nlong run {what} the periodic release: cora, {args.models[0]} "
+                  f"2x{args.hidden[0]}, exact, {epochs} epochs, eval every 10, checkpoint "
+                  f"every 100, {args.ranks} ranks; {ranks[0]['seconds']:.1f} s, test acc "
+                  f"{100 * ranks[0]['test_acc']:.2f}%\n"
+                  "| rank | VmRSS after epoch 100 MB | VmRSS at end MB | end / 100 | "
+                  "live end / 100 | VmHWM MB | ledger entries at end |\n"
+                  "|---|---|---|---|---|---|---|")
+            for r in ranks:
+                ratio = r["end"] / r["after_100"] if r["after_100"] else math.nan
+                kept = r["live_end"] / r["live_100"] if r["live_100"] else math.nan
+                print(f"| {r['rank']} | {r['after_100'] / 2**20:.1f} | {r['end'] / 2**20:.1f} | "
+                      f"{ratio:.3f} | {kept:.3f} | {r['peak'] / 2**20:.1f} | "
+                      f"{r['ledger_entries']} |")
+            worst = max(r["end"] / r["after_100"] for r in ranks if r["after_100"])
+            print(f"largest growth {100 * (worst - 1):+.1f}% (goal: within 5%)", flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps({"long_run": runs}, indent=1))
 
 
 def _load() -> str:
