@@ -3,7 +3,7 @@ graph folder: time, CPU, peak memory per process, edge cut.
 
     python benchmarks/partition_distributed.py [--num-nodes 2000000] [--avg-degree 16]
         [--num-features 16] [--parts 4] [--methods metis-coarse metis]
-        [--graph-dir DIR] [--stream] [--out DIR]
+        [--graph-dir DIR] [--stream] [--out DIR] [--json out.json]
 
 Writes a seeded community graph (``pyg_dist.datasets.community_graph``) as a
 graph folder (or reuses ``--graph-dir``; ``--stream`` writes a simpler
@@ -159,6 +159,7 @@ def main():
     parser.add_argument("--stream", action="store_true",
                         help="write the graph chunk by chunk (stream_graph)")
     parser.add_argument("--out", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--json", help="also write the graph's size and the runs to this file")
     parser.add_argument("--single", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.single:
@@ -192,8 +193,11 @@ def main():
         print(f"distributed: per-rank peak GiB {[round(p / 2**30, 2) for p in dist['rank_peaks']]}"
               f", per-rank cpu s {[round(c, 1) for c in dist['rank_cpu']]}; wall with the "
               f"ranks' start-up {dist['launch_seconds']:.1f} s")
-        print(json.dumps({"num_nodes": g.num_nodes, "num_edges": g.num_edges,
-                          "parts": args.parts, **{k: v for k, v in rows.items()}}))
+        record = {"num_nodes": g.num_nodes, "num_edges": g.num_edges, "parts": args.parts,
+                  **rows}
+        print(json.dumps(record))
+        if args.json:
+            Path(args.json).write_text(json.dumps(record, indent=1))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 hosts partition together.
 
     sudo python benchmarks/partition_testbed.py [--num-nodes 2000000] [--avg-degree 16]
-        [--hosts 4] [--memory 1400M] [--graph-dir DIR] [--out DIR]
+        [--hosts 4] [--memory 1400M] [--graph-dir DIR] [--out DIR] [--json out.json]
 
 Writes a seeded community graph as a graph folder (or reuses ``--graph-dir``),
 then on a testbed of hosts in network namespaces (``pyg_dist.testing.cluster``),
@@ -16,11 +16,13 @@ cgroup of its own; the kernel kills what goes over):
   writes is then checked (every node owned once, every edge stored once).
 
 Prints per run: exit status, kills for memory, each host's peak memory
-(the cgroup's high-water mark) and the wall time. Needs root, iproute2 and a
+(the cgroup's high-water mark) and the wall time; ``--json`` also writes them
+and the cap to a file. Needs root, iproute2 and a
 cgroup memory controller; says what is missing otherwise.
 Not a test: numbers depend on the machine.
 """
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -59,6 +61,14 @@ def report(name, results, cap):
             print(r.describe())
 
 
+def record(name, results) -> dict:
+    """A run's hosts as JSON: exit status, kills, peak memory, seconds."""
+    return {"run": name, "hosts": [
+        {"host": r.host.name, "returncode": r.returncode, "timed_out": r.timed_out,
+         "oom_kills": r.oom_kills, "memory_peak": r.memory_peak, "seconds": r.seconds}
+        for r in results]}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-nodes", type=int, default=2_000_000)
@@ -70,6 +80,7 @@ def main():
     parser.add_argument("--graph-dir", default=None, help="reuse this graph folder")
     parser.add_argument("--out", default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--json", help="also write the runs and the cap to this file")
     args = parser.parse_args()
     reason = unavailable_reason() or memory_cap_reason()
     if reason:
@@ -102,6 +113,12 @@ def main():
             meta = check_folder(out, graph)
             print(f"{args.hosts} hosts: folder checked (every node owned once, every edge "
                   f"stored once); edge cut {meta.edge_cut}, part sizes {meta.part_sizes}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(
+                {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "cap": cap,
+                 "runs": [record("one host", single), record(f"{args.hosts} hosts", results)],
+                 "edge_cut": meta.edge_cut if all(r.ok for r in results) else None},
+                indent=1))
         one_fit = single[0].ok
         print(f"verdict: one host {'fits' if one_fit else 'cannot partition the graph'} "
               f"under {cap / 2**30:.2f} GiB; {args.hosts} hosts "

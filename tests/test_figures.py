@@ -439,6 +439,8 @@ KEPT_TABLES = {
     (RECIPES, "C&S s per evaluation"): ("recipes_cora.json", _recipe_rows),
     ("Memory over a long run", "VmRSS at end MB, after"): ("long_run.json", _long_run_rows),
     ("The binary wheel", "C++ kernels"): ("wheel.json", _wheel_rows),
+    (RANKS, "CPU s (per rank)"): ("partition_ranks.json", _ranks_rows),
+    (CAPPED, "killed for memory"): ("partition_testbed.json", _capped_rows),
     ("Heterogeneous graphs", "model, run"): ("hetero_sage.json", _hetero_rows),
     ("Heterogeneous models on the ranks", "model, run"): ("hetero_models.json", _hetero_rows),
 }
