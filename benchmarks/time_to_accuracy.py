@@ -70,7 +70,7 @@ from pyg_dist.datasets import load_dataset
 from pyg_dist.halo import parse_policy
 from pyg_dist.models import GNN
 from pyg_dist.runtime import cpu_ext, distributed
-from pyg_dist.train import train
+from pyg_dist.train import loop, train
 from pyg_dist.train.post import CorrectSmooth, correct_and_smooth
 
 
@@ -262,8 +262,6 @@ def long_run_rank(parts: str, checkpoints: str, epochs: int, kind: str, hidden: 
     ``release=False`` turns off ``train``'s periodic release of freed heap
     pages (this rank's process only)."""
     if not release:
-        from pyg_dist.train import loop
-
         loop.release_freed_memory = lambda: False
     data = pyg_dist.DistData.load(parts)
     torch.manual_seed(0)

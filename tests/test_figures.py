@@ -387,7 +387,7 @@ def _capped_rows(r: dict) -> list[list[str]]:
     return out
 
 
-#: How results.md names the installs of ``benchmarks/wheel.py``.
+#: How results.md names the installs of ``benchmarks/binary_wheel.py``.
 INSTALLS = {"wheel": "the wheel (`pip install --no-deps` into a fresh venv)",
             "source": "source (`pip install -e .`), empty cache",
             "source, cached": "source, second run (cached)"}
@@ -395,7 +395,7 @@ INSTALLS = {"wheel": "the wheel (`pip install --no-deps` into a fresh venv)",
 
 def _wheel_rows(r: dict) -> list[list[str]]:
     """The first runs of the wheel and of the source install, from
-    ``benchmarks/wheel.py``: seconds, and where their C++ kernels came from."""
+    ``benchmarks/binary_wheel.py``: seconds, and where their C++ kernels came from."""
     out = []
     for run in r["runs"]:
         if "origin" in run:

@@ -1,6 +1,6 @@
 """The binary wheel against a source install: what a first run costs.
 
-    python benchmarks/wheel.py [--json out.json]
+    python benchmarks/binary_wheel.py [--json out.json]
 
 Builds the wheel with ``scripts/build_wheel.sh`` (from this checkout, timed),
 installs it without its dependencies into a fresh virtual environment that
