@@ -85,6 +85,7 @@ NO_COMMAND: dict[str, dict[str, str]] = {}
 #: a link's rate), not one: results.md holds it, tied to nothing in particular.
 SETTING = "setting"
 GPU = "The GPU regime: where communication dominates"
+FP_METIS = "Feature parallelism on a METIS cut"
 FULL_BATCH = "The full-batch recipe on synthetic-arxiv"
 TIME = "Time to accuracy"
 RECIPES = "Recipes for accuracy on Cora"
@@ -93,10 +94,13 @@ GRADIENT_ONLY = "Gradient-only training and gradient compression"
 RANKS = "Partitioning on the ranks"
 RANKS_300M = "300M edges on the ranks"
 CAPPED = "Hosts with capped memory"
+PAPERS = "ogbn-papers100M, estimated"
 GRID = "A 3D grid: balance and memory"
 GRID_METIS = "The 3D grid on a METIS cut"
 GRID_COLLECTIVES = "The grid's collectives alone"
 GRID_UNSHAPED = "The 3D grid with the links unshaped"
+GRID_400K = "The 3D grid on the 400k-node graph"
+GRID_16 = "The 3D grid on 16 hosts"
 LINK_PEER = "Link prediction against the sampling recipe"
 PEER_TABLE = "s to 78.10% val"  # the header that names the Cora table against the peer
 
@@ -171,8 +175,8 @@ README_SOURCES: list[tuple[str, Any]] = [
     # a graph that cuts poorly
     (GPU, ("4 | feature-parallel 1x4 | 64.9 | 1.37 s", "vs exact")),
     (GPU, "(0.35 MB): 64.9 MB, "),
-    (GPU, ("4 | feature-parallel 2x2 | 86.5", "vs exact")),
-    (GPU, ("4 | feature-parallel 1x4 | 64.9 | 1.19 s", "vs exact")),
+    (FP_METIS, ("4 | feature-parallel 2x2", "vs exact")),
+    (FP_METIS, ("4 | feature-parallel 1x4", "vs exact")),
     # a graph whose structure fits no rank
     (GRID, [("2x2x2 | degree order", "double"), ("8x8x8 | degree order", "double")]),
     (GRID, [("2x2x2 | degree order", "own order"), ("8x8x8 | degree order", "own order")]),
@@ -282,6 +286,13 @@ def _grid_cluster_rows(r: dict) -> list[list[str]]:
              f"{r['predicted_s']:.3f}", f"{r['predicted_s'] / r['epoch_s']:.2f}x"]]
 
 
+def _feature_parallel_rows(r: dict) -> list[list[str]]:
+    """A row of a feature-parallel table of the GPU regime, from ``benchmarks/cluster.py``."""
+    grid = "exact (graph-parallel)" if r["policy"] == "exact" else r["policy"]
+    return [[str(r["hosts"]), grid, f"{r['train_mb']:,.1f}", f"{r['epoch_s']:.2f} s",
+             f"{r['ratio']:.2f}x", f"{r['predicted_s'] / r['epoch_s']:.2f}x"]]
+
+
 def _partition_rows(r: dict) -> list[list[str]]:
     """One graph's row of the partitioning table, from
     ``benchmarks/partition.py``: METIS's seconds (inside METIS) and memory,
@@ -368,6 +379,35 @@ def _ranks_rows(r: dict) -> list[list[str]]:
                    f"{d['edge_cut']:,}", _balance(d["part_sizes"])]]
 
 
+#: ogbn-papers100M: nodes, directed edges, and the bytes of a node's 128 float32 features.
+PAPERS100M = (111e6, 1.6e9, 128 * 4)
+
+
+def _papers100m_rows(r: dict) -> list[list[str]]:
+    """ogbn-papers100M cut on 8 and 16 machines, worked out from the 300M-edge
+    cut on the ranks (``benchmarks/partition_distributed.py``): the largest
+    rank's peak bytes and CPU seconds per edge of its slice, times a
+    machine's slice, plus its node rows twice (its input block and its part)."""
+    nodes, edges, row = PAPERS100M
+    ranks = r["distributed"]
+    per_slice_edge = r["parts"] / r["num_edges"]
+    edge_bytes = round(max(ranks["rank_peaks"]) * per_slice_edge)
+    edge_seconds = max(ranks["rank_cpu"]) * per_slice_edge
+    out = []
+    for machines in (8, 16):
+        slice_edges, owned = edges / machines, nodes / machines
+        memory, rows = edge_bytes * slice_edges / 1e9, 2 * row * owned / 1e9
+        minutes = edge_seconds * slice_edges / 60
+        cells = [f"{memory:.1f} GB", f"{rows:.1f} GB", f"≈ {memory + rows:.0f} GB",
+                 f"≈ {minutes:.0f} min"]
+        if machines == 8:  # the first row shows the arithmetic
+            cells = [f"{edge_bytes} B × {slice_edges / 1e6:.0f}M = {cells[0]}",
+                     f"2 × {row} B × {owned / 1e6:.1f}M = {cells[1]}", cells[2],
+                     f"{edge_seconds * 1e6:.1f} µs × {slice_edges / 1e6:.0f}M {cells[3]}"]
+        out.append([str(machines), f"{slice_edges / 1e6:.0f}M", *cells])
+    return out
+
+
 def _capped_rows(r: dict) -> list[list[str]]:
     """One host against the hosts together under a memory cap, from
     ``benchmarks/partition_testbed.py``."""
@@ -433,6 +473,9 @@ KEPT_TABLES = {
     (GRID, "in collectives s"): ("grid_3d_cluster.json", _grid_cluster_rows),
     (GRID_METIS, "in collectives s"): ("grid_3d_cluster_metis.json", _grid_cluster_rows),
     (GRID_UNSHAPED, "in collectives s"): ("grid_3d_cluster_unshaped.json", _grid_cluster_rows),
+    (GRID_400K, "in collectives s"): ("grid_3d_cluster_400k.json", _grid_cluster_rows),
+    (GRID_16, "in collectives s"): ("grid_3d_cluster_16.json", _grid_cluster_rows),
+    (FP_METIS, "predicted / measured"): ("feature_parallel_metis.json", _feature_parallel_rows),
     (GRID_COLLECTIVES, "of the link"): ("grid_collectives.json", _collective_rows),
     (LINK_PEER, "s to the recipe's best"): ("peer_link.json", _link_peer_rows),
     ("Partitioning large graphs", "METIS s (inside METIS)"): ("partition.json",
@@ -443,6 +486,7 @@ KEPT_TABLES = {
     (RANKS, "CPU s (per rank)"): ("partition_ranks.json", _ranks_rows),
     (CAPPED, "killed for memory"): ("partition_testbed.json", _capped_rows),
     (RANKS_300M, "CPU s (per rank)"): ("partition_ranks_300m.json", _ranks_rows),
+    (PAPERS, "edge memory"): ("partition_ranks_300m.json", _papers100m_rows),
     ("Heterogeneous graphs", "model, run"): ("hetero_sage.json", _hetero_rows),
     ("Heterogeneous models on the ranks", "model, run"): ("hetero_models.json", _hetero_rows),
 }
