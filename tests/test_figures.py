@@ -87,6 +87,7 @@ SETTING = "setting"
 GPU = "The GPU regime: where communication dominates"
 FP_METIS = "Feature parallelism on a METIS cut"
 FP_LOSS = "Feature parallelism with the loss on the columns"
+FP_400K = "Feature parallelism on the 400k-node graph"
 FULL_BATCH = "The full-batch recipe on synthetic-arxiv"
 TIME = "Time to accuracy"
 RECIPES = "Recipes for accuracy on Cora"
@@ -477,6 +478,7 @@ KEPT_TABLES = {
     (GRID_400K, "in collectives s"): ("grid_3d_cluster_400k.json", _grid_cluster_rows),
     (GRID_16, "in collectives s"): ("grid_3d_cluster_16.json", _grid_cluster_rows),
     (FP_LOSS, "predicted / measured"): ("feature_parallel_random.json", _feature_parallel_rows),
+    (FP_400K, "predicted / measured"): ("feature_parallel_400k.json", _feature_parallel_rows),
     (FP_METIS, "predicted / measured"): ("feature_parallel_metis.json", _feature_parallel_rows),
     (GRID_COLLECTIVES, "of the link"): ("grid_collectives.json", _collective_rows),
     (LINK_PEER, "s to the recipe's best"): ("peer_link.json", _link_peer_rows),
