@@ -85,6 +85,8 @@ NO_COMMAND: dict[str, dict[str, str]] = {}
 #: a link's rate), not one: results.md holds it, tied to nothing in particular.
 SETTING = "setting"
 GPU = "The GPU regime: where communication dominates"
+FP_DROPOUT = "Feature parallelism with dropout on the input"
+FP_RANDOM_DROPOUT = "Feature parallelism on a random cut, with dropout on the input"
 FP_METIS = "Feature parallelism on a METIS cut"
 FP_LOSS = "Feature parallelism with the loss on the columns"
 FP_400K = "Feature parallelism on the 400k-node graph"
@@ -541,6 +543,9 @@ KEPT_TABLES = {
     (GRID_UNSHAPED, "in collectives s"): ("grid_3d_cluster_unshaped.json", _grid_cluster_rows),
     (GRID_400K, "in collectives s"): ("grid_3d_cluster_400k.json", _grid_cluster_rows),
     (GRID_16, "in collectives s"): ("grid_3d_cluster_16.json", _grid_cluster_rows),
+    (FP_DROPOUT, "predicted / measured"): ("feature_parallel.json", _feature_parallel_rows),
+    (FP_RANDOM_DROPOUT, "predicted / measured"): ("feature_parallel_random_dropout.json",
+                                                  _feature_parallel_rows),
     (FP_LOSS, "predicted / measured"): ("feature_parallel_random.json", _feature_parallel_rows),
     (FP_400K, "predicted / measured"): ("feature_parallel_400k.json", _feature_parallel_rows),
     (FP_METIS, "predicted / measured"): ("feature_parallel_metis.json", _feature_parallel_rows),
