@@ -356,17 +356,31 @@ def _versus(row: dict, peer: dict | None, key: str) -> str:
     return f"{row[key] / peer[key]:.2f}x"
 
 
+def _reached_peer(r: dict) -> dict | None:
+    """The peer's row of a ``benchmarks/time_to_accuracy.py`` graph, where it
+    reached the target."""
+    return next((x for x in r["rows"] if x["row"] == PEER and x.get("reached")), None)
+
+
+def _best_cells(row: dict) -> list[str]:
+    """A row's name, best validation accuracy, the earliest epoch that
+    reached it and the test accuracy there, from its curve."""
+    best = next(p for p in row["curve"] if p["val_acc"] == row["best_val"])
+    return [row["row"], f"{100 * row['best_val']:.2f}%", str(best["epoch"]),
+            f"{100 * best['test_acc']:.2f}%"]
+
+
 def _time_rows(r: dict) -> list[list[str]]:
     """Every side's time to the target on one graph, from
     ``benchmarks/time_to_accuracy.py``: best validation, seconds to the
     target with and without set-up, the largest rank's peak RSS and the bytes
     a rank sent to the target, each against the peer's."""
-    peer = next((x for x in r["rows"] if x["row"] == PEER and x.get("reached")), None)
+    peer = _reached_peer(r)
     out = []
     for row in r["rows"]:
-        name = row["row"]
         if "skipped" in row:
             continue
+        name = row["row"]
         if not row["reached"]:
             out.append([name, f"{100 * row['best_val']:.2f}%", "not reached", *["–"] * 5,
                         f"{row['peak_rss_max'] / 2**20:.0f}", "–", "–"])
@@ -399,14 +413,12 @@ def _best_epoch_rows(r: dict) -> list[list[str]]:
     that reached it and the test accuracy there, the seconds to the target
     against the peer's and the largest rank's peak RSS, from
     ``benchmarks/time_to_accuracy.py``'s curves."""
-    peer = next((x for x in r["rows"] if x["row"] == PEER and x.get("reached")), None)
+    peer = _reached_peer(r)
     out = []
     for row in r["rows"]:
         if "skipped" in row:
             continue
-        best = next(p for p in row["curve"] if p["val_acc"] == row["best_val"])
-        out.append([row["row"], f"{100 * row['best_val']:.2f}%", str(best["epoch"]),
-                    f"{100 * best['test_acc']:.2f}%",
+        out.append([*_best_cells(row),
                     f"{row['time_s']:.2f}" if row["reached"] else "not reached",
                     _versus(row, peer, "time_s"), f"{row['peak_rss_max'] / 2**20:.0f}"])
     return out
@@ -423,10 +435,8 @@ def _recipe_target_rows(r: dict, target: float = 0.7792) -> list[list[str]]:
     for row in r["rows"]:
         if "skipped" in row:
             continue
-        best = next(p for p in row["curve"] if p["val_acc"] == row["best_val"])
         hit = next((p for p in row["curve"] if p["val_acc"] >= target), None)
-        out.append([row["row"], f"{100 * row['best_val']:.2f}%", str(best["epoch"]),
-                    f"{100 * best['test_acc']:.2f}%",
+        out.append([*_best_cells(row),
                     f"{hit['seconds']:.1f} (epoch {hit['epoch']})" if hit else "not reached",
                     f"{row['peak_rss_max'] / 2**20:.0f}"])
     return out
