@@ -112,10 +112,13 @@ def test_function_level_imports_and_submodules_count():
         "pyg_dist.halo.comm", "pyg_dist.ops.spmm", "pyg_dist.ops"}
 
 
-# One interpreter imports torch and the third-party packages once, then forks
-# a child per module (a few at a time): each child starts without any
-# pyg_dist module loaded and imports one, so a module that only imports after
-# another fails here.
+# One interpreter imports torch and the third-party packages once, then the
+# package root, then forks a child per module (a few at a time) that imports
+# that module, so a module that only imports after another fails here. Python
+# imports a module's packages before it, so in a fresh interpreter every
+# module's import begins with the root's: the parent runs that part once (a
+# failing root fails every module), and each child holds the root's modules
+# only (a module the root imports is checked by the root's import).
 _CHILDREN = textwrap.dedent("""
     import json, os, sys, tempfile, traceback
     import torch, torch_geometric  # noqa: F401 - shared by every child
@@ -127,6 +130,12 @@ _CHILDREN = textwrap.dedent("""
             pass
     names, jobs = json.loads(sys.argv[1]), int(sys.argv[2])
     out, running, failed = tempfile.mkdtemp(), {}, {}
+    try:
+        import pyg_dist  # noqa: F401 - the start of every module's import
+    except BaseException:
+        print(json.dumps({name: traceback.format_exc() for name in names}))
+        sys.exit(0)
+    root = {m for m in sys.modules if m.split(".")[0] == "pyg_dist"}
 
     def reap():
         pid, status = os.wait()
@@ -142,7 +151,7 @@ _CHILDREN = textwrap.dedent("""
         if pid == 0:
             code = 0
             try:
-                assert not any(m.split(".")[0] == "pyg_dist" for m in sys.modules)
+                assert {m for m in sys.modules if m.split(".")[0] == "pyg_dist"} == root
                 __import__(name)
             except BaseException:
                 with open(os.path.join(out, name), "w") as f:
