@@ -6,10 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >&2
-# Every rank, command and docs example the suite starts imports pyg_dist anew:
-# compiled once into .venv/pycache rather than from source in each process
-# (where PYTHONDONTWRITEBYTECODE is set), the suite's processes start about
-# 0.7 s of CPU sooner each, and the clone gets no __pycache__ folders.
+# Every rank, command and docs example the suite starts imports torch, PyG and
+# pyg_dist anew: from the bytecode pip compiled at install, and pyg_dist's
+# compiled by the first process into its __pycache__ folders (git ignores
+# them), even where PYTHONDONTWRITEBYTECODE is set. (A PYTHONPYCACHEPREFIX
+# folder would make the first processes compile torch and PyG again, about
+# 7 s of CPU each.)
 unset PYTHONDONTWRITEBYTECODE
-export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-$PWD/.venv/pycache}"
 exec .venv/bin/python -m pytest -q -n "${PYG_DIST_TEST_WORKERS:-2}" "$@"
