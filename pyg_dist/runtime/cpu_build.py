@@ -22,7 +22,7 @@ __all__ = ["SOURCES", "HEADERS", "VARIANTS", "VECTOR_CAPABILITIES", "PREBUILT_IN
            "wheel_variants"]
 
 #: The C++ sources, relative to ``csrc/``.
-SOURCES = ("spmm.cpp", "gat.cpp", "cpu/spmm_kernel.cpp", "cpu/gat_kernel.cpp")
+SOURCES = ("schemas.cpp", "cpu/spmm_kernel.cpp", "cpu/gat_kernel.cpp")
 #: Included by the sources: part of a compile-on-first-use build's key, so that
 #: editing one rebuilds.
 HEADERS = ("cpu/common.h",)

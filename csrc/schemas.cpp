@@ -1,12 +1,22 @@
-// Schemas of pyg_dist's GAT attention kernels. The CPU kernels live in
-// cpu/gat_kernel.cpp; the autograd formulas are composed in Python
-// (pyg_dist/ops/gat.py). x and x_halo are [N, H, C] and [Hh, H, C], the scores
-// [*, H] in any float dtype, edge_scale [nnz, H]; every score, sum and
-// gradient of a score is float32.
+// Schemas of pyg_dist's ops, in one file: torch/library.h is most of a
+// schema file's compile time (one file: about 7 s of CPU less per build). The
+// CPU kernels live in cpu/spmm_kernel.cpp and cpu/gat_kernel.cpp; the autograd
+// formulas are composed in Python (pyg_dist/ops/spmm.py, pyg_dist/ops/gat.py).
 #include <torch/library.h>
 
-TORCH_LIBRARY_FRAGMENT(pyg_dist, m) {
-  // out [M, H, C] (dtype of x): per row and head, the softmax over the row's
+TORCH_LIBRARY(pyg_dist, m) {
+  // SpMM: out [M, F] (dtype of x) and, for reduce="max", arg [M, F] int64: the CSR
+  // position of the first maximal entry of each row, nnz for empty rows. For
+  // "sum" and "mean", arg is an empty int64 tensor.
+  m.def(
+      "spmm_forward(Tensor rowptr, Tensor col, Tensor? value, Tensor x, "
+      "Tensor? x_halo, str reduce) -> (Tensor, Tensor)");
+  // out[e] = <a[row(e)], s[col[e]]> as float32 [nnz], s = [x ; x_halo].
+  m.def("sddmm(Tensor rowptr, Tensor col, Tensor a, Tensor x, Tensor? x_halo) -> Tensor");
+
+  // GAT attention: x and x_halo are [N, H, C] and [Hh, H, C], the scores [*, H]
+  // in any float dtype, edge_scale [nnz, H]; every score, sum and gradient of a
+  // score is float32. out [M, H, C] (dtype of x): per row and head, the softmax over the row's
   // entries of leaky_relu(alpha_src[col] + alpha_dst[row] + alpha_edge) times
   // edge_scale, weighting s[col] = [x ; x_halo][col]; lse [M, H] float32, each
   // row's log-sum-exp of its scores (0 for empty rows).
